@@ -1,0 +1,266 @@
+/* Reverse-mode autodiff: appends backward nodes (ordinary ops) to the graph.
+ *
+ * Gradients accumulate per tensor as a list of contributions. A view passes its
+ * gradient to its storage root with its geometry; a root sums its contributions, adding
+ * view-shaped ones into a private accumulator in place. A contribution made under a gate
+ * (a candidate's subgraph) is added by a node with the same gate, so a skipped candidate
+ * leaves the sum as it was. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/graph.h"
+
+typedef struct contrib {
+    ex_tensor *g;
+    const ex_tensor *geom; /* NULL: the target's own shape; else a view of the root */
+    ex_tensor *gate;
+    int64_t gate_index;
+    int64_t next;
+} contrib;
+
+typedef struct grad_state {
+    ex_ctx *ctx;
+    bool *needs;
+    int64_t *head; /* per tensor: first contribution, -1 none */
+    contrib *items;
+    int64_t n, cap;
+    bool oom;
+} grad_state;
+
+static void add_contrib(grad_state *s, const ex_tensor *target, ex_tensor *g, const ex_tensor *geom)
+{
+    if (!g || ex__is_inert(g))
+        return;
+    if (s->n == s->cap) {
+        int64_t cap = s->cap ? 2 * s->cap : 256;
+        contrib *p = ex__realloc(s->ctx, s->items, (size_t)cap * sizeof *p);
+        if (!p) {
+            s->oom = true;
+            return;
+        }
+        s->items = p;
+        s->cap = cap;
+    }
+    contrib *c = &s->items[s->n];
+    c->g = g;
+    c->geom = geom;
+    c->gate = s->ctx->gate;
+    c->gate_index = s->ctx->gate_index;
+    c->next = s->head[target->id];
+    s->head[target->id] = s->n++;
+}
+
+static void sink(ex_ctx *ctx, ex_tensor *src, ex_tensor *g, void *user)
+{
+    (void)ctx;
+    grad_state *s = user;
+    if (s->needs[src->id])
+        add_contrib(s, src, g, NULL);
+}
+
+/* ---- summing the contributions of one tensor ---- */
+
+static bool is_full(const ex_tensor *target, const ex_tensor *geom)
+{
+    if (!geom)
+        return true;
+    int64_t st[EX_MAX_DIMS];
+    ex__contiguous_strides(target->ndim, target->ne, st);
+    return geom->offset == 0 && ex__same_shape(geom, target) &&
+           !memcmp(geom->st, st, (size_t)target->ndim * sizeof st[0]);
+}
+
+/* Sums a broadcast view's gradient over its stride-0 dims; returns the geometry left. */
+static ex_tensor *unbroadcast(ex_ctx *ctx, ex_tensor *g, const ex_tensor **geom)
+{
+    const ex_tensor *v = *geom;
+    unsigned axes = 0;
+    for (int d = 0; v && d < v->ndim; d++)
+        if (v->st[d] == 0 && v->ne[d] > 1)
+            axes |= 1u << d;
+    if (!axes)
+        return g;
+    ex_tensor *r = ex_sum(ctx, g, axes);
+    int64_t ne[EX_MAX_DIMS], st[EX_MAX_DIMS];
+    for (int d = 0; d < v->ndim; d++) {
+        ne[d] = (axes >> d) & 1 ? 1 : v->ne[d];
+        st[d] = v->st[d];
+    }
+    /* a view of the root with the reduced dims of size 1: the place the sum goes */
+    *geom = ex_view(ctx, v->storage, v->ndim, ne, st, v->offset);
+    return r;
+}
+
+static ex_tensor *add_into(ex_ctx *ctx, ex_tensor *acc, const ex_tensor *geom, ex_tensor *g,
+                           const contrib *c)
+{
+    ex_tensor *region = acc;
+    if (geom)
+        region = ex_view(ctx, acc, geom->ndim, geom->ne, geom->st, geom->offset);
+    ex_tensor *gg = ex_broadcast(ctx, g, region->ndim, region->ne);
+    if (ex__is_inert(region) || ex__is_inert(gg))
+        return &ctx->inert;
+    ex_tensor *prev_gate = ctx->gate;
+    int64_t prev_index = ctx->gate_index;
+    ctx->gate = c->gate;
+    ctx->gate_index = c->gate_index;
+    ex_tensor *s[2] = {region, gg};
+    ex_tensor *r = ex__node_into(ctx, EX_OP_ADD, region, 2, s);
+    ctx->gate = prev_gate;
+    ctx->gate_index = prev_index;
+    return r;
+}
+
+/* Sums the contributions to t into one tensor (NULL if none) and leaves that alone as
+ * t's contribution list, so later contributions add to it. */
+static ex_tensor *collapse(grad_state *s, ex_tensor *t)
+{
+    ex_ctx *ctx = s->ctx;
+    int64_t h = s->head[t->id];
+    if (h < 0)
+        return NULL;
+    contrib *c0 = &s->items[h];
+    if (c0->next < 0 && is_full(t, c0->geom) && (!c0->gate || (c0->gate == t->gate && c0->gate_index == t->gate_index)))
+        return c0->g;
+    ex_tensor *acc = NULL;
+    bool own = false; /* whether acc is a tensor this function made (safe to add into) */
+    for (int64_t i = h; i >= 0; i = s->items[i].next) {
+        contrib *c = &s->items[i];
+        if (c->gate || !is_full(t, c->geom))
+            continue;
+        acc = acc ? ex_add(ctx, acc, c->g) : c->g;
+        own = acc != c->g;
+    }
+    for (int64_t i = h; i >= 0; i = s->items[i].next) {
+        contrib *c = &s->items[i];
+        if (!c->gate && is_full(t, c->geom))
+            continue;
+        if (!own) {
+            ex_tensor *prev = ctx->gate;
+            ctx->gate = t->kind == EX_K_NODE ? t->gate : NULL;
+            acc = acc ? ex_copy(ctx, acc) : ex_fill(ctx, t->ndim, t->ne, 0.0f);
+            ctx->gate = prev;
+            own = true;
+        }
+        const ex_tensor *geom = c->geom;
+        ex_tensor *g = unbroadcast(ctx, c->g, &geom);
+        add_into(ctx, acc, is_full(t, geom) ? NULL : geom, g, c);
+    }
+    s->head[t->id] = -1;
+    add_contrib(s, t, acc, NULL);
+    if (s->head[t->id] >= 0) {
+        s->items[s->head[t->id]].gate = NULL;
+        s->items[s->head[t->id]].gate_index = 0;
+    }
+    return acc;
+}
+
+/* ---- the walk ---- */
+
+static void mark_needs(ex_ctx *ctx, int64_t n0, bool *needs)
+{
+    for (int64_t i = 0; i < n0; i++) {
+        ex_tensor *t = ctx->tensors[i];
+        switch (t->kind) {
+        case EX_K_PARAM: needs[i] = true; break;
+        case EX_K_INPUT: needs[i] = t->requires_grad; break;
+        case EX_K_VIEW: needs[i] = needs[t->storage->id]; break;
+        case EX_K_NODE:
+            needs[i] = false;
+            for (int k = 0; ex__op(t->op)->diff && k < t->nsrc; k++)
+                needs[i] |= needs[t->src[k]->id];
+            break;
+        default: needs[i] = false;
+        }
+    }
+}
+
+static void visit(grad_state *s, ex_tensor *t)
+{
+    ex_ctx *ctx = s->ctx;
+    if (t->kind == EX_K_VIEW) {
+        ex_tensor *g = collapse(s, t);
+        if (g && s->needs[t->storage->id])
+            add_contrib(s, t->storage, g, t);
+        return;
+    }
+    if (t->kind != EX_K_NODE || !ex__op(t->op)->diff)
+        return;
+    ex_tensor *g = collapse(s, t);
+    if (t->storage != t && s->head[t->storage->id] >= 0) {
+        /* t wrote into another tensor's storage: readers of that region read t */
+        ex_tensor *r = collapse(s, t->storage);
+        ex_tensor *mine = ex_view(ctx, r, t->ndim, t->ne, t->st, t->offset);
+        g = g ? ex_add(ctx, g, mine) : mine;
+    }
+    if (!g)
+        return;
+    memcpy(ctx->tag, t->tag, sizeof ctx->tag);
+    ctx->gate = t->gate;
+    ctx->gate_index = t->gate_index;
+    ex__backward_rule(ctx, t, g, sink, s);
+}
+
+ex_status ex_graph_backward(ex_ctx *ctx, ex_tensor *loss)
+{
+    if (!ex__check(ctx, "backward", 1, &loss))
+        return ctx ? (ctx->status ? ctx->status : EX_ERR_ARG) : EX_ERR_ARG;
+    if (ctx->grads) {
+        ex__fail(ctx, EX_ERR_STATE, "backward: already called on this context");
+        return ctx->status;
+    }
+    if (loss->dtype != EX_F32 || ex__numel(loss) != 1) {
+        char sh[64];
+        ex__fail(ctx, EX_ERR_SHAPE, "backward: loss %s (%s) must be one f32 element",
+                 ex__shape(loss, sh), ex_dtype_name(loss->dtype));
+        return ctx->status;
+    }
+    int64_t n0 = ctx->ntensors;
+    grad_state s = {.ctx = ctx};
+    s.needs = ex__calloc(ctx, (size_t)n0, sizeof *s.needs);
+    s.head = ex__malloc(ctx, (size_t)n0 * sizeof *s.head);
+    ctx->grads = ex__calloc(ctx, (size_t)n0, sizeof *ctx->grads);
+    if (!s.needs || !s.head || !ctx->grads) {
+        free(s.needs);
+        free(s.head);
+        ex__fail(ctx, EX_ERR_NOMEM, "backward: out of host memory");
+        return ctx->status;
+    }
+    ctx->ngrads = n0;
+    for (int64_t i = 0; i < n0; i++)
+        s.head[i] = -1;
+    mark_needs(ctx, n0, s.needs);
+    int32_t tag[3];
+    memcpy(tag, ctx->tag, sizeof tag);
+    ex_tensor *gate = ctx->gate;
+    int64_t gate_index = ctx->gate_index;
+    ctx->gate = NULL;
+    if (s.needs[loss->id])
+        add_contrib(&s, loss, ex_fill(ctx, loss->ndim, loss->ne, 1.0f), NULL);
+    for (int64_t i = n0 - 1; i >= 0 && ctx->status == EX_OK && !s.oom; i--)
+        visit(&s, ctx->tensors[i]);
+    ctx->gate = NULL;
+    for (int64_t i = 0; i < n0 && ctx->status == EX_OK && !s.oom; i++) {
+        ex_tensor *t = ctx->tensors[i];
+        bool leaf = t->kind == EX_K_PARAM || (t->kind == EX_K_INPUT && t->requires_grad);
+        if (leaf && (ctx->grads[i] = collapse(&s, t)) != NULL)
+            ex_keep(ctx, ctx->grads[i]);
+    }
+    memcpy(ctx->tag, tag, sizeof tag);
+    ctx->gate = gate;
+    ctx->gate_index = gate_index;
+    if (s.oom)
+        ex__fail(ctx, EX_ERR_NOMEM, "backward: out of host memory");
+    free(s.items);
+    free(s.needs);
+    free(s.head);
+    return ctx->status;
+}
+
+ex_tensor *ex_grad(ex_ctx *ctx, ex_tensor *t)
+{
+    if (!ctx || !t || !ctx->grads || t->id < 0 || t->id >= ctx->ngrads ||
+        ctx->tensors[t->id] != t)
+        return NULL;
+    return ctx->grads[t->id];
+}

@@ -1,0 +1,163 @@
+/* The backend table and the public backend calls. Backends compiled in sit in one
+ * constant table: nothing registers at start-up, nothing can be dropped by a static link. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/graph.h"
+
+struct ex_backend {
+    const ex_backend_iface *iface;
+    void *impl;
+    ex_backend_caps caps;
+};
+
+typedef struct backend_entry {
+    const char *name;
+    int arg; /* passed to create: for the CPU, whether it is the reference path */
+    ex_status (*create)(int arg, const ex_backend_iface **iface, void **impl,
+                        ex_backend_caps *caps, char *msg, size_t msg_len);
+    bool automatic; /* may "auto" pick it */
+} backend_entry;
+
+static const backend_entry backends[] = {
+    {"cpu", 0, ex_cpu_backend_create, true},
+    {"cpu-ref", 1, ex_cpu_backend_create, false},
+};
+
+static const char *const backend_names[] = {"cpu", "cpu-ref", NULL};
+
+const char *const *ex_backend_list(void)
+{
+    return backend_names;
+}
+
+int ex_backend_supports(const char *name, ex_op op)
+{
+    if (!name || (unsigned)op >= EX_OP_COUNT)
+        return 0;
+    for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
+        if (!strcmp(backends[i].name, name))
+            return 1; /* every backend's switch covers every op: the op suite checks it */
+    return 0;
+}
+
+static void put(char *msg, size_t len, const char *fmt, const char *a, const char *b)
+{
+    if (msg && len)
+        snprintf(msg, len, fmt, a, b);
+}
+
+static ex_status open_entry(const backend_entry *e, ex_backend **out, char *msg, size_t len)
+{
+    ex_backend *be = calloc(1, sizeof *be);
+    if (!be) {
+        put(msg, len, "%s%s: out of host memory", e->name, "");
+        return EX_ERR_NOMEM;
+    }
+    ex_status st = e->create(e->arg, &be->iface, &be->impl, &be->caps, msg, len);
+    if (st != EX_OK) {
+        free(be);
+        return st;
+    }
+    snprintf(be->caps.name, sizeof be->caps.name, "%s", e->name);
+    *out = be;
+    return EX_OK;
+}
+
+ex_status ex_backend_open(const char *name, ex_backend **out, char *msg, size_t msg_len)
+{
+    if (msg && msg_len)
+        msg[0] = '\0';
+    if (!out) {
+        put(msg, msg_len, "%s%s", "ex_backend_open: out is NULL", "");
+        return EX_ERR_ARG;
+    }
+    *out = NULL;
+    if (!name || !*name)
+        name = getenv("EXAPT_BACKEND");
+    if (!name || !*name)
+        name = "auto";
+    size_t n = sizeof backends / sizeof backends[0];
+    if (!strcmp(name, "auto")) {
+        ex_status st = EX_ERR_UNSUPPORTED;
+        for (size_t i = 0; i < n; i++)
+            if (backends[i].automatic && (st = open_entry(&backends[i], out, msg, msg_len)) == EX_OK)
+                return EX_OK;
+        return st;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(backends[i].name, name))
+            return open_entry(&backends[i], out, msg, msg_len);
+    put(msg, msg_len, "unknown or absent backend '%s' (compiled in: %s)", name,
+        "cpu, cpu-ref");
+    return EX_ERR_UNSUPPORTED;
+}
+
+void ex_backend_close(ex_backend *be)
+{
+    if (!be)
+        return;
+    be->iface->close(be->impl);
+    free(be);
+}
+
+const ex_backend_caps *ex_backend_get_caps(const ex_backend *be)
+{
+    return be ? &be->caps : NULL;
+}
+
+const ex_backend_iface *ex_backend_iface_of(const ex_backend *be)
+{
+    return be ? be->iface : NULL;
+}
+
+void *ex_backend_impl_of(const ex_backend *be)
+{
+    return be ? be->impl : NULL;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+ex_status ex_backend_measure_bandwidth(ex_backend *be, uint64_t bytes, double *gbs)
+{
+    if (!be || bytes < 4096 || !gbs)
+        return EX_ERR_ARG;
+    const ex_backend_iface *f = be->iface;
+    ex_buffer *a = NULL, *b = NULL;
+    ex_status st = f->buffer_alloc(be->impl, bytes, &a);
+    if (st == EX_OK)
+        st = f->buffer_alloc(be->impl, bytes, &b);
+    if (st == EX_OK)
+        st = f->fill(be->impl, a, 0, bytes & ~(uint64_t)3, 0x3f800000u);
+    if (st == EX_OK)
+        st = f->copy(be->impl, b, 0, a, 0, bytes); /* warm-up: pages touched, caches cold */
+    double best = 0.0;
+    for (int rep = 0; st == EX_OK && rep < 5; rep++) {
+        if ((st = f->synchronize(be->impl)) != EX_OK)
+            break;
+        double t0 = now_s();
+        st = f->copy(be->impl, rep & 1 ? a : b, 0, rep & 1 ? b : a, 0, bytes);
+        if (st == EX_OK)
+            st = f->synchronize(be->impl);
+        double dt = now_s() - t0;
+        /* a copy reads and writes every byte: count both, as min_bytes does */
+        if (st == EX_OK && dt > 0 && 2.0 * (double)bytes / dt / 1e9 > best)
+            best = 2.0 * (double)bytes / dt / 1e9;
+    }
+    if (b)
+        f->buffer_free(be->impl, b);
+    if (a)
+        f->buffer_free(be->impl, a);
+    if (st == EX_OK) {
+        be->caps.peak_copy_gbs = best;
+        *gbs = best;
+    }
+    return st;
+}

@@ -1,0 +1,178 @@
+/* The gradient rule of every differentiable op. Backward nodes are ordinary ops built
+ * with the context's tag and gate set to the forward node's. */
+#include <string.h>
+
+#include "core/graph.h"
+
+/* A backward node shaped like `like`, carrying the forward node's parameters. */
+static ex_tensor *bnode(ex_ctx *ctx, ex_op op, const ex_tensor *fwd, const ex_tensor *like, int n,
+                        ex_tensor *const *src)
+{
+    ex_tensor *r = ex__node(ctx, op, EX_F32, like->ndim, like->ne, n, src);
+    if (!ex__is_inert(r)) {
+        memcpy(r->ip, fwd->ip, sizeof r->ip);
+        memcpy(r->fp, fwd->fp, sizeof r->fp);
+    }
+    return r;
+}
+
+static ex_tensor *bcast(ex_ctx *ctx, ex_tensor *g, const ex_tensor *like)
+{
+    return ex_broadcast(ctx, g, like->ndim, like->ne);
+}
+
+static void conv_rule(ex_ctx *ctx, ex_tensor *t, ex_tensor *g, ex_grad_sink give, void *u,
+                      ex_op data, ex_op filter)
+{
+    ex_tensor *x = t->src[0], *w = t->src[1];
+    ex_tensor *a[2] = {g, w}, *b[2] = {x, g};
+    give(ctx, x, bnode(ctx, data, t, x, 2, a), u);
+    give(ctx, w, bnode(ctx, filter, t, w, 2, b), u);
+}
+
+static void linear_rule(ex_ctx *ctx, ex_tensor *t, ex_tensor *g, ex_grad_sink give, void *u)
+{
+    ex_tensor *x = t->src[0], *w = t->src[1];
+    give(ctx, x, ex_matmul(ctx, g, w), u);
+    give(ctx, w, ex_matmul(ctx, ex_transpose(ctx, g, 0, 1), x), u);
+    if (t->nsrc == 3) {
+        int64_t m = w->ne[0];
+        give(ctx, t->src[2], ex_reshape(ctx, ex_sum(ctx, g, 1u), 1, &m), u);
+    }
+}
+
+static void bn_rule(ex_ctx *ctx, ex_tensor *t, ex_tensor *g, ex_grad_sink give, void *u)
+{
+    ex_tensor *x = t->src[0], *stats = t->src[1];
+    ex_tensor *r[3] = {x, stats, g};
+    int64_t c = x->ne[1], ne2[2] = {2, c};
+    ex_tensor *red = ex__node(ctx, EX_OP_BN_BWD_REDUCE, EX_F32, 2, ne2, 3, r);
+    ex_tensor *d[5] = {x, stats, g, red, t->nsrc == 4 ? t->src[2] : NULL};
+    ex_tensor *dx = bnode(ctx, EX_OP_BN_BWD_DATA, t, x, t->nsrc == 4 ? 5 : 4, d);
+    give(ctx, x, dx, u);
+    if (t->nsrc == 4) {
+        give(ctx, t->src[2], ex_reshape(ctx, ex_slice(ctx, red, 0, 0, 1), 1, &c), u);
+        give(ctx, t->src[3], ex_reshape(ctx, ex_slice(ctx, red, 0, 1, 1), 1, &c), u);
+    }
+}
+
+static void mixed_sum_rule(ex_ctx *ctx, ex_tensor *t, ex_tensor *g, ex_grad_sink give, void *u)
+{
+    ex_tensor *w = t->src[0], *mask = t->src[1];
+    int n = t->nsrc - 2;
+    ex_tensor *s[EX_MAX_CANDIDATES + 2] = {g, mask};
+    for (int j = 0; j < n; j++)
+        s[2 + j] = t->src[2 + j];
+    give(ctx, w, bnode(ctx, EX_OP_MIXED_SUM_BWD_W, t, w, n + 2, s), u);
+    ex_tensor *gate = ctx->gate;
+    int64_t gate_index = ctx->gate_index;
+    for (int j = 0; j < n; j++) {
+        /* candidate j's gradient exists only while it is active */
+        ctx->gate = mask;
+        ctx->gate_index = t->ip[j];
+        ex_tensor *wj = ex_slice(ctx, w, 0, t->ip[j], 1);
+        give(ctx, t->src[2 + j], ex_mul(ctx, g, wj), u);
+    }
+    ctx->gate = gate;
+    ctx->gate_index = gate_index;
+}
+
+void ex__backward_rule(ex_ctx *ctx, ex_tensor *t, ex_tensor *g, ex_grad_sink give, void *u)
+{
+    ex_tensor **s = t->src;
+    switch (t->op) {
+    case EX_OP_ADD:
+        give(ctx, s[0], g, u);
+        give(ctx, s[1], g, u);
+        break;
+    case EX_OP_SUB:
+        give(ctx, s[0], g, u);
+        give(ctx, s[1], ex_scale(ctx, g, -1.0f), u);
+        break;
+    case EX_OP_MUL:
+        give(ctx, s[0], ex_mul(ctx, g, s[1]), u);
+        give(ctx, s[1], ex_mul(ctx, g, s[0]), u);
+        break;
+    case EX_OP_SCALE: give(ctx, s[0], ex_scale(ctx, g, t->fp[0]), u); break;
+    case EX_OP_AXPY:
+        give(ctx, s[0], ex_scale(ctx, g, t->fp[0]), u);
+        give(ctx, s[1], g, u);
+        break;
+    case EX_OP_RELU: {
+        ex_tensor *a[2] = {t, g}; /* the output's sign is the input's: x may be overwritten */
+        give(ctx, s[0], bnode(ctx, EX_OP_RELU_BWD, t, t, 2, a), u);
+        break;
+    }
+    case EX_OP_COPY: give(ctx, s[0], g, u); break;
+    case EX_OP_DROP_PATH: {
+        ex_tensor *a[2] = {g, s[1]}; /* the same key and counter draw the same mask */
+        give(ctx, s[0], bnode(ctx, EX_OP_DROP_PATH, t, t, 2, a), u);
+        break;
+    }
+    case EX_OP_SUM: give(ctx, s[0], bcast(ctx, g, s[0]), u); break;
+    case EX_OP_MEAN: {
+        double count = (double)ex__numel(s[0]) / (double)ex__numel(t);
+        give(ctx, s[0], ex_scale(ctx, bcast(ctx, g, s[0]), (float)(1.0 / count)), u);
+        break;
+    }
+    case EX_OP_MAX: {
+        ex_tensor *a[3] = {s[0], bcast(ctx, t, s[0]), bcast(ctx, g, s[0])};
+        give(ctx, s[0], bnode(ctx, EX_OP_MAX_BWD, t, s[0], 3, a), u);
+        break;
+    }
+    case EX_OP_SOFTMAX:
+    case EX_OP_LOG_SOFTMAX: {
+        ex_tensor *a[2] = {t, g};
+        ex_op op = t->op == EX_OP_SOFTMAX ? EX_OP_SOFTMAX_BWD : EX_OP_LOG_SOFTMAX_BWD;
+        give(ctx, s[0], bnode(ctx, op, t, t, 2, a), u);
+        break;
+    }
+    case EX_OP_CROSS_ENTROPY: {
+        ex_tensor *a[3] = {s[0], s[1], g};
+        give(ctx, s[0], bnode(ctx, EX_OP_CROSS_ENTROPY_BWD, t, s[0], 3, a), u);
+        break;
+    }
+    case EX_OP_CONV2D:
+        conv_rule(ctx, t, g, give, u, EX_OP_CONV2D_BWD_DATA, EX_OP_CONV2D_BWD_FILTER);
+        break;
+    case EX_OP_DWCONV2D:
+        conv_rule(ctx, t, g, give, u, EX_OP_DWCONV2D_BWD_DATA, EX_OP_DWCONV2D_BWD_FILTER);
+        break;
+    case EX_OP_PWCONV: {
+        ex_tensor *a[2] = {s[0], g};
+        give(ctx, s[0], ex_pwconv(ctx, g, ex_transpose(ctx, s[1], 0, 1)), u);
+        give(ctx, s[1], bnode(ctx, EX_OP_PWCONV_BWD_FILTER, t, s[1], 2, a), u);
+        break;
+    }
+    case EX_OP_MATMUL:
+        give(ctx, s[0], ex_matmul(ctx, g, ex_transpose(ctx, s[1], 0, 1)), u);
+        give(ctx, s[1], ex_matmul(ctx, ex_transpose(ctx, s[0], 0, 1), g), u);
+        break;
+    case EX_OP_LINEAR: linear_rule(ctx, t, g, give, u); break;
+    case EX_OP_AVG_POOL: give(ctx, s[0], bnode(ctx, EX_OP_AVG_POOL_BWD, t, s[0], 1, &g), u); break;
+    case EX_OP_MAX_POOL: {
+        ex_tensor *a[2] = {s[0], g};
+        give(ctx, s[0], bnode(ctx, EX_OP_MAX_POOL_BWD, t, s[0], 2, a), u);
+        break;
+    }
+    case EX_OP_GLOBAL_AVG_POOL: {
+        float inv = (float)(1.0 / (double)(s[0]->ne[2] * s[0]->ne[3]));
+        give(ctx, s[0], ex_scale(ctx, bcast(ctx, g, s[0]), inv), u);
+        break;
+    }
+    case EX_OP_BN_APPLY: bn_rule(ctx, t, g, give, u); break;
+    case EX_OP_MIXED_SUM: mixed_sum_rule(ctx, t, g, give, u); break;
+    case EX_OP_GUMBEL_SOFTMAX: {
+        ex_tensor *a[3] = {t, g, s[1]};
+        give(ctx, s[0], bnode(ctx, EX_OP_GUMBEL_SOFTMAX_BWD, t, t, 3, a), u);
+        break;
+    }
+    case EX_OP_HARDMAX_ST: give(ctx, s[0], g, u); break; /* straight through */
+    case EX_OP_ENTROPY: {
+        ex_tensor *a[2] = {s[0], bcast(ctx, g, s[0])};
+        give(ctx, s[0], bnode(ctx, EX_OP_ENTROPY_BWD, t, s[0], 2, a), u);
+        break;
+    }
+    default: break; /* no gradient: the op table marks these non-differentiable */
+    }
+}

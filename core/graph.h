@@ -1,0 +1,128 @@
+/* The engine's internals: the context, the tensor node, the op table, the builders'
+ * shared helpers. Nothing here is public; include/exapt/ holds the API. */
+#ifndef EXAPT_CORE_GRAPH_H
+#define EXAPT_CORE_GRAPH_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "exapt/exapt.h"
+
+/** What a tensor is: a leaf the host writes, a computed node, a view, or inert. */
+typedef enum ex_kind {
+    EX_K_INPUT,
+    EX_K_PARAM,
+    EX_K_STATE,
+    EX_K_NODE, /* computed by op; writes its own storage, or another's (aliasing) */
+    EX_K_VIEW, /* no computation: another geometry over a storage */
+    EX_K_INERT
+} ex_kind;
+
+struct ex_tensor {
+    int64_t id; /* index in ctx->tensors: creation order, which is execution order */
+    ex_kind kind;
+    ex_dtype dtype;
+    int ndim;
+    int64_t ne[EX_MAX_DIMS];
+    int64_t st[EX_MAX_DIMS]; /* element strides */
+    int64_t offset;          /* element offset into the storage */
+    struct ex_tensor *storage; /* the root that owns the memory (itself for roots) */
+    int64_t storage_numel;     /* roots only: elements of the storage */
+
+    ex_op op;
+    int nsrc;
+    struct ex_tensor **src;
+    int32_t ip[EX_NODE_IPARAMS];
+    float fp[EX_NODE_FPARAMS];
+    struct ex_tensor *gate;
+    int64_t gate_index;
+    int32_t tag[3];
+
+    bool keep;          /* readable after a run: never reused */
+    bool requires_grad; /* inputs whose gradient backward must compute */
+    char name[48];
+};
+
+/** Fault injection: counts allocations and fails the chosen one. */
+typedef struct ex_alloc_hook {
+    uint64_t fail_at; /* 0: off; else the allocation number that fails */
+    uint64_t count;
+} ex_alloc_hook;
+
+struct ex_ctx {
+    ex_tensor **tensors;
+    int64_t ntensors, cap;
+    ex_status status;
+    char error[512];
+    uint64_t seed;
+    uint64_t streams; /* random ops built so far: each gets its own Philox key */
+    int32_t tag[3];
+    ex_tensor *gate; /* gate applied to nodes built now (NULL: none) */
+    int64_t gate_index;
+    ex_tensor **grads; /* after backward: gradient by tensor id (NULL: none) */
+    int64_t ngrads;
+    bool in_backward; /* backward nodes: tag and gate come from the forward node */
+    ex_alloc_hook hook;
+    ex_tensor inert;
+};
+
+/* ---- allocation through the context (counted for fault injection) ---- */
+void *ex__malloc(ex_ctx *ctx, size_t n);
+void *ex__calloc(ex_ctx *ctx, size_t count, size_t size);
+void *ex__realloc(ex_ctx *ctx, void *p, size_t n);
+
+/* ---- errors ---- */
+/** Records the first failure (later ones are ignored) and returns the inert tensor. */
+ex_tensor *ex__fail(ex_ctx *ctx, ex_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void ex__vfail(ex_ctx *ctx, ex_status st, const char *fmt, va_list ap);
+/** Writes "AxBxC" of a tensor into a small rotating buffer set; for messages. */
+const char *ex__shape(const ex_tensor *t, char buf[64]);
+
+/* ---- tensors ---- */
+bool ex__is_inert(const ex_tensor *t);
+int64_t ex__numel(const ex_tensor *t);
+bool ex__contiguous(const ex_tensor *t);
+void ex__contiguous_strides(int ndim, const int64_t *ne, int64_t *st);
+/** Checks that ctx can build and that the n sources are usable; on failure returns
+ *  false after recording why (op names the builder). */
+bool ex__check(ex_ctx *ctx, const char *op, int n, ex_tensor *const *src);
+/** A new root tensor (leaf or node) owning contiguous storage. */
+ex_tensor *ex__root(ex_ctx *ctx, ex_kind kind, ex_dtype dtype, int ndim, const int64_t *ne,
+                    const char *name);
+/** A new compute node of op with its own storage of the given shape. */
+ex_tensor *ex__node(ex_ctx *ctx, ex_op op, ex_dtype dtype, int ndim, const int64_t *ne, int nsrc,
+                    ex_tensor *const *src);
+/** A compute node of op that writes into dst's storage with dst's geometry. */
+ex_tensor *ex__node_into(ex_ctx *ctx, ex_op op, ex_tensor *dst, int nsrc, ex_tensor *const *src);
+/** The next Philox key of the context, stored into ip[0], ip[1]. */
+void ex__random_key(ex_ctx *ctx, ex_tensor *node);
+/** Same shape (dims and sizes). */
+bool ex__same_shape(const ex_tensor *a, const ex_tensor *b);
+/** Broadcast shape of a and b (right-aligned); false if they do not broadcast. */
+bool ex__broadcast_shape(const ex_tensor *a, const ex_tensor *b, int *ndim, int64_t *ne);
+
+/* ---- the op table ---- */
+typedef struct ex_op_info {
+    const char *name;
+    double tol;        /* NMSE bound against a double reference */
+    bool diff;         /* has a gradient rule */
+    bool elementwise;  /* dst and sources of one shape: may run in place */
+    uint64_t (*flops)(const ex_tensor *node);
+} ex_op_info;
+
+const ex_op_info *ex__op(ex_op op);
+/** Bytes a tensor's distinct elements occupy (broadcast dims count once). */
+uint64_t ex__bytes_distinct(const ex_tensor *t);
+/** Traffic of a node: bytes of its sources, its output, and the minimum to move. */
+void ex__node_traffic(const ex_tensor *n, uint64_t *read, uint64_t *written, uint64_t *min);
+
+/* ---- autodiff ---- */
+/** Appends the gradient rule of node n given its output gradient g; calls add_grad for
+ *  each source gradient. */
+typedef void (*ex_grad_sink)(ex_ctx *ctx, ex_tensor *src, ex_tensor *g, void *user);
+void ex__backward_rule(ex_ctx *ctx, ex_tensor *n, ex_tensor *g, ex_grad_sink sink, void *user);
+
+#endif

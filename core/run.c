@@ -1,0 +1,173 @@
+/* Running a plan, moving data in and out of it, and what it reports. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/plan.h"
+
+#define NAN_PATTERN 0x7FC00000u
+
+ex_status ex_plan_run(ex_plan *p)
+{
+    if (!p)
+        return EX_ERR_ARG;
+    for (int c = 0; p->opts.poison && c < p->nchunks; c++) {
+        if (p->chunk_persistent[c])
+            continue;
+        ex_status st = p->f->fill(p->impl, p->chunks[c], 0, p->chunk_bytes[c] & ~(uint64_t)3,
+                                  NAN_PATTERN);
+        if (st != EX_OK)
+            return ex__plan_fail(p, st, "run: poisoning the arena: %s", p->f->error(p->impl));
+    }
+    ex_status st = p->f->compute(p->impl, p->nodes, p->nnodes, p->opts.profile ? p->node_ms : NULL);
+    if (st == EX_OK)
+        st = p->f->synchronize(p->impl);
+    if (st != EX_OK)
+        return ex__plan_fail(p, st, "run: %s", p->f->error(p->impl));
+    return EX_OK;
+}
+
+/* Checks that t was planned here and that bytes matches; sets *d. */
+static ex_status lookup(ex_plan *p, ex_tensor *t, size_t bytes, const char *what, ex_tdesc *d)
+{
+    if (!t || ex__is_inert(t) || t->id < 0 || t->id >= p->ntensors ||
+        p->ctx->tensors[t->id] != t)
+        return ex__plan_fail(p, EX_ERR_ARG, "%s: the tensor is not part of this plan", what);
+    uint64_t need = (uint64_t)ex__numel(t) * (uint64_t)ex_dtype_size(t->dtype);
+    if (bytes != need) {
+        char s[64];
+        return ex__plan_fail(p, EX_ERR_ARG, "%s: %s %s (%s) holds %llu bytes, %zu given", what,
+                             t->name, ex__shape(t, s), ex_dtype_name(t->dtype),
+                             (unsigned long long)need, bytes);
+    }
+    ex__plan_desc(p, t, d);
+    return EX_OK;
+}
+
+/* Element span [lo, hi] of t relative to its element 0. */
+static void span(const ex_tensor *t, int64_t *lo, int64_t *hi)
+{
+    *lo = *hi = 0;
+    for (int d = 0; d < t->ndim; d++) {
+        int64_t s = (t->ne[d] - 1) * t->st[d];
+        if (s < 0)
+            *lo += s;
+        else
+            *hi += s;
+    }
+}
+
+static int64_t element_offset(const ex_tensor *t, int64_t i)
+{
+    int64_t off = 0;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        off += (i % t->ne[d]) * t->st[d];
+        i /= t->ne[d];
+    }
+    return off;
+}
+
+/* Strided transfer: the span moves whole, elements are gathered or scattered on the host. */
+static ex_status strided(ex_plan *p, ex_tensor *t, const ex_tdesc *d, void *host, bool write)
+{
+    int64_t lo, hi;
+    span(t, &lo, &hi);
+    size_t es = (size_t)ex_dtype_size(t->dtype);
+    uint64_t start = d->offset + (uint64_t)(lo * (int64_t)es); /* lo <= 0 */
+    size_t n = (size_t)(hi - lo + 1) * es;
+    char *tmp = malloc(n);
+    if (!tmp)
+        return ex__plan_fail(p, EX_ERR_NOMEM, "transfer: out of host memory");
+    ex_status st = p->f->download(p->impl, d->buf, start, tmp, n);
+    int64_t count = ex__numel(t);
+    for (int64_t i = 0; st == EX_OK && i < count; i++) {
+        char *el = tmp + (size_t)(element_offset(t, i) - lo) * es;
+        if (write)
+            memcpy(el, (char *)host + (size_t)i * es, es);
+        else
+            memcpy((char *)host + (size_t)i * es, el, es);
+    }
+    if (st == EX_OK && write)
+        st = p->f->upload(p->impl, d->buf, start, tmp, n);
+    free(tmp);
+    if (st != EX_OK)
+        return ex__plan_fail(p, st, "transfer: %s", p->f->error(p->impl));
+    return EX_OK;
+}
+
+ex_status ex_plan_write(ex_plan *p, ex_tensor *t, const void *data, size_t bytes)
+{
+    if (!p)
+        return EX_ERR_ARG;
+    ex_tdesc d;
+    ex_status st = lookup(p, t, bytes, "write", &d);
+    if (st != EX_OK)
+        return st;
+    if (!data)
+        return ex__plan_fail(p, EX_ERR_ARG, "write: data is NULL");
+    for (int i = 0; i < t->ndim; i++)
+        if (t->st[i] == 0 && t->ne[i] > 1)
+            return ex__plan_fail(p, EX_ERR_ARG, "write: %s is a broadcast view", t->name);
+    if (!ex__contiguous(t))
+        return strided(p, t, &d, (void *)data, true);
+    st = p->f->upload(p->impl, d.buf, d.offset, data, bytes);
+    if (st != EX_OK)
+        return ex__plan_fail(p, st, "write: %s", p->f->error(p->impl));
+    return EX_OK;
+}
+
+ex_status ex_plan_read(ex_plan *p, ex_tensor *t, void *data, size_t bytes)
+{
+    if (!p)
+        return EX_ERR_ARG;
+    ex_tdesc d;
+    ex_status st = lookup(p, t, bytes, "read", &d);
+    if (st != EX_OK)
+        return st;
+    if (!data)
+        return ex__plan_fail(p, EX_ERR_ARG, "read: data is NULL");
+    if (!p->slots[p->slot_of[t->storage->id]].persistent)
+        return ex__plan_fail(p, EX_ERR_STATE,
+                             "read: %s is transient (its memory is reused during a run); "
+                             "ex_keep() it before planning",
+                             t->name);
+    if (!ex__contiguous(t))
+        return strided(p, t, &d, data, false);
+    st = p->f->download(p->impl, d.buf, d.offset, data, bytes);
+    if (st != EX_OK)
+        return ex__plan_fail(p, st, "read: %s", p->f->error(p->impl));
+    return EX_OK;
+}
+
+ex_status ex_plan_get_stats(const ex_plan *p, ex_plan_stats *st)
+{
+    if (!p || !st)
+        return EX_ERR_ARG;
+    *st = p->stats;
+    return EX_OK;
+}
+
+int64_t ex_plan_node_count(const ex_plan *p)
+{
+    return p ? p->nnodes : 0;
+}
+
+ex_status ex_plan_node_info(const ex_plan *p, int64_t i, ex_node_info *info)
+{
+    if (!p || !info || i < 0 || i >= p->nnodes)
+        return EX_ERR_ARG;
+    const ex_node_exec *n = &p->nodes[i];
+    info->op = n->op;
+    memcpy(info->tag, n->tag, sizeof info->tag);
+    info->bytes_read = n->bytes_read;
+    info->bytes_written = n->bytes_written;
+    info->min_bytes = n->min_bytes;
+    info->flops = n->flops;
+    info->skipped = p->node_ms[i] < 0;
+    info->ms = info->skipped ? 0.0 : p->node_ms[i];
+    return EX_OK;
+}
+
+const char *ex_plan_error(const ex_plan *p)
+{
+    return p ? p->error : "no plan (NULL)";
+}

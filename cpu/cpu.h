@@ -1,0 +1,154 @@
+/* The CPU backend's internals: buffers, tensor addressing and one function per op. */
+#ifndef EXAPT_CPU_CPU_H
+#define EXAPT_CPU_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "exapt/backend.h"
+
+/** A CPU buffer: plain host memory. ex_buffer handles of this backend point to one. */
+typedef struct cpu_buffer {
+    void *data;
+    uint64_t bytes;
+} cpu_buffer;
+
+/** What every kernel may need besides its node. */
+typedef struct cpu_exec {
+    int reference; /**< run the plain, obviously correct loops (no BLAS, no threads) */
+    int threads;
+    char *msg; /**< where a kernel writes its error message */
+    size_t msg_len;
+} cpu_exec;
+
+/** Fixed chunk of elements for reductions: chunks are combined in index order, so sums
+ *  do not depend on the thread count. */
+#define CPU_CHUNK 4096
+
+static inline void *cpu_ptr(const ex_tdesc *t)
+{
+    return (char *)((cpu_buffer *)t->buf)->data + t->offset;
+}
+static inline float *cpu_f32(const ex_tdesc *t)
+{
+    return (float *)cpu_ptr(t);
+}
+static inline int32_t *cpu_i32(const ex_tdesc *t)
+{
+    return (int32_t *)cpu_ptr(t);
+}
+
+/** Shape and strides padded on the left to 4 dims (size 1, stride 0). */
+static inline void cpu_shape4(const ex_tdesc *t, int64_t ne[4], int64_t st[4])
+{
+    int pad = 4 - t->ndim;
+    for (int d = 0; d < 4; d++) {
+        ne[d] = d < pad ? 1 : t->ne[d - pad];
+        st[d] = d < pad ? 0 : t->st[d - pad];
+    }
+}
+
+/** Element offset of the row-major logical index i of t. */
+static inline int64_t cpu_at(const ex_tdesc *t, int64_t i)
+{
+    int64_t off = 0;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        off += (i % t->ne[d]) * t->st[d];
+        i /= t->ne[d];
+    }
+    return off;
+}
+
+/** Number of elements of t. */
+static inline int64_t cpu_numel(const ex_tdesc *t)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++)
+        n *= t->ne[d];
+    return n;
+}
+
+/** Whether t's elements are dense in row-major order. */
+static inline int cpu_contiguous(const ex_tdesc *t)
+{
+    int64_t s = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->ne[d] != 1 && t->st[d] != s)
+            return 0;
+        s *= t->ne[d];
+    }
+    return 1;
+}
+
+/** Writes a message for the failing kernel and returns st. */
+ex_status cpu_fail(const cpu_exec *e, ex_status st, const char *fmt, ...);
+
+/* One function per op; cpu/backend.c holds the switch. Each returns EX_OK or a status
+ * with a message in e->msg. */
+#define CPU_OP(name) ex_status cpu_##name(const cpu_exec *e, const ex_node_exec *n)
+/* elementwise.c */
+CPU_OP(add);
+CPU_OP(sub);
+CPU_OP(mul);
+CPU_OP(scale);
+CPU_OP(axpy);
+CPU_OP(relu);
+CPU_OP(relu_bwd);
+CPU_OP(fill);
+CPU_OP(copy);
+CPU_OP(drop_path);
+/* reduce.c */
+CPU_OP(sum);
+CPU_OP(mean);
+CPU_OP(max);
+CPU_OP(max_bwd);
+/* softmax.c */
+CPU_OP(softmax);
+CPU_OP(softmax_bwd);
+CPU_OP(log_softmax);
+CPU_OP(log_softmax_bwd);
+CPU_OP(cross_entropy);
+CPU_OP(cross_entropy_bwd);
+CPU_OP(accuracy);
+/* conv.c */
+CPU_OP(conv2d);
+CPU_OP(conv2d_bwd_data);
+CPU_OP(conv2d_bwd_filter);
+CPU_OP(dwconv2d);
+CPU_OP(dwconv2d_bwd_data);
+CPU_OP(dwconv2d_bwd_filter);
+/* gemm.c */
+CPU_OP(pwconv);
+CPU_OP(pwconv_bwd_filter);
+CPU_OP(matmul);
+CPU_OP(linear);
+/* pool.c */
+CPU_OP(avg_pool);
+CPU_OP(avg_pool_bwd);
+CPU_OP(max_pool);
+CPU_OP(max_pool_bwd);
+CPU_OP(global_avg_pool);
+/* batchnorm.c */
+CPU_OP(bn_stats);
+CPU_OP(bn_apply);
+CPU_OP(bn_bwd_reduce);
+CPU_OP(bn_bwd_data);
+/* nas.c */
+CPU_OP(mixed_sum);
+CPU_OP(mixed_sum_bwd_w);
+CPU_OP(gumbel_softmax);
+CPU_OP(gumbel_softmax_bwd);
+CPU_OP(hardmax_st);
+CPU_OP(entropy);
+CPU_OP(entropy_bwd);
+CPU_OP(topk_mask);
+/* optim.c */
+CPU_OP(sgd);
+CPU_OP(adam);
+CPU_OP(grad_norm);
+CPU_OP(clip);
+/* random.c */
+CPU_OP(rand_uniform);
+CPU_OP(rand_normal);
+
+#endif

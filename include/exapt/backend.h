@@ -1,0 +1,128 @@
+/* exapt — backends: opening one, what it offers, and the interface each implements.
+ *
+ * A backend runs a planned graph: the planner resolves every tensor to a buffer and a
+ * byte offset, and the backend receives a flat list of nodes (ex_node_exec) to run in
+ * order. Backends are compiled in and listed in one constant table; there is no
+ * registration at start-up. */
+#ifndef EXAPT_BACKEND_H
+#define EXAPT_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "exapt/ops.h"
+#include "exapt/status.h"
+#include "exapt/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** A device allocation; its layout belongs to the backend that made it. */
+typedef struct ex_buffer ex_buffer;
+
+/** A tensor as a backend sees it: shape and element strides (outermost first, unused
+ *  trailing entries 1 and 0), and where its element 0 lies. */
+typedef struct ex_tdesc {
+    ex_dtype dtype;
+    int ndim;
+    int64_t ne[EX_MAX_DIMS];
+    int64_t st[EX_MAX_DIMS];
+    ex_buffer *buf;
+    uint64_t offset; /**< bytes from the buffer's start to element 0 */
+} ex_tdesc;
+
+/** Integer and float parameters per node; docs/ops.md says what each op keeps there. */
+#define EX_NODE_IPARAMS 16
+#define EX_NODE_FPARAMS 8
+
+/** One node of a plan, ready to run. */
+typedef struct ex_node_exec {
+    ex_op op;
+    int nsrc;
+    const ex_tdesc *src; /**< nsrc source descriptors */
+    ex_tdesc dst;
+    int32_t ip[EX_NODE_IPARAMS];
+    float fp[EX_NODE_FPARAMS];
+    const ex_tdesc *gate; /**< NULL, or an f32 mask: skip the node when gate[gate_index] == 0 */
+    int64_t gate_index;
+    int32_t tag[3];        /**< cell, edge, candidate (-1: none) */
+    uint64_t bytes_read;   /**< bytes this node's sources occupy */
+    uint64_t bytes_written;
+    uint64_t min_bytes; /**< the least traffic the best algorithm must move */
+    uint64_t flops;
+} ex_node_exec;
+
+/** Feature bits of ex_backend_caps.features. */
+enum ex_backend_feature {
+    EX_FEAT_TIMESTAMPS = 1u << 0, /**< per-node timing */
+    EX_FEAT_REFERENCE = 1u << 1,  /**< runs the plain reference path of every op */
+};
+
+/** What a backend offers. */
+typedef struct ex_backend_caps {
+    char name[32];    /**< "cpu", "cpu-ref", "vulkan", "cuda" */
+    char device[128]; /**< the device in words */
+    uint64_t memory_bytes;
+    uint64_t max_alloc_bytes;   /**< largest single allocation */
+    uint64_t max_binding_bytes; /**< largest range one node may address in a buffer */
+    double peak_copy_gbs;       /**< measured device-to-device copy bandwidth, 0 if not yet */
+    unsigned features;
+    int threads; /**< host threads used (CPU backends) */
+} ex_backend_caps;
+
+/** The interface every backend implements. Each function returns a status and leaves a
+ *  message readable through error(); none aborts. */
+typedef struct ex_backend_iface {
+    void (*close)(void *impl);
+    const char *(*error)(void *impl);
+    ex_status (*buffer_alloc)(void *impl, uint64_t bytes, ex_buffer **out);
+    void (*buffer_free)(void *impl, ex_buffer *buf);
+    ex_status (*upload)(void *impl, ex_buffer *buf, uint64_t offset, const void *src, uint64_t n);
+    ex_status (*download)(void *impl, ex_buffer *buf, uint64_t offset, void *dst, uint64_t n);
+    ex_status (*copy)(void *impl, ex_buffer *dst, uint64_t doff, ex_buffer *src, uint64_t soff,
+                      uint64_t n);
+    /** Fills n bytes (a multiple of 4) with a 32-bit pattern. */
+    ex_status (*fill)(void *impl, ex_buffer *buf, uint64_t offset, uint64_t n, uint32_t pattern);
+    /** Runs nodes in order. When node_ms is not NULL, stores each node's time (ms). */
+    ex_status (*compute)(void *impl, const ex_node_exec *nodes, int64_t n, double *node_ms);
+    ex_status (*synchronize)(void *impl);
+} ex_backend_iface;
+
+/** An open backend. */
+typedef struct ex_backend ex_backend;
+
+/** Opens a backend by name: "auto" (CUDA, then a GPU Vulkan device, then CPU), "cpu",
+ *  "cpu-ref" (the CPU backend's plain reference path of every op), or another name from
+ *  ex_backend_list(). NULL or "" means EXAPT_BACKEND, or "auto" when unset. On failure
+ *  returns a status, sets *out to NULL and writes a message into msg (if not NULL). */
+ex_status ex_backend_open(const char *name, ex_backend **out, char *msg, size_t msg_len);
+
+/** Closes a backend. NULL is a no-op. Plans on it must be freed first. */
+void ex_backend_close(ex_backend *be);
+
+/** The backend's capabilities (never NULL for an open backend; NULL for NULL). */
+const ex_backend_caps *ex_backend_get_caps(const ex_backend *be);
+
+/** Measures the peak device copy bandwidth (GB/s) with n-byte copies and stores it in
+ *  the capabilities. */
+ex_status ex_backend_measure_bandwidth(ex_backend *be, uint64_t bytes, double *gbs);
+
+/** The names of the backends compiled in, NULL-terminated, in "auto" order. */
+const char *const *ex_backend_list(void);
+
+/** Whether backend name runs op (every compiled backend runs every op). */
+int ex_backend_supports(const char *name, ex_op op);
+
+/** The interface and implementation behind an open backend (for the planner). */
+const ex_backend_iface *ex_backend_iface_of(const ex_backend *be);
+void *ex_backend_impl_of(const ex_backend *be);
+
+/** Entry points of the backends compiled in; used by the backend table. */
+ex_status ex_cpu_backend_create(int reference, const ex_backend_iface **iface, void **impl,
+                                ex_backend_caps *caps, char *msg, size_t msg_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

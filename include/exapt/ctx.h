@@ -1,0 +1,50 @@
+/* exapt — the context: owns a graph, its tensors and its first error. */
+#ifndef EXAPT_CTX_H
+#define EXAPT_CTX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "exapt/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Opaque context. All state of a graph hangs off one; contexts never share state. */
+typedef struct ex_ctx ex_ctx;
+
+/** Creates an empty context. Returns NULL only when memory is exhausted. */
+ex_ctx *ex_ctx_new(void);
+
+/** Frees a context with every tensor and gradient built in it. NULL is a no-op.
+ *  Plans made from it must be freed first. */
+void ex_ctx_free(ex_ctx *ctx);
+
+/** The sticky status: EX_OK until a builder or call fails, then the first failure.
+ *  Returns EX_ERR_ARG for a NULL context. */
+ex_status ex_ctx_status(const ex_ctx *ctx);
+
+/** The message of the first failure ("" while none). For NULL, a constant message. */
+const char *ex_ctx_error(const ex_ctx *ctx);
+
+/** Clears the sticky error so building can go on; the tensors built while it was set
+ *  stay inert. */
+void ex_ctx_clear_error(ex_ctx *ctx);
+
+/** Sets the base seed of the Philox streams drawn by random ops built afterwards
+ *  (default 0). Each random op gets its own stream derived from this seed. */
+void ex_ctx_set_seed(ex_ctx *ctx, uint64_t seed);
+
+/** Tag given to every node built afterwards, so the profiler can report by cell,
+ *  edge and candidate. -1 means "none" for each field; the default is all -1. */
+void ex_ctx_set_tag(ex_ctx *ctx, int cell, int edge, int candidate);
+
+/** Allocation hook: fail the n-th host allocation the context makes from now on
+ *  (1 = the next one); 0 turns failing off. For fault-injection tests. */
+void ex_ctx_fail_alloc_after(ex_ctx *ctx, uint64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

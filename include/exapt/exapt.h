@@ -1,0 +1,13 @@
+/* exapt — differentiable neural architecture search in C. One header to include. */
+#ifndef EXAPT_H
+#define EXAPT_H
+
+#include "exapt/backend.h"
+#include "exapt/ctx.h"
+#include "exapt/graph.h"
+#include "exapt/ops.h"
+#include "exapt/status.h"
+#include "exapt/tensor.h"
+#include "exapt/version.h"
+
+#endif

@@ -1,0 +1,93 @@
+/* exapt — autodiff, planning and running a graph. */
+#ifndef EXAPT_GRAPH_H
+#define EXAPT_GRAPH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "exapt/backend.h"
+#include "exapt/ctx.h"
+#include "exapt/ops.h"
+#include "exapt/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Appends the nodes computing d loss / d p for every parameter p that loss depends on.
+ *  loss must be a one-element tensor. Backward nodes are ordinary ops; call once per
+ *  loss. Returns the sticky status. */
+ex_status ex_graph_backward(ex_ctx *ctx, ex_tensor *loss);
+
+/** The gradient of t after ex_graph_backward(), or NULL when loss does not depend on t.
+ *  The gradient is kept (readable after a run). */
+ex_tensor *ex_grad(ex_ctx *ctx, ex_tensor *t);
+
+/** A graph planned for one backend: every tensor placed, ready to run many times. */
+typedef struct ex_plan ex_plan;
+
+/** Planning options. Zero-initialised options are the defaults. */
+typedef struct ex_plan_opts {
+    bool no_reuse;        /**< give every tensor its own memory (for checking the planner) */
+    bool no_inplace;      /**< never run element-wise ops in place */
+    bool profile;         /**< time every node */
+    bool poison;          /**< fill the arena with NaN before each run, so unwritten reads show */
+    uint64_t chunk_limit; /**< largest arena chunk in bytes; 0: the backend's limit */
+} ex_plan_opts;
+
+/** Plans every node built so far for backend be: liveness over the whole graph, memory
+ *  reuse, in-place element-wise ops, arena chunks within the backend's limits. The peak
+ *  is known before anything runs; a plan that does not fit is refused. Returns the
+ *  context's sticky error if one is set. */
+ex_status ex_graph_plan(ex_ctx *ctx, ex_backend *be, const ex_plan_opts *opts, ex_plan **out);
+
+/** Frees a plan and its device memory. NULL is a no-op. */
+void ex_plan_free(ex_plan *plan);
+
+/** Runs the plan once. */
+ex_status ex_plan_run(ex_plan *plan);
+
+/** Copies host data (numel elements, contiguous, outermost dimension first) into t:
+ *  an input, parameter, state, or any tensor of the plan. */
+ex_status ex_plan_write(ex_plan *plan, ex_tensor *t, const void *data, size_t bytes);
+
+/** Copies t into host memory (contiguous). t must be persistent or kept (ex_keep,
+ *  ex_grad); other tensors' memory is reused during a run. */
+ex_status ex_plan_read(ex_plan *plan, ex_tensor *t, void *data, size_t bytes);
+
+/** Memory figures of a plan. */
+typedef struct ex_plan_stats {
+    uint64_t arena_bytes;        /**< planned peak of transient tensors */
+    uint64_t persistent_bytes;   /**< inputs, parameters, state, kept tensors */
+    uint64_t total_tensor_bytes; /**< every tensor's own size summed: the peak without reuse */
+    int arena_chunks;
+    int64_t nodes;
+    int64_t inplace_nodes;
+} ex_plan_stats;
+
+/** Fills *st with the plan's memory figures. */
+ex_status ex_plan_get_stats(const ex_plan *plan, ex_plan_stats *st);
+
+/** Number of nodes the plan runs. */
+int64_t ex_plan_node_count(const ex_plan *plan);
+
+/** One node as the profiler sees it. */
+typedef struct ex_node_info {
+    ex_op op;
+    int32_t tag[3];
+    uint64_t bytes_read, bytes_written, min_bytes, flops;
+    double ms; /**< time of the last profiled run, 0 if none */
+    bool skipped;
+} ex_node_info;
+
+/** Describes node i of the plan. */
+ex_status ex_plan_node_info(const ex_plan *plan, int64_t i, ex_node_info *info);
+
+/** The message of the plan's last failure ("" while none). */
+const char *ex_plan_error(const ex_plan *plan);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

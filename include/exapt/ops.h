@@ -1,0 +1,240 @@
+/* exapt — the op catalogue and its graph builders.
+ *
+ * Builders add a node to the context's graph and return its output; nothing is
+ * computed until a plan runs. Bad arguments set the context's sticky error (the
+ * message names the op and the shapes) and return the inert tensor. */
+#ifndef EXAPT_OPS_H
+#define EXAPT_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "exapt/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Every engine op, forward and backward. The exact meaning of each op's sources and
+ *  parameters is documented in docs/ops.md. */
+typedef enum ex_op {
+    /* element-wise */
+    EX_OP_ADD,
+    EX_OP_SUB,
+    EX_OP_MUL,
+    EX_OP_SCALE,
+    EX_OP_AXPY,
+    EX_OP_RELU,
+    EX_OP_RELU_BWD,
+    EX_OP_FILL,
+    EX_OP_COPY,
+    EX_OP_DROP_PATH,
+    /* reductions */
+    EX_OP_SUM,
+    EX_OP_MEAN,
+    EX_OP_MAX,
+    EX_OP_MAX_BWD,
+    /* softmax family */
+    EX_OP_SOFTMAX,
+    EX_OP_SOFTMAX_BWD,
+    EX_OP_LOG_SOFTMAX,
+    EX_OP_LOG_SOFTMAX_BWD,
+    EX_OP_CROSS_ENTROPY,
+    EX_OP_CROSS_ENTROPY_BWD,
+    EX_OP_ACCURACY,
+    /* convolution and GEMM */
+    EX_OP_CONV2D,
+    EX_OP_CONV2D_BWD_DATA,
+    EX_OP_CONV2D_BWD_FILTER,
+    EX_OP_DWCONV2D,
+    EX_OP_DWCONV2D_BWD_DATA,
+    EX_OP_DWCONV2D_BWD_FILTER,
+    EX_OP_PWCONV,
+    EX_OP_PWCONV_BWD_FILTER,
+    EX_OP_MATMUL,
+    EX_OP_LINEAR,
+    /* pooling */
+    EX_OP_AVG_POOL,
+    EX_OP_AVG_POOL_BWD,
+    EX_OP_MAX_POOL,
+    EX_OP_MAX_POOL_BWD,
+    EX_OP_GLOBAL_AVG_POOL,
+    /* batch norm */
+    EX_OP_BN_STATS,
+    EX_OP_BN_APPLY,
+    EX_OP_BN_BWD_REDUCE,
+    EX_OP_BN_BWD_DATA,
+    /* NAS */
+    EX_OP_MIXED_SUM,
+    EX_OP_MIXED_SUM_BWD_W,
+    EX_OP_GUMBEL_SOFTMAX,
+    EX_OP_GUMBEL_SOFTMAX_BWD,
+    EX_OP_HARDMAX_ST,
+    EX_OP_ENTROPY,
+    EX_OP_ENTROPY_BWD,
+    EX_OP_TOPK_MASK,
+    /* optimizer */
+    EX_OP_SGD,
+    EX_OP_ADAM,
+    EX_OP_GRAD_NORM,
+    EX_OP_CLIP,
+    /* random */
+    EX_OP_RAND_UNIFORM,
+    EX_OP_RAND_NORMAL,
+    EX_OP_COUNT
+} ex_op;
+
+/** Constant lower-case name of an op ("add", "conv2d_bwd_data"), "?" when out of range. */
+const char *ex_op_name(ex_op op);
+
+/** The op's test bound on normalized squared error, sum (y - ref)^2 / sum ref^2, against
+ *  a double-precision reference; 0 when out of range. */
+double ex_op_tolerance(ex_op op);
+
+/** Whether the op has a gradient rule (ops without one stop gradients). */
+int ex_op_differentiable(ex_op op);
+
+/** Convolution geometry: stride, padding and dilation as (height, width). */
+typedef struct ex_conv_params {
+    int stride[2];
+    int pad[2];
+    int dilation[2];
+} ex_conv_params;
+
+/** Pooling geometry: window, stride and padding as (height, width). Average pooling
+ *  never counts padding (count_include_pad false). */
+typedef struct ex_pool_params {
+    int kernel[2];
+    int stride[2];
+    int pad[2];
+} ex_pool_params;
+
+/* ---- element-wise (shapes broadcast NumPy-style, aligned on the right) ---- */
+
+/** a + b. */
+ex_tensor *ex_add(ex_ctx *ctx, ex_tensor *a, ex_tensor *b);
+/** a - b. */
+ex_tensor *ex_sub(ex_ctx *ctx, ex_tensor *a, ex_tensor *b);
+/** a * b, element by element. */
+ex_tensor *ex_mul(ex_ctx *ctx, ex_tensor *a, ex_tensor *b);
+/** s * x. */
+ex_tensor *ex_scale(ex_ctx *ctx, ex_tensor *x, float s);
+/** a * x + y (x and y of one shape). */
+ex_tensor *ex_axpy(ex_ctx *ctx, float a, ex_tensor *x, ex_tensor *y);
+/** max(x, 0). */
+ex_tensor *ex_relu(ex_ctx *ctx, ex_tensor *x);
+/** A new f32 tensor of shape ne filled with value. */
+ex_tensor *ex_fill(ex_ctx *ctx, int ndim, const int64_t *ne, float value);
+/** A contiguous copy of x. */
+ex_tensor *ex_copy(ex_ctx *ctx, ex_tensor *x);
+/** Writes x into dst (typically a view, e.g. a channel slice of a concatenation) and
+ *  returns the written tensor, which aliases dst's storage. */
+ex_tensor *ex_copy_into(ex_ctx *ctx, ex_tensor *x, ex_tensor *dst);
+/** Drop path on x [N, ...]: each sample is kept with probability keep_prob and scaled by
+ *  1/keep_prob, or zeroed. counter is an i32 [2] tensor (the step's Philox counter). */
+ex_tensor *ex_drop_path(ex_ctx *ctx, ex_tensor *x, ex_tensor *counter, float keep_prob);
+
+/* ---- reductions (axes: bit d set reduces dimension d; dims are kept as size 1) ---- */
+
+/** Sum over the axes in the bit mask. */
+ex_tensor *ex_sum(ex_ctx *ctx, ex_tensor *x, unsigned axes);
+/** Mean over the axes in the bit mask. */
+ex_tensor *ex_mean(ex_ctx *ctx, ex_tensor *x, unsigned axes);
+/** Maximum over the axes in the bit mask. */
+ex_tensor *ex_max(ex_ctx *ctx, ex_tensor *x, unsigned axes);
+/** Sums x down to shape ne (the gradient of a broadcast). */
+ex_tensor *ex_sum_to(ex_ctx *ctx, ex_tensor *x, int ndim, const int64_t *ne);
+
+/* ---- softmax family (over the last dimension) ---- */
+
+/** softmax(x) over the last dimension. */
+ex_tensor *ex_softmax(ex_ctx *ctx, ex_tensor *x);
+/** log(softmax(x)) over the last dimension. */
+ex_tensor *ex_log_softmax(ex_ctx *ctx, ex_tensor *x);
+/** Mean cross-entropy of logits [N, K] against i32 labels [N]: a [1] tensor. */
+ex_tensor *ex_cross_entropy(ex_ctx *ctx, ex_tensor *logits, ex_tensor *labels);
+/** Number of rows whose argmax equals the label, as an f32 [1] tensor (no gradient). */
+ex_tensor *ex_accuracy(ex_ctx *ctx, ex_tensor *logits, ex_tensor *labels);
+
+/* ---- convolution ---- */
+
+/** Dense convolution: x [N, Ci, H, W], w [Co, Ci, Kh, Kw], no bias. */
+ex_tensor *ex_conv2d(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, const ex_conv_params *p);
+/** Depthwise convolution: x [N, C, H, W], w [C, 1, Kh, Kw]. */
+ex_tensor *ex_dwconv2d(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, const ex_conv_params *p);
+/** Pointwise (1x1) convolution as a GEMM: x [N, Ci, H, W], w [Co, Ci]. */
+ex_tensor *ex_pwconv(ex_ctx *ctx, ex_tensor *x, ex_tensor *w);
+/** Matrix product a [M, K] x b [K, N]. */
+ex_tensor *ex_matmul(ex_ctx *ctx, ex_tensor *a, ex_tensor *b);
+/** x [N, K] w^T + b, w [M, K], b [M] (b may be NULL). */
+ex_tensor *ex_linear(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *b);
+
+/* ---- pooling ---- */
+
+/** Average pooling, padding not counted. */
+ex_tensor *ex_avg_pool(ex_ctx *ctx, ex_tensor *x, const ex_pool_params *p);
+/** Max pooling. */
+ex_tensor *ex_max_pool(ex_ctx *ctx, ex_tensor *x, const ex_pool_params *p);
+/** Global average pooling: [N, C, H, W] to [N, C, 1, 1]. */
+ex_tensor *ex_global_avg_pool(ex_ctx *ctx, ex_tensor *x);
+
+/* ---- batch norm ---- */
+
+/** Batch norm 2d of x [N, C, H, W]. gamma and beta ([C]) may both be NULL (affine off).
+ *  running_mean and running_var ([C], ex_state) are updated in training mode with
+ *  momentum (PyTorch convention) and used in eval mode. */
+ex_tensor *ex_batch_norm(ex_ctx *ctx, ex_tensor *x, ex_tensor *gamma, ex_tensor *beta,
+                         ex_tensor *running_mean, ex_tensor *running_var, bool train, float eps,
+                         float momentum);
+
+/* ---- NAS ---- */
+
+/** Maximum number of candidates of one mixed op. */
+#define EX_MAX_CANDIDATES 12
+
+/** Mixed sum y = sum_j [mask[idx[j]] != 0] w[idx[j]] * x[j] over the n materialized
+ *  candidates of one edge; w and mask are [K] rows (views) and idx[j] < K says which
+ *  weight each candidate output takes. A `none` candidate is simply not passed. */
+ex_tensor *ex_mixed_sum(ex_ctx *ctx, ex_tensor *w, ex_tensor *mask, int n, ex_tensor *const *x,
+                        const int *idx);
+/** Gumbel-softmax over the last dimension of logits [E, K] with temperature tau (an f32
+ *  [1] tensor) and noise from the Philox counter (i32 [2]). hard: one-hot forward,
+ *  straight-through (soft) gradient. */
+ex_tensor *ex_gumbel_softmax(ex_ctx *ctx, ex_tensor *logits, ex_tensor *tau, ex_tensor *counter,
+                             bool hard);
+/** One-hot of each row's argmax (first on ties); the gradient passes straight through. */
+ex_tensor *ex_hardmax_st(ex_ctx *ctx, ex_tensor *x);
+/** Row entropy -sum p log p of p [E, K]: an [E, 1] tensor. */
+ex_tensor *ex_entropy(ex_ctx *ctx, ex_tensor *p);
+/** Mask [E, K] (f32 1/0): at most k entries per row, the largest (lower index first on
+ *  ties), each at least threshold. No gradient. */
+ex_tensor *ex_topk_mask(ex_ctx *ctx, ex_tensor *w, int k, float threshold);
+
+/* ---- optimizer (each updates its persistent operands in place) ---- */
+
+/** SGD as PyTorch: g' = g + wd p; mom = momentum mom + g'; p -= lr (nesterov ? g' +
+ *  momentum mom : mom). lr is an f32 [1] tensor. Returns the updated parameter. */
+ex_tensor *ex_sgd(ex_ctx *ctx, ex_tensor *param, ex_tensor *grad, ex_tensor *mom, ex_tensor *lr,
+                  float momentum, float weight_decay, bool nesterov);
+/** Adam as PyTorch (L2 weight decay added to the gradient). hyper is an f32 [2] tensor
+ *  {lr, step} with step counted from 1. Returns the updated parameter. */
+ex_tensor *ex_adam(ex_ctx *ctx, ex_tensor *param, ex_tensor *grad, ex_tensor *m, ex_tensor *v,
+                   ex_tensor *hyper, float beta1, float beta2, float eps, float weight_decay);
+/** Global L2 norm of n tensors: an f32 [1] tensor. */
+ex_tensor *ex_grad_norm(ex_ctx *ctx, int n, ex_tensor *const *g);
+/** g * min(1, max_norm / (norm + 1e-6)), in place; norm from ex_grad_norm. */
+ex_tensor *ex_clip(ex_ctx *ctx, ex_tensor *g, ex_tensor *norm, float max_norm);
+
+/* ---- random (counter-based Philox 4x32-10; the same stream on every backend) ---- */
+
+/** Uniform [lo, hi) of shape ne from the Philox counter (i32 [2]). */
+ex_tensor *ex_rand_uniform(ex_ctx *ctx, ex_tensor *counter, int ndim, const int64_t *ne, float lo,
+                           float hi);
+/** Normal(mean, std) of shape ne from the Philox counter (i32 [2]). */
+ex_tensor *ex_rand_normal(ex_ctx *ctx, ex_tensor *counter, int ndim, const int64_t *ne, float mean,
+                          float std);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
