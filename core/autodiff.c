@@ -157,20 +157,31 @@ static ex_tensor *collapse(grad_state *s, ex_tensor *t)
 
 /* ---- the walk ---- */
 
+/* Which tensors need a gradient: parameters, inputs that ask, and what depends on them
+ * through differentiable ops. A node writing into another's storage makes that storage
+ * need one too, which can reach views made before it: repeat until nothing changes. */
 static void mark_needs(ex_ctx *ctx, int64_t n0, bool *needs)
 {
-    for (int64_t i = 0; i < n0; i++) {
-        ex_tensor *t = ctx->tensors[i];
-        switch (t->kind) {
-        case EX_K_PARAM: needs[i] = true; break;
-        case EX_K_INPUT: needs[i] = t->requires_grad; break;
-        case EX_K_VIEW: needs[i] = needs[t->storage->id]; break;
-        case EX_K_NODE:
-            needs[i] = false;
-            for (int k = 0; ex__op(t->op)->diff && k < t->nsrc; k++)
-                needs[i] |= needs[t->src[k]->id];
-            break;
-        default: needs[i] = false;
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int64_t i = 0; i < n0; i++) {
+            ex_tensor *t = ctx->tensors[i];
+            bool need = needs[i];
+            if (t->kind == EX_K_PARAM)
+                need = true;
+            else if (t->kind == EX_K_INPUT)
+                need = t->requires_grad;
+            else if (t->kind == EX_K_VIEW)
+                need |= needs[t->storage->id];
+            else if (t->kind == EX_K_NODE)
+                for (int k = 0; ex__op(t->op)->diff && k < t->nsrc; k++)
+                    need |= needs[t->src[k]->id];
+            if (t->kind == EX_K_NODE && t->storage != t && need && !needs[t->storage->id]) {
+                needs[t->storage->id] = true;
+                changed = true;
+            }
+            changed |= need != needs[i];
+            needs[i] = need;
         }
     }
 }
