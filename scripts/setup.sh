@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs exapt's dependencies (Debian/Ubuntu), builds it in build/, and runs the main
+# job. Safe to run again: apt skips what is installed, CMake rebuilds what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sudo_cmd=""
+if [ "$(id -u)" -ne 0 ]; then
+    sudo_cmd="sudo"
+fi
+
+packages=(build-essential cmake pkg-config libopenblas-dev libcmocka-dev libjansson-dev zlib1g-dev)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing ${missing[*]}"
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release ${EXAPT_CMAKE_ARGS:-}
+cmake --build build -j"$(nproc)"
+
+# the main job: what this machine offers (the search joins here once it lands)
+./build/apps/exapt info
