@@ -157,9 +157,9 @@ static ex_tensor *collapse(grad_state *s, ex_tensor *t)
 
 /* ---- the walk ---- */
 
-/* Which tensors need a gradient: parameters, inputs that ask, and what depends on them
- * through differentiable ops. A node writing into another's storage makes that storage
- * need one too, which can reach views made before it: repeat until nothing changes. */
+/* Which tensors need a gradient: the wrt set, and what depends on it through
+ * differentiable ops. A node writing into another's storage makes that storage need one
+ * too, which can reach views made before it: repeat until nothing changes. */
 static void mark_needs(ex_ctx *ctx, int64_t n0, bool *needs)
 {
     for (bool changed = true; changed;) {
@@ -167,11 +167,7 @@ static void mark_needs(ex_ctx *ctx, int64_t n0, bool *needs)
         for (int64_t i = 0; i < n0; i++) {
             ex_tensor *t = ctx->tensors[i];
             bool need = needs[i];
-            if (t->kind == EX_K_PARAM)
-                need = true;
-            else if (t->kind == EX_K_INPUT)
-                need = t->requires_grad;
-            else if (t->kind == EX_K_VIEW)
+            if (t->kind == EX_K_VIEW)
                 need |= needs[t->storage->id];
             else if (t->kind == EX_K_NODE)
                 for (int k = 0; ex__op(t->op)->diff && k < t->nsrc; k++)
@@ -212,34 +208,42 @@ static void visit(grad_state *s, ex_tensor *t)
     ex__backward_rule(ctx, t, g, sink, s);
 }
 
-ex_status ex_graph_backward(ex_ctx *ctx, ex_tensor *loss)
+static bool loss_ok(ex_ctx *ctx, const char *op, ex_tensor *loss)
 {
-    if (!ex__check(ctx, "backward", 1, &loss))
-        return ctx ? (ctx->status ? ctx->status : EX_ERR_ARG) : EX_ERR_ARG;
-    if (ctx->grads) {
-        ex__fail(ctx, EX_ERR_STATE, "backward: already called on this context");
-        return ctx->status;
+    if (!ex__check(ctx, op, 1, &loss)) {
+        if (ctx && ctx->status == EX_OK)
+            ex__fail(ctx, EX_ERR_ARG, "%s: loss is unusable", op);
+        return false;
     }
-    if (loss->dtype != EX_F32 || ex__numel(loss) != 1) {
-        char sh[64];
-        ex__fail(ctx, EX_ERR_SHAPE, "backward: loss %s (%s) must be one f32 element",
-                 ex__shape(loss, sh), ex_dtype_name(loss->dtype));
-        return ctx->status;
-    }
+    if (loss->dtype == EX_F32 && ex__numel(loss) == 1)
+        return true;
+    char sh[64];
+    ex__fail(ctx, EX_ERR_SHAPE, "%s: loss %s (%s) must be one f32 element", op,
+             ex__shape(loss, sh), ex_dtype_name(loss->dtype));
+    return false;
+}
+
+/* The walk shared by both entry points: seeds needs[] with wrt, runs every rule in
+ * reverse creation order, and returns each wrt tensor's summed gradient. */
+static void gradients(ex_ctx *ctx, ex_tensor *loss, int n, ex_tensor *const *wrt,
+                      ex_tensor **grads)
+{
     int64_t n0 = ctx->ntensors;
     grad_state s = {.ctx = ctx};
     s.needs = ex__calloc(ctx, (size_t)n0, sizeof *s.needs);
     s.head = ex__malloc(ctx, (size_t)n0 * sizeof *s.head);
-    ctx->grads = ex__calloc(ctx, (size_t)n0, sizeof *ctx->grads);
-    if (!s.needs || !s.head || !ctx->grads) {
+    if (!s.needs || !s.head) {
         free(s.needs);
         free(s.head);
         ex__fail(ctx, EX_ERR_NOMEM, "backward: out of host memory");
-        return ctx->status;
+        return;
     }
-    ctx->ngrads = n0;
     for (int64_t i = 0; i < n0; i++)
         s.head[i] = -1;
+    for (int i = 0; i < n; i++) {
+        grads[i] = NULL;
+        s.needs[wrt[i]->id] = true;
+    }
     mark_needs(ctx, n0, s.needs);
     int32_t tag[3];
     memcpy(tag, ctx->tag, sizeof tag);
@@ -251,12 +255,8 @@ ex_status ex_graph_backward(ex_ctx *ctx, ex_tensor *loss)
     for (int64_t i = n0 - 1; i >= 0 && ctx->status == EX_OK && !s.oom; i--)
         visit(&s, ctx->tensors[i]);
     ctx->gate = NULL;
-    for (int64_t i = 0; i < n0 && ctx->status == EX_OK && !s.oom; i++) {
-        ex_tensor *t = ctx->tensors[i];
-        bool leaf = t->kind == EX_K_PARAM || (t->kind == EX_K_INPUT && t->requires_grad);
-        if (leaf && (ctx->grads[i] = collapse(&s, t)) != NULL)
-            ex_keep(ctx, ctx->grads[i]);
-    }
+    for (int i = 0; i < n && ctx->status == EX_OK && !s.oom; i++)
+        grads[i] = collapse(&s, wrt[i]);
     memcpy(ctx->tag, tag, sizeof tag);
     ctx->gate = gate;
     ctx->gate_index = gate_index;
@@ -265,6 +265,61 @@ ex_status ex_graph_backward(ex_ctx *ctx, ex_tensor *loss)
     free(s.items);
     free(s.needs);
     free(s.head);
+}
+
+ex_status ex_graph_gradients(ex_ctx *ctx, ex_tensor *loss, int n, ex_tensor *const *wrt,
+                             ex_tensor **grads)
+{
+    if (!loss_ok(ctx, "gradients", loss))
+        return ctx ? ctx->status : EX_ERR_ARG;
+    if (n < 0 || (n > 0 && (!wrt || !grads))) {
+        ex__fail(ctx, EX_ERR_ARG, "gradients: %d tensors, wrt or grads NULL", n);
+        return ctx->status;
+    }
+    if (!ex__check(ctx, "gradients", n, wrt))
+        return ctx->status ? ctx->status : EX_ERR_ARG;
+    for (int i = 0; i < n; i++)
+        if (wrt[i]->dtype != EX_F32) {
+            ex__fail(ctx, EX_ERR_ARG, "gradients: wrt %d (%s) is %s, gradients need f32", i,
+                     wrt[i]->name, ex_dtype_name(wrt[i]->dtype));
+            return ctx->status;
+        }
+    gradients(ctx, loss, n, wrt, grads);
+    return ctx->status;
+}
+
+ex_status ex_graph_backward(ex_ctx *ctx, ex_tensor *loss)
+{
+    if (!loss_ok(ctx, "backward", loss))
+        return ctx ? ctx->status : EX_ERR_ARG;
+    if (ctx->grads) {
+        ex__fail(ctx, EX_ERR_STATE, "backward: already called on this context (use "
+                                    "ex_graph_gradients for more losses)");
+        return ctx->status;
+    }
+    int64_t n0 = ctx->ntensors;
+    ex_tensor **wrt = ex__malloc(ctx, (size_t)n0 * sizeof *wrt);
+    ex_tensor **g = ex__malloc(ctx, (size_t)n0 * sizeof *g);
+    ctx->grads = ex__calloc(ctx, (size_t)n0, sizeof *ctx->grads);
+    if (!wrt || !g || !ctx->grads) {
+        free(wrt);
+        free(g);
+        ex__fail(ctx, EX_ERR_NOMEM, "backward: out of host memory");
+        return ctx->status;
+    }
+    ctx->ngrads = n0;
+    int n = 0;
+    for (int64_t i = 0; i < n0; i++) {
+        ex_tensor *t = ctx->tensors[i];
+        if (t->kind == EX_K_PARAM || (t->kind == EX_K_INPUT && t->requires_grad))
+            wrt[n++] = t;
+    }
+    gradients(ctx, loss, n, wrt, g);
+    for (int i = 0; i < n && ctx->status == EX_OK; i++)
+        if (g[i])
+            ctx->grads[wrt[i]->id] = ex_keep(ctx, g[i]);
+    free(wrt);
+    free(g);
     return ctx->status;
 }
 

@@ -15,10 +15,19 @@
 extern "C" {
 #endif
 
-/** Appends the nodes computing d loss / d p for every parameter p that loss depends on.
- *  loss must be a one-element tensor. Backward nodes are ordinary ops; call once per
- *  loss. Returns the sticky status. */
+/** Appends the nodes computing d loss / d t for every parameter and every input marked
+ *  with ex_requires_grad(); loss must be one f32 element. Backward nodes are ordinary
+ *  ops. Once per context (see ex_graph_gradients for more losses); the gradients are
+ *  kept and found with ex_grad(). Returns the sticky status. */
 ex_status ex_graph_backward(ex_ctx *ctx, ex_tensor *loss);
+
+/** Appends the nodes computing d loss / d wrt[i] for each of the n tensors (parameters,
+ *  inputs or any f32 node, e.g. unrolled weights) and stores them in grads[i], NULL
+ *  where loss does not depend on wrt[i]. May be called for several losses on one
+ *  context (an architecture step and a weight step in one plan). The gradients are
+ *  ordinary tensors: ex_keep() them to read them after a run. */
+ex_status ex_graph_gradients(ex_ctx *ctx, ex_tensor *loss, int n, ex_tensor *const *wrt,
+                             ex_tensor **grads);
 
 /** The gradient of t after ex_graph_backward(), or NULL when loss does not depend on t.
  *  The gradient is kept (readable after a run). */
