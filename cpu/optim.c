@@ -1,0 +1,281 @@
+/* Optimizer kernels: SGD, ADAM, GRAD_NORM, CLIP.
+ *
+ * SGD and ADAM write the parameter through dst (which is src[0]) and their moments through
+ * their own source descriptors: those sources are persistent state the op owns. Each
+ * element is read before it is written, so the in-place update is safe. GRAD_NORM sums
+ * squares in fixed chunks of CPU_CHUNK elements per tensor, added in order, so the norm is
+ * bitwise the same for any thread count. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "cpu/cpu.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+
+/* Threads for a parallel loop: the backend's count, or OpenMP's default when it sets none. */
+static int opt_threads(const cpu_exec *e)
+{
+    return e->threads > 0 ? e->threads : omp_get_max_threads();
+}
+#endif
+
+#define OPT_MAX_OPS 5
+
+/** dst and the sources it updates from, aligned to dst's padded shape. */
+typedef struct opt_ops {
+    int nop;
+    int dense; /**< every operand row-major dense: element i is at i */
+    int64_t ne[4], numel;
+    int64_t st[OPT_MAX_OPS][4];
+    float *p[OPT_MAX_OPS];
+} opt_ops;
+
+static int opt_valid(const ex_tdesc *t)
+{
+    return t->ndim >= 1 && t->ndim <= 4 && t->dtype == EX_F32 && t->buf != NULL;
+}
+
+/* Strides of t read as the padded shape ne; the updated operands must match it exactly. */
+static int opt_align(const ex_tdesc *t, const int64_t ne[4], int64_t st[4])
+{
+    int64_t tne[4];
+    if (!opt_valid(t))
+        return 0;
+    cpu_shape4(t, tne, st);
+    for (int d = 0; d < 4; d++)
+        if (tne[d] != ne[d])
+            return 0;
+    return 1;
+}
+
+static int opt_dense(const int64_t ne[4], const int64_t st[4])
+{
+    int64_t s = 1;
+    for (int d = 3; d >= 0; d--) {
+        if (ne[d] != 1 && st[d] != s)
+            return 0;
+        s *= ne[d];
+    }
+    return 1;
+}
+
+/* Operand 0 is dst; operands 1..nalign are sources 0..nalign−1. Bit k of written marks
+ * operand k as updated: one that broadcasts (stride 0) would be written twice at once. */
+static ex_status opt_setup(const cpu_exec *e, const ex_node_exec *n, const char *op, int nsrc,
+                           int nalign, unsigned written, opt_ops *o)
+{
+    if (n->nsrc != nsrc || n->src == NULL)
+        return cpu_fail(e, EX_ERR_ARG, "%s: %d sources, expected %d", op, n->nsrc, nsrc);
+    if (!opt_valid(&n->dst))
+        return cpu_fail(e, EX_ERR_ARG, "%s: dst must be f32 with 1 to 4 dims", op);
+    cpu_shape4(&n->dst, o->ne, o->st[0]);
+    o->nop = 1 + nalign;
+    o->numel = o->ne[0] * o->ne[1] * o->ne[2] * o->ne[3];
+    o->p[0] = cpu_f32(&n->dst);
+    o->dense = opt_dense(o->ne, o->st[0]);
+    for (int i = 0; i < nalign; i++) {
+        if (!opt_align(&n->src[i], o->ne, o->st[1 + i]))
+            return cpu_fail(e, EX_ERR_SHAPE, "%s: source %d is not f32 of dst's shape", op, i);
+        o->p[1 + i] = cpu_f32(&n->src[i]);
+        o->dense = o->dense && opt_dense(o->ne, o->st[1 + i]);
+    }
+    for (int k = 0; k < o->nop; k++)
+        for (int d = 0; d < 4; d++)
+            if (((written >> k) & 1) && o->ne[d] > 1 && o->st[k][d] == 0)
+                return cpu_fail(e, EX_ERR_ARG, "%s: an updated tensor broadcasts", op);
+    return EX_OK;
+}
+
+/* Element offsets of the logical index i in every operand. */
+static void opt_offsets(const opt_ops *o, int64_t i, int64_t *off)
+{
+    if (o->dense) {
+        for (int k = 0; k < o->nop; k++)
+            off[k] = i;
+        return;
+    }
+    int64_t c[4];
+    for (int d = 3; d >= 0; d--) {
+        c[d] = i % o->ne[d];
+        i /= o->ne[d];
+    }
+    for (int k = 0; k < o->nop; k++)
+        off[k] = c[0] * o->st[k][0] + c[1] * o->st[k][1] + c[2] * o->st[k][2] + c[3] * o->st[k][3];
+}
+
+/* A small f32 source read by logical index (lr, hyper, norm). */
+static ex_status opt_scalars(const cpu_exec *e, const char *op, const ex_tdesc *t, int count,
+                             float *v)
+{
+    if (!opt_valid(t) || cpu_numel(t) != count)
+        return cpu_fail(e, EX_ERR_SHAPE, "%s: expected an f32 source of %d element(s)", op, count);
+    for (int i = 0; i < count; i++)
+        v[i] = cpu_f32(t)[cpu_at(t, i)];
+    return EX_OK;
+}
+
+CPU_OP(sgd)
+{
+    opt_ops o;
+    float lr = 0.0f;
+    ex_status st = opt_setup(e, n, "sgd", 4, 3, 1u | 1u << 3, &o);
+    if (st == EX_OK)
+        st = opt_scalars(e, "sgd", &n->src[3], 1, &lr);
+    if (st != EX_OK)
+        return st;
+    float mu = n->fp[0], wd = n->fp[1];
+    int nesterov = n->ip[0] != 0;
+#pragma omp parallel for if (!e->reference) num_threads(opt_threads(e)) schedule(static)
+    for (int64_t i = 0; i < o.numel; i++) {
+        int64_t f[OPT_MAX_OPS];
+        opt_offsets(&o, i, f);
+        float p = o.p[1][f[1]], g = o.p[2][f[2]] + wd * p;
+        float m = mu * o.p[3][f[3]] + g;
+        o.p[3][f[3]] = m;
+        o.p[0][f[0]] = p - lr * (nesterov ? g + mu * m : m);
+    }
+    return EX_OK;
+}
+
+CPU_OP(adam)
+{
+    opt_ops o;
+    float hyper[2] = {0};
+    ex_status st = opt_setup(e, n, "adam", 5, 4, 1u | 1u << 3 | 1u << 4, &o);
+    if (st == EX_OK)
+        st = opt_scalars(e, "adam", &n->src[4], 2, hyper);
+    if (st != EX_OK)
+        return st;
+    float lr = hyper[0], b1 = n->fp[0], b2 = n->fp[1], eps = n->fp[2], wd = n->fp[3];
+    /* Bias corrections in double: β^t for large t is far below f32 resolution of 1. */
+    float bc1 = (float)(1.0 - pow(b1, hyper[1])), bc2 = (float)(1.0 - pow(b2, hyper[1]));
+#pragma omp parallel for if (!e->reference) num_threads(opt_threads(e)) schedule(static)
+    for (int64_t i = 0; i < o.numel; i++) {
+        int64_t f[OPT_MAX_OPS];
+        opt_offsets(&o, i, f);
+        float p = o.p[1][f[1]], g = o.p[2][f[2]] + wd * p;
+        float m = b1 * o.p[3][f[3]] + (1.0f - b1) * g;
+        float v = b2 * o.p[4][f[4]] + (1.0f - b2) * g * g;
+        o.p[3][f[3]] = m;
+        o.p[4][f[4]] = v;
+        o.p[0][f[0]] = p - lr * (m / bc1) / (sqrtf(v / bc2) + eps);
+    }
+    return EX_OK;
+}
+
+/* Σ x² over the logical elements [k0, k1) of t, in order. */
+static double sumsq_range(const ex_tdesc *t, int64_t k0, int64_t k1)
+{
+    const float *x = cpu_f32(t);
+    double acc = 0.0;
+    if (cpu_contiguous(t)) {
+        for (int64_t i = k0; i < k1; i++)
+            acc += (double)x[i] * x[i];
+        return acc;
+    }
+    int64_t ne[4], st[4], c[4], k = k0, off = 0;
+    cpu_shape4(t, ne, st);
+    for (int d = 3; d >= 0; d--) {
+        c[d] = k % ne[d];
+        k /= ne[d];
+        off += c[d] * st[d];
+    }
+    for (int64_t left = k1 - k0; left > 0;) {
+        int64_t len = ne[3] - c[3] < left ? ne[3] - c[3] : left;
+        for (int64_t i = 0; i < len; i++)
+            acc += (double)x[off + i * st[3]] * x[off + i * st[3]];
+        left -= len;
+        off += len * st[3];
+        c[3] += len;
+        for (int d = 3; d > 0 && c[d] == ne[d]; d--) {
+            off += st[d - 1] - c[d] * st[d];
+            c[d] = 0;
+            c[d - 1]++;
+        }
+    }
+    return acc;
+}
+
+/* first[i] = index of tensor i's first chunk; first[n] = all chunks. */
+static ex_status norm_chunks(const cpu_exec *e, const ex_node_exec *n, int64_t *first)
+{
+    first[0] = 0;
+    for (int i = 0; i < n->nsrc; i++) {
+        if (!opt_valid(&n->src[i]))
+            return cpu_fail(e, EX_ERR_ARG, "grad_norm: source %d must be f32 with 1 to 4 dims", i);
+        first[i + 1] = first[i] + (cpu_numel(&n->src[i]) + CPU_CHUNK - 1) / CPU_CHUNK;
+    }
+    return EX_OK;
+}
+
+/* The tensor holding chunk it: the last t with first[t] <= it (binary search). */
+static int norm_tensor(const int64_t *first, int nsrc, int64_t it)
+{
+    int lo = 0, hi = nsrc - 1;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (first[mid] <= it)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+static void norm_partials(const cpu_exec *e, const ex_node_exec *n, const int64_t *first,
+                          double *part)
+{
+    (void)e; /* read only by the OpenMP clauses */
+#pragma omp parallel for if (!e->reference) num_threads(opt_threads(e)) schedule(static)
+    for (int64_t it = 0; it < first[n->nsrc]; it++) {
+        int t = norm_tensor(first, n->nsrc, it);
+        int64_t k0 = (it - first[t]) * CPU_CHUNK, m = cpu_numel(&n->src[t]);
+        part[it] = sumsq_range(&n->src[t], k0, k0 + CPU_CHUNK < m ? k0 + CPU_CHUNK : m);
+    }
+}
+
+CPU_OP(grad_norm)
+{
+    if (n->nsrc < 0 || (n->nsrc > 0 && n->src == NULL))
+        return cpu_fail(e, EX_ERR_ARG, "grad_norm: %d sources", n->nsrc);
+    if (!opt_valid(&n->dst) || cpu_numel(&n->dst) != 1)
+        return cpu_fail(e, EX_ERR_SHAPE, "grad_norm: dst must be one f32 element");
+    int64_t *first = malloc(sizeof(int64_t) * (size_t)(n->nsrc + 1));
+    if (first == NULL)
+        return cpu_fail(e, EX_ERR_NOMEM, "grad_norm: no memory for the chunk table");
+    ex_status st = norm_chunks(e, n, first);
+    double *part = NULL;
+    if (st == EX_OK && (part = malloc(sizeof(double) * (size_t)(first[n->nsrc] + 1))) == NULL)
+        st = cpu_fail(e, EX_ERR_NOMEM, "grad_norm: no memory for partial sums");
+    if (st == EX_OK) {
+        norm_partials(e, n, first, part);
+        double acc = 0.0;
+        for (int64_t i = 0; i < first[n->nsrc]; i++)
+            acc += part[i];
+        cpu_f32(&n->dst)[0] = (float)sqrt(acc);
+    }
+    free(part);
+    free(first);
+    return st;
+}
+
+CPU_OP(clip)
+{
+    opt_ops o;
+    float norm = 0.0f;
+    ex_status st = opt_setup(e, n, "clip", 2, 1, 1u, &o);
+    if (st == EX_OK)
+        st = opt_scalars(e, "clip", &n->src[1], 1, &norm);
+    if (st != EX_OK)
+        return st;
+    float c = fminf(1.0f, n->fp[0] / (norm + 1e-6f));
+#pragma omp parallel for if (!e->reference) num_threads(opt_threads(e)) schedule(static)
+    for (int64_t i = 0; i < o.numel; i++) {
+        int64_t f[OPT_MAX_OPS];
+        opt_offsets(&o, i, f);
+        o.p[0][f[0]] = o.p[1][f[1]] * c;
+    }
+    return EX_OK;
+}

@@ -1,0 +1,71 @@
+/* Random kernels: RAND_UNIFORM, RAND_NORMAL. Element i (row-major logical index of dst)
+ * takes draw i of the Philox stream (key ip0, ip1; counter source), so every backend and
+ * any thread count give the same tensor. */
+#include <stdint.h>
+
+#include "core/philox.h"
+#include "cpu/cpu.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+
+/* Threads for a parallel loop: the backend's count, or OpenMP's default when it sets none. */
+static int rnd_threads(const cpu_exec *e)
+{
+    return e->threads > 0 ? e->threads : omp_get_max_threads();
+}
+#endif
+
+/** A Philox stream: key and counter. */
+typedef struct rnd_stream {
+    uint32_t k0, k1, c0, c1;
+} rnd_stream;
+
+static ex_status rnd_setup(const cpu_exec *e, const ex_node_exec *n, const char *op, rnd_stream *s)
+{
+    if (n->nsrc != 1 || n->src == NULL)
+        return cpu_fail(e, EX_ERR_ARG, "%s: %d sources, expected the counter", op, n->nsrc);
+    const ex_tdesc *c = &n->src[0], *d = &n->dst;
+    if (c->ndim < 1 || c->ndim > 4 || c->dtype != EX_I32 || cpu_numel(c) < 2)
+        return cpu_fail(e, EX_ERR_ARG, "%s: counter must be i32 [2]", op);
+    if (d->ndim < 1 || d->ndim > 4 || d->dtype != EX_F32)
+        return cpu_fail(e, EX_ERR_ARG, "%s: dst must be f32 with 1 to 4 dims", op);
+    for (int k = 0; k < d->ndim; k++)
+        if (d->ne[k] > 1 && d->st[k] == 0)
+            return cpu_fail(e, EX_ERR_ARG, "%s: dst broadcasts (stride 0)", op);
+    s->k0 = (uint32_t)n->ip[0];
+    s->k1 = (uint32_t)n->ip[1];
+    s->c0 = (uint32_t)cpu_i32(c)[cpu_at(c, 0)];
+    s->c1 = (uint32_t)cpu_i32(c)[cpu_at(c, 1)];
+    return EX_OK;
+}
+
+/* The draw dominates the cost, so a strided dst simply locates each element. */
+static ex_status rnd_fill(const cpu_exec *e, const ex_node_exec *n, const char *op, int normal)
+{
+    rnd_stream s = {0};
+    ex_status st = rnd_setup(e, n, op, &s);
+    if (st != EX_OK)
+        return st;
+    const ex_tdesc *t = &n->dst;
+    float *d = cpu_f32(t), a = n->fp[0], b = n->fp[1];
+    int64_t m = cpu_numel(t);
+    int dense = cpu_contiguous(t);
+#pragma omp parallel for if (!e->reference) num_threads(rnd_threads(e)) schedule(static)
+    for (int64_t i = 0; i < m; i++) {
+        float v = normal ? a + b * ex_philox_normal(s.k0, s.k1, s.c0, s.c1, (uint64_t)i)
+                         : a + (b - a) * ex_philox_uniform(s.k0, s.k1, s.c0, s.c1, (uint64_t)i);
+        d[dense ? i : cpu_at(t, i)] = v;
+    }
+    return EX_OK;
+}
+
+CPU_OP(rand_uniform)
+{
+    return rnd_fill(e, n, "rand_uniform", 0);
+}
+
+CPU_OP(rand_normal)
+{
+    return rnd_fill(e, n, "rand_normal", 1);
+}
