@@ -92,6 +92,11 @@ void ex_ctx_set_tag(ex_ctx *ctx, int cell, int edge, int candidate)
     ctx->tag[2] = candidate;
 }
 
+int ex_ctx_begin_stage(ex_ctx *ctx)
+{
+    return ctx ? ++ctx->stage : -1;
+}
+
 void ex_ctx_fail_alloc_after(ex_ctx *ctx, uint64_t n)
 {
     if (!ctx)

@@ -39,6 +39,7 @@ struct ex_tensor {
     struct ex_tensor *gate;
     int64_t gate_index;
     int32_t tag[3];
+    int stage; /* the part of the graph it belongs to (ex_ctx_begin_stage) */
 
     bool keep;          /* readable after a run: never reused */
     bool requires_grad; /* inputs whose gradient backward must compute */
@@ -59,6 +60,7 @@ struct ex_ctx {
     uint64_t seed;
     uint64_t streams; /* random ops built so far: each gets its own Philox key */
     int32_t tag[3];
+    int stage; /* stage of nodes built now */
     ex_tensor *gate; /* gate applied to nodes built now (NULL: none) */
     int64_t gate_index;
     ex_tensor **grads; /* after backward: gradient by tensor id (NULL: none) */

@@ -71,6 +71,25 @@ static void liveness(const ex_ctx *ctx, int64_t nt, live *L)
     }
 }
 
+/* A stage run alone must not read what another stage left in the arena. */
+static ex_status check_stages(ex_plan *p, const live *L)
+{
+    const ex_ctx *ctx = p->ctx;
+    for (int64_t i = 0; i < p->ntensors; i++) {
+        const ex_tensor *t = ctx->tensors[i];
+        for (int k = 0; t->kind == EX_K_NODE && k < t->nsrc + (t->gate != NULL); k++) {
+            const ex_tensor *src = k < t->nsrc ? t->src[k] : t->gate;
+            const ex_tensor *root = src->storage;
+            if (!L->persistent[root->id] && root->stage != t->stage)
+                return ex__plan_fail(p, EX_ERR_ARG,
+                                     "plan: %s (stage %d) reads %s of stage %d, which is not "
+                                     "persistent; ex_keep() it",
+                                     ex_op_name(t->op), t->stage, root->name, root->stage);
+        }
+    }
+    return EX_OK;
+}
+
 static bool same_geometry(const ex_tensor *a, const ex_tensor *b)
 {
     return a->offset == b->offset && ex__same_shape(a, b) &&
@@ -370,11 +389,18 @@ static ex_status build_nodes(ex_plan *p)
     if (!p->nodes || !p->node_tensor || !p->descs || !p->node_ms)
         return ex__plan_fail(p, EX_ERR_NOMEM, "plan: out of host memory for %lld nodes",
                              (long long)nn);
+    p->nstages = ctx->stage + 1;
+    p->stage_first = calloc((size_t)p->nstages, sizeof *p->stage_first);
+    p->stage_count = calloc((size_t)p->nstages, sizeof *p->stage_count);
+    if (!p->stage_first || !p->stage_count)
+        return ex__plan_fail(p, EX_ERR_NOMEM, "plan: out of host memory");
     ex_tdesc *d = p->descs;
     for (int64_t i = 0; i < p->ntensors; i++) {
         const ex_tensor *t = ctx->tensors[i];
         if (t->kind != EX_K_NODE)
             continue;
+        if (!p->stage_count[t->stage]++)
+            p->stage_first[t->stage] = p->nnodes;
         ex_node_exec *n = &p->nodes[p->nnodes];
         p->node_tensor[p->nnodes++] = i;
         n->op = t->op;
@@ -408,6 +434,9 @@ static ex_status plan_build(ex_plan *p)
         st = ex__plan_fail(p, EX_ERR_NOMEM, "plan: out of host memory");
     if (st == EX_OK) {
         liveness(p->ctx, nt, &L);
+        st = check_stages(p, &L);
+    }
+    if (st == EX_OK) {
         if (!p->opts.no_inplace && !p->opts.no_reuse)
             merge_inplace(p->ctx, nt, &L);
         st = make_slots(p, &L);
@@ -481,5 +510,7 @@ void ex_plan_free(ex_plan *p)
     free(p->node_tensor);
     free(p->descs);
     free(p->node_ms);
+    free(p->stage_first);
+    free(p->stage_count);
     free(p);
 }

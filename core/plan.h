@@ -32,6 +32,9 @@ struct ex_plan {
     int64_t nnodes;
     ex_tdesc *descs; /* every node's sources and gates */
     double *node_ms;
+    int64_t *stage_first; /* per stage: its first node and node count (stages are contiguous) */
+    int64_t *stage_count;
+    int nstages;
     ex_plan_stats stats;
     char error[512];
 };

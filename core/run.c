@@ -6,10 +6,8 @@
 
 #define NAN_PATTERN 0x7FC00000u
 
-ex_status ex_plan_run(ex_plan *p)
+static ex_status run_nodes(ex_plan *p, int64_t first, int64_t count)
 {
-    if (!p)
-        return EX_ERR_ARG;
     for (int c = 0; p->opts.poison && c < p->nchunks; c++) {
         if (p->chunk_persistent[c])
             continue;
@@ -18,12 +16,28 @@ ex_status ex_plan_run(ex_plan *p)
         if (st != EX_OK)
             return ex__plan_fail(p, st, "run: poisoning the arena: %s", p->f->error(p->impl));
     }
-    ex_status st = p->f->compute(p->impl, p->nodes, p->nnodes, p->opts.profile ? p->node_ms : NULL);
+    ex_status st = p->f->compute(p->impl, p->nodes + first, count,
+                                 p->opts.profile ? p->node_ms + first : NULL);
     if (st == EX_OK)
         st = p->f->synchronize(p->impl);
     if (st != EX_OK)
         return ex__plan_fail(p, st, "run: %s", p->f->error(p->impl));
     return EX_OK;
+}
+
+ex_status ex_plan_run(ex_plan *p)
+{
+    return p ? run_nodes(p, 0, p->nnodes) : EX_ERR_ARG;
+}
+
+ex_status ex_plan_run_stage(ex_plan *p, int stage)
+{
+    if (!p)
+        return EX_ERR_ARG;
+    if (stage < 0 || stage >= p->nstages)
+        return ex__plan_fail(p, EX_ERR_ARG, "run: no stage %d (the plan has %d)", stage,
+                             p->nstages);
+    return run_nodes(p, p->stage_first[stage], p->stage_count[stage]);
 }
 
 /* Checks that t was planned here and that bytes matches; sets *d. */

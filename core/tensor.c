@@ -110,6 +110,7 @@ static ex_tensor *tensor_new(ex_ctx *ctx)
     t->id = ctx->ntensors;
     ctx->tensors[ctx->ntensors++] = t;
     memcpy(t->tag, ctx->tag, sizeof t->tag);
+    t->stage = ctx->stage;
     t->gate = ctx->gate;
     t->gate_index = ctx->gate_index;
     t->op = EX_OP_COUNT;

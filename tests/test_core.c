@@ -248,6 +248,92 @@ static void profile_figures(void **state)
     close_all(&f);
 }
 
+/* A training stage and an evaluation stage share one parameter; each runs alone. A
+ * stage reading another stage's transient tensor is refused at planning. */
+static void stages_share_parameters(void **state)
+{
+    (void)state;
+    fixture f = {0};
+    open_cpu(&f);
+    int64_t one = 1, three = 3;
+    ex_tensor *p = ex_param(f.ctx, 1, &three, "p");
+    ex_tensor *mom = ex_state(f.ctx, EX_F32, 1, &three, "mom");
+    ex_tensor *lr = ex_input(f.ctx, EX_F32, 1, &one, "lr");
+    ex_tensor *x = ex_input(f.ctx, EX_F32, 1, &three, "x");
+    ex_tensor *loss = ex_sum(f.ctx, ex_mul(f.ctx, p, x), 1u); /* d loss / d p = x */
+    ex_tensor *g = NULL;
+    assert_int_equal(ex_graph_gradients(f.ctx, loss, 1, &p, &g), EX_OK);
+    assert_non_null(g);
+    ex_sgd(f.ctx, p, g, mom, lr, 0.0f, 0.0f, false);
+    assert_int_equal(ex_ctx_begin_stage(f.ctx), 1);
+    ex_tensor *y = ex_keep(f.ctx, ex_scale(f.ctx, p, 2.0f));
+    plan(&f, false);
+    float pv[3] = {1, 2, 3}, xv[3] = {0.5f, -1, 2}, lv = 0.1f, mv[3] = {0}, yv[3];
+    put(&f, p, pv, 3);
+    put(&f, mom, mv, 3);
+    put(&f, x, xv, 3);
+    put(&f, lr, &lv, 1);
+    assert_int_equal(ex_plan_run_stage(f.plan, 1), EX_OK);
+    get(&f, y, yv, 3);
+    for (int i = 0; i < 3; i++)
+        assert_float_equal(yv[i], 2 * pv[i], 1e-6);
+    assert_int_equal(ex_plan_run_stage(f.plan, 0), EX_OK);
+    assert_int_equal(ex_plan_run_stage(f.plan, 1), EX_OK);
+    get(&f, y, yv, 3);
+    for (int i = 0; i < 3; i++)
+        assert_float_equal(yv[i], 2 * (pv[i] - 0.1f * xv[i]), 1e-6);
+    assert_int_not_equal(ex_plan_run_stage(f.plan, 2), EX_OK);
+    close_all(&f);
+
+    open_cpu(&f);
+    ex_tensor *a = ex_input(f.ctx, EX_F32, 1, &three, "a");
+    ex_tensor *t = ex_relu(f.ctx, a);
+    ex_ctx_begin_stage(f.ctx);
+    ex_keep(f.ctx, ex_scale(f.ctx, t, 2.0f));
+    ex_plan_opts o = {0};
+    assert_int_equal(ex_graph_plan(f.ctx, f.be, &o, &f.plan), EX_ERR_ARG);
+    assert_non_null(strstr(ex_ctx_error(f.ctx), "stage"));
+    close_all(&f);
+}
+
+/* Two losses in one plan: gradients with respect to chosen tensors, per loss. */
+static void gradients_per_loss(void **state)
+{
+    (void)state;
+    fixture f = {0};
+    open_cpu(&f);
+    int64_t three = 3;
+    ex_tensor *a = ex_param(f.ctx, 1, &three, "a");
+    ex_tensor *b = ex_param(f.ctx, 1, &three, "b");
+    ex_tensor *l1 = ex_sum(f.ctx, ex_mul(f.ctx, a, b), 1u);
+    ex_tensor *l2 = ex_sum(f.ctx, ex_mul(f.ctx, a, a), 1u);
+    ex_tensor *g1[2], *g2[2], *wrt[2] = {a, b};
+    assert_int_equal(ex_graph_gradients(f.ctx, l1, 2, wrt, g1), EX_OK);
+    assert_int_equal(ex_graph_gradients(f.ctx, l2, 2, wrt, g2), EX_OK);
+    assert_non_null(g1[0]);
+    assert_non_null(g1[1]);
+    assert_non_null(g2[0]);
+    assert_null(g2[1]); /* l2 does not depend on b */
+    ex_keep(f.ctx, g1[0]);
+    ex_keep(f.ctx, g1[1]);
+    ex_keep(f.ctx, g2[0]);
+    plan(&f, false);
+    float av[3] = {1, -2, 3}, bv[3] = {4, 5, -6}, out[3];
+    put(&f, a, av, 3);
+    put(&f, b, bv, 3);
+    run(&f);
+    get(&f, g1[0], out, 3);
+    for (int i = 0; i < 3; i++)
+        assert_float_equal(out[i], bv[i], 1e-6);
+    get(&f, g1[1], out, 3);
+    for (int i = 0; i < 3; i++)
+        assert_float_equal(out[i], av[i], 1e-6);
+    get(&f, g2[0], out, 3);
+    for (int i = 0; i < 3; i++)
+        assert_float_equal(out[i], 2 * av[i], 1e-6);
+    close_all(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -255,6 +341,8 @@ int main(void)
         cmocka_unit_test(gated_candidates),
         cmocka_unit_test(concat_into_views),
         cmocka_unit_test(profile_figures),
+        cmocka_unit_test(stages_share_parameters),
+        cmocka_unit_test(gradients_per_loss),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

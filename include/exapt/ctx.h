@@ -40,6 +40,13 @@ void ex_ctx_set_seed(ex_ctx *ctx, uint64_t seed);
  *  edge and candidate. -1 means "none" for each field; the default is all -1. */
 void ex_ctx_set_tag(ex_ctx *ctx, int cell, int edge, int candidate);
 
+/** Starts a new stage: nodes built from now on belong to it (the first stage is 0).
+ *  A plan runs all stages in order with ex_plan_run(), or one with ex_plan_run_stage():
+ *  e.g. a training step and an evaluation pass sharing parameters. A stage may read
+ *  only persistent tensors (inputs, parameters, state, kept tensors) of other stages.
+ *  Returns the new stage's number, -1 for NULL. */
+int ex_ctx_begin_stage(ex_ctx *ctx);
+
 /** Allocation hook: fail the n-th host allocation the context makes from now on
  *  (1 = the next one); 0 turns failing off. For fault-injection tests. */
 void ex_ctx_fail_alloc_after(ex_ctx *ctx, uint64_t n);

@@ -57,6 +57,9 @@ void ex_plan_free(ex_plan *plan);
 /** Runs the plan once. */
 ex_status ex_plan_run(ex_plan *plan);
 
+/** Runs only the nodes of one stage (see ex_ctx_begin_stage). */
+ex_status ex_plan_run_stage(ex_plan *plan, int stage);
+
 /** Copies host data (numel elements, contiguous, outermost dimension first) into t:
  *  an input, parameter, state, or any tensor of the plan. */
 ex_status ex_plan_write(ex_plan *plan, ex_tensor *t, const void *data, size_t bytes);
