@@ -122,8 +122,16 @@ static ex_tensor *collapse(grad_state *s, ex_tensor *t)
     contrib *c0 = &s->items[h];
     if (c0->next < 0 && is_full(t, c0->geom) && (!c0->gate || (c0->gate == t->gate && c0->gate_index == t->gate_index)))
         return c0->g;
+    /* The sum is needed only while t itself runs; each gated contribution's own nodes
+     * run under its gate. */
+    ex_tensor *prev_gate = ctx->gate;
+    int64_t prev_index = ctx->gate_index;
+    ex_tensor *base_gate = t->kind == EX_K_NODE ? t->gate : NULL;
+    int64_t base_index = t->kind == EX_K_NODE ? t->gate_index : 0;
     ex_tensor *acc = NULL;
     bool own = false; /* whether acc is a tensor this function made (safe to add into) */
+    ctx->gate = base_gate;
+    ctx->gate_index = base_index;
     for (int64_t i = h; i >= 0; i = s->items[i].next) {
         contrib *c = &s->items[i];
         if (c->gate || !is_full(t, c->geom))
@@ -136,16 +144,19 @@ static ex_tensor *collapse(grad_state *s, ex_tensor *t)
         if (!c->gate && is_full(t, c->geom))
             continue;
         if (!own) {
-            ex_tensor *prev = ctx->gate;
-            ctx->gate = t->kind == EX_K_NODE ? t->gate : NULL;
+            ctx->gate = base_gate;
+            ctx->gate_index = base_index;
             acc = acc ? ex_copy(ctx, acc) : ex_fill(ctx, t->ndim, t->ne, 0.0f);
-            ctx->gate = prev;
             own = true;
         }
+        ctx->gate = c->gate;
+        ctx->gate_index = c->gate_index;
         const ex_tensor *geom = c->geom;
         ex_tensor *g = unbroadcast(ctx, c->g, &geom);
         add_into(ctx, acc, is_full(t, geom) ? NULL : geom, g, c);
     }
+    ctx->gate = prev_gate;
+    ctx->gate_index = prev_index;
     s->head[t->id] = -1;
     add_contrib(s, t, acc, NULL);
     if (s->head[t->id] >= 0) {
@@ -186,6 +197,7 @@ static void visit(grad_state *s, ex_tensor *t)
 {
     ex_ctx *ctx = s->ctx;
     if (t->kind == EX_K_VIEW) {
+        ctx->gate = NULL;
         ex_tensor *g = collapse(s, t);
         if (g && s->needs[t->storage->id])
             add_contrib(s, t->storage, g, t);
@@ -193,6 +205,10 @@ static void visit(grad_state *s, ex_tensor *t)
     }
     if (t->kind != EX_K_NODE || !ex__op(t->op)->diff)
         return;
+    /* everything built for t, its gradient's sum included, runs only when t runs */
+    memcpy(ctx->tag, t->tag, sizeof ctx->tag);
+    ctx->gate = t->gate;
+    ctx->gate_index = t->gate_index;
     ex_tensor *g = collapse(s, t);
     if (t->storage != t && s->head[t->storage->id] >= 0) {
         /* t wrote into another tensor's storage: readers of that region read t */
@@ -202,9 +218,6 @@ static void visit(grad_state *s, ex_tensor *t)
     }
     if (!g)
         return;
-    memcpy(ctx->tag, t->tag, sizeof ctx->tag);
-    ctx->gate = t->gate;
-    ctx->gate_index = t->gate_index;
     ex__backward_rule(ctx, t, g, sink, s);
 }
 
