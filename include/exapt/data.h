@@ -52,8 +52,8 @@ typedef enum ex_pixel_type {
  *  (any case) and "mnist" otherwise. Every file is treated as untrusted; a malformed one gives
  *  EX_ERR_FORMAT, a missing or unreadable one EX_ERR_IO, with a message naming the file.
  *  On success *out is a new dataset (free with ex_dataset_free); on failure *out is NULL. */
-ex_status ex_dataset_load(const char *dir, const char *name, ex_data_split split,
-                          ex_dataset **out, char *msg, size_t msg_len);
+ex_status ex_dataset_load(const char *dir, const char *name, ex_data_split split, ex_dataset **out,
+                          char *msg, size_t msg_len);
 
 /** Makes a dataset from caller memory, which is copied (the caller keeps its buffers).
  *  images: n samples of c x h x w pixels in NCHW order, of the given type; labels: n values in
@@ -184,8 +184,7 @@ ex_loader_state ex_loader_get_state(const ex_loader *loader);
 /** Moves the loader to state, discarding batches prepared ahead. The epoch must be >= 0 and
  *  the position a multiple of the batch size below the samples an epoch delivers
  *  (EX_ERR_ARG otherwise, leaving the loader as it was). */
-ex_status ex_loader_set_state(ex_loader *loader, ex_loader_state state, char *msg,
-                              size_t msg_len);
+ex_status ex_loader_set_state(ex_loader *loader, ex_loader_state state, char *msg, size_t msg_len);
 
 /** Stops and joins the prefetch thread (also mid-epoch) and frees the loader. NULL is a
  *  no-op. */

@@ -4,8 +4,12 @@
 
 #include "exapt/backend.h"
 #include "exapt/ctx.h"
+#include "exapt/data.h"
+#include "exapt/genotype.h"
 #include "exapt/graph.h"
+#include "exapt/metrics.h"
 #include "exapt/ops.h"
+#include "exapt/safetensors.h"
 #include "exapt/status.h"
 #include "exapt/tensor.h"
 #include "exapt/version.h"
