@@ -120,7 +120,8 @@ static ex_tensor *collapse(grad_state *s, ex_tensor *t)
     if (h < 0)
         return NULL;
     contrib *c0 = &s->items[h];
-    if (c0->next < 0 && is_full(t, c0->geom) && (!c0->gate || (c0->gate == t->gate && c0->gate_index == t->gate_index)))
+    if (c0->next < 0 && is_full(t, c0->geom) &&
+        (!c0->gate || (c0->gate == t->gate && c0->gate_index == t->gate_index)))
         return c0->g;
     /* The sum is needed only while t itself runs; each gated contribution's own nodes
      * run under its gate. */
@@ -231,15 +232,14 @@ static bool loss_ok(ex_ctx *ctx, const char *op, ex_tensor *loss)
     if (loss->dtype == EX_F32 && ex__numel(loss) == 1)
         return true;
     char sh[64];
-    ex__fail(ctx, EX_ERR_SHAPE, "%s: loss %s (%s) must be one f32 element", op,
-             ex__shape(loss, sh), ex_dtype_name(loss->dtype));
+    ex__fail(ctx, EX_ERR_SHAPE, "%s: loss %s (%s) must be one f32 element", op, ex__shape(loss, sh),
+             ex_dtype_name(loss->dtype));
     return false;
 }
 
 /* The walk shared by both entry points: seeds needs[] with wrt, runs every rule in
  * reverse creation order, and returns each wrt tensor's summed gradient. */
-static void gradients(ex_ctx *ctx, ex_tensor *loss, int n, ex_tensor *const *wrt,
-                      ex_tensor **grads)
+static void gradients(ex_ctx *ctx, ex_tensor *loss, int n, ex_tensor *const *wrt, ex_tensor **grads)
 {
     int64_t n0 = ctx->ntensors;
     grad_state s = {.ctx = ctx};
@@ -306,8 +306,9 @@ ex_status ex_graph_backward(ex_ctx *ctx, ex_tensor *loss)
     if (!loss_ok(ctx, "backward", loss))
         return ctx ? ctx->status : EX_ERR_ARG;
     if (ctx->grads) {
-        ex__fail(ctx, EX_ERR_STATE, "backward: already called on this context (use "
-                                    "ex_graph_gradients for more losses)");
+        ex__fail(ctx, EX_ERR_STATE,
+                 "backward: already called on this context (use "
+                 "ex_graph_gradients for more losses)");
         return ctx->status;
     }
     int64_t n0 = ctx->ntensors;
@@ -338,8 +339,7 @@ ex_status ex_graph_backward(ex_ctx *ctx, ex_tensor *loss)
 
 ex_tensor *ex_grad(ex_ctx *ctx, ex_tensor *t)
 {
-    if (!ctx || !t || !ctx->grads || t->id < 0 || t->id >= ctx->ngrads ||
-        ctx->tensors[t->id] != t)
+    if (!ctx || !t || !ctx->grads || t->id < 0 || t->id >= ctx->ngrads || ctx->tensors[t->id] != t)
         return NULL;
     return ctx->grads[t->id];
 }

@@ -1,5 +1,6 @@
 /* The backend table and the public backend calls. Backends compiled in sit in one
  * constant table: nothing registers at start-up, nothing can be dropped by a static link. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,17 +17,32 @@ struct ex_backend {
 typedef struct backend_entry {
     const char *name;
     int arg; /* passed to create: for the CPU, whether it is the reference path */
-    ex_status (*create)(int arg, const ex_backend_iface **iface, void **impl,
-                        ex_backend_caps *caps, char *msg, size_t msg_len);
+    ex_status (*create)(int arg, const ex_backend_iface **iface, void **impl, ex_backend_caps *caps,
+                        char *msg, size_t msg_len);
     bool automatic; /* may "auto" pick it */
 } backend_entry;
 
+/* In "auto" order. */
 static const backend_entry backends[] = {
+#ifdef EXAPT_HAVE_CUDA
+    {"cuda", 0, ex_cuda_backend_create, true},
+#endif
     {"cpu", 0, ex_cpu_backend_create, true},
     {"cpu-ref", 1, ex_cpu_backend_create, false},
 };
 
-static const char *const backend_names[] = {"cpu", "cpu-ref", NULL};
+static const char *const backend_names[] = {
+#ifdef EXAPT_HAVE_CUDA
+    "cuda",
+#endif
+    "cpu", "cpu-ref", NULL};
+
+/* The names above as one line, for messages. */
+#ifdef EXAPT_HAVE_CUDA
+#define BACKEND_NAMES_LINE "cuda, cpu, cpu-ref"
+#else
+#define BACKEND_NAMES_LINE "cpu, cpu-ref"
+#endif
 
 const char *const *ex_backend_list(void)
 {
@@ -83,15 +99,15 @@ ex_status ex_backend_open(const char *name, ex_backend **out, char *msg, size_t 
     if (!strcmp(name, "auto")) {
         ex_status st = EX_ERR_UNSUPPORTED;
         for (size_t i = 0; i < n; i++)
-            if (backends[i].automatic && (st = open_entry(&backends[i], out, msg, msg_len)) == EX_OK)
+            if (backends[i].automatic &&
+                (st = open_entry(&backends[i], out, msg, msg_len)) == EX_OK)
                 return EX_OK;
         return st;
     }
     for (size_t i = 0; i < n; i++)
         if (!strcmp(backends[i].name, name))
             return open_entry(&backends[i], out, msg, msg_len);
-    put(msg, msg_len, "unknown or absent backend '%s' (compiled in: %s)", name,
-        "cpu, cpu-ref");
+    put(msg, msg_len, "unknown or absent backend '%s' (compiled in: %s)", name, BACKEND_NAMES_LINE);
     return EX_ERR_UNSUPPORTED;
 }
 

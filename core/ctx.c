@@ -105,6 +105,14 @@ void ex_ctx_fail_alloc_after(ex_ctx *ctx, uint64_t n)
     ctx->hook.count = 0;
 }
 
+void ex_ctx_set_error(ex_ctx *ctx, ex_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ex__vfail(ctx, st == EX_OK ? EX_ERR_ARG : st, fmt, ap);
+    va_end(ap);
+}
+
 void ex__vfail(ex_ctx *ctx, ex_status st, const char *fmt, va_list ap)
 {
     if (!ctx || ctx->status != EX_OK)

@@ -26,8 +26,8 @@ struct ex_tensor {
     ex_dtype dtype;
     int ndim;
     int64_t ne[EX_MAX_DIMS];
-    int64_t st[EX_MAX_DIMS]; /* element strides */
-    int64_t offset;          /* element offset into the storage */
+    int64_t st[EX_MAX_DIMS];   /* element strides */
+    int64_t offset;            /* element offset into the storage */
     struct ex_tensor *storage; /* the root that owns the memory (itself for roots) */
     int64_t storage_numel;     /* roots only: elements of the storage */
 
@@ -60,7 +60,7 @@ struct ex_ctx {
     uint64_t seed;
     uint64_t streams; /* random ops built so far: each gets its own Philox key */
     int32_t tag[3];
-    int stage; /* stage of nodes built now */
+    int stage;       /* stage of nodes built now */
     ex_tensor *gate; /* gate applied to nodes built now (NULL: none) */
     int64_t gate_index;
     ex_tensor **grads; /* after backward: gradient by tensor id (NULL: none) */
@@ -82,6 +82,8 @@ ex_tensor *ex__fail(ex_ctx *ctx, ex_status st, const char *fmt, ...)
 void ex__vfail(ex_ctx *ctx, ex_status st, const char *fmt, va_list ap);
 /** Writes "AxBxC" of a tensor into a small rotating buffer set; for messages. */
 const char *ex__shape(const ex_tensor *t, char buf[64]);
+/** Writes "AxBxC" of a raw shape into buf; returns buf. */
+const char *ex__shape_ne(int ndim, const int64_t *ne, char buf[64]);
 
 /* ---- tensors ---- */
 bool ex__is_inert(const ex_tensor *t);
@@ -109,9 +111,9 @@ bool ex__broadcast_shape(const ex_tensor *a, const ex_tensor *b, int *ndim, int6
 /* ---- the op table ---- */
 typedef struct ex_op_info {
     const char *name;
-    double tol;        /* NMSE bound against a double reference */
-    bool diff;         /* has a gradient rule */
-    bool elementwise;  /* dst and sources of one shape: may run in place */
+    double tol;       /* NMSE bound against a double reference */
+    bool diff;        /* has a gradient rule */
+    bool elementwise; /* dst and sources of one shape: may run in place */
     uint64_t (*flops)(const ex_tensor *node);
 } ex_op_info;
 

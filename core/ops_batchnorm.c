@@ -8,8 +8,9 @@ static bool vec_c(ex_ctx *ctx, ex_tensor *t, int64_t c, const char *what, const 
     if (t->dtype == EX_F32 && t->ndim == 1 && t->ne[0] == c)
         return true;
     char st[64], sx[64];
-    ex__fail(ctx, EX_ERR_SHAPE, "batch_norm: %s %s (%s) must be f32 [C] for x %s", what,
-             ex__shape(t, st), ex_dtype_name(t->dtype), ex__shape(x, sx));
+    ex__fail(ctx, t->dtype == EX_F32 ? EX_ERR_SHAPE : EX_ERR_ARG,
+             "batch_norm: %s %s (%s) must be f32 [C] for x %s", what, ex__shape(t, st),
+             ex_dtype_name(t->dtype), ex__shape(x, sx));
     return false;
 }
 
@@ -22,10 +23,12 @@ ex_tensor *ex_batch_norm(ex_ctx *ctx, ex_tensor *x, ex_tensor *gamma, ex_tensor 
         return INERT(ctx);
     char sx[64];
     if (x->dtype != EX_F32 || x->ndim != 4)
-        return ex__fail(ctx, EX_ERR_SHAPE, "batch_norm: x %s (%s) must be f32 [N, C, H, W]",
-                        ex__shape(x, sx), ex_dtype_name(x->dtype));
+        return ex__fail(ctx, x->dtype == EX_F32 ? EX_ERR_SHAPE : EX_ERR_ARG,
+                        "batch_norm: x %s (%s) must be f32 [N, C, H, W]", ex__shape(x, sx),
+                        ex_dtype_name(x->dtype));
     if ((gamma == NULL) != (beta == NULL))
-        return ex__fail(ctx, EX_ERR_ARG, "batch_norm: gamma and beta must both be given or both NULL");
+        return ex__fail(ctx, EX_ERR_ARG,
+                        "batch_norm: gamma and beta must both be given or both NULL");
     ex_tensor *ab[2] = {gamma, beta};
     if (gamma && !ex__check(ctx, "batch_norm", 2, ab))
         return &ctx->inert;
@@ -40,8 +43,10 @@ ex_tensor *ex_batch_norm(ex_ctx *ctx, ex_tensor *x, ex_tensor *gamma, ex_tensor 
         return ex__fail(ctx, EX_ERR_ARG, "batch_norm: eps %g must be > 0, momentum %g in [0, 1]",
                         (double)eps, (double)momentum);
     if (train && x->ne[0] * x->ne[2] * x->ne[3] < 2)
-        return ex__fail(ctx, EX_ERR_SHAPE, "batch_norm: training needs more than one value per "
-                        "channel, x is %s", ex__shape(x, sx));
+        return ex__fail(ctx, EX_ERR_SHAPE,
+                        "batch_norm: training needs more than one value per "
+                        "channel, x is %s",
+                        ex__shape(x, sx));
     int64_t ne[2] = {2, c};
     ex_tensor *stats = ex__node(ctx, EX_OP_BN_STATS, EX_F32, 2, ne, 3, s);
     if (ex__is_inert(stats))

@@ -125,8 +125,8 @@ ex_tensor *ex_linear(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *b)
         return &ctx->inert;
     if (w->ne[1] != x->ne[1] || (b && b->ne[0] != w->ne[0])) {
         char sx[64], sw[64], sb[64];
-        return ex__fail(ctx, EX_ERR_SHAPE, "linear: x %s, w %s, b %s do not fit",
-                        ex__shape(x, sx), ex__shape(w, sw), b ? ex__shape(b, sb) : "none");
+        return ex__fail(ctx, EX_ERR_SHAPE, "linear: x %s, w %s, b %s do not fit", ex__shape(x, sx),
+                        ex__shape(w, sw), b ? ex__shape(b, sb) : "none");
     }
     int64_t ne[2] = {x->ne[0], w->ne[0]};
     return ex__node(ctx, EX_OP_LINEAR, EX_F32, 2, ne, n, s);

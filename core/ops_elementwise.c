@@ -130,8 +130,11 @@ ex_tensor *ex_drop_path(ex_ctx *ctx, ex_tensor *x, ex_tensor *counter, float kee
         return INERT(ctx);
     if (!need_f32(ctx, "drop_path", x, "x"))
         return &ctx->inert;
-    if (counter->dtype != EX_I32 || ex__numel(counter) != 2)
-        return ex__fail(ctx, EX_ERR_ARG, "drop_path: counter must be i32 [2]");
+    if (counter->dtype != EX_I32 || ex__numel(counter) != 2) {
+        char sc[64];
+        return ex__fail(ctx, EX_ERR_ARG, "drop_path: counter %s (%s) must be i32 [2]",
+                        ex__shape(counter, sc), ex_dtype_name(counter->dtype));
+    }
     if (!(keep_prob > 0.0f && keep_prob <= 1.0f))
         return ex__fail(ctx, EX_ERR_ARG, "drop_path: keep_prob %g outside (0, 1]",
                         (double)keep_prob);
@@ -185,9 +188,13 @@ ex_tensor *ex_sum_to(ex_ctx *ctx, ex_tensor *x, int ndim, const int64_t *ne)
 {
     if (!ex__check(ctx, "sum_to", 1, &x))
         return INERT(ctx);
-    if (ndim < 1 || ndim > x->ndim || !ne)
-        return ex__fail(ctx, EX_ERR_SHAPE, "sum_to: %d target dimensions for x of %d", ndim,
-                        x->ndim);
+    if (!ne)
+        return ex__fail(ctx, EX_ERR_ARG, "sum_to: shape is NULL");
+    if (ndim < 1 || ndim > x->ndim) {
+        char s[64];
+        return ex__fail(ctx, EX_ERR_SHAPE, "sum_to: %d target dimensions for x %s", ndim,
+                        ex__shape(x, s));
+    }
     unsigned axes = 0;
     for (int d = 0; d < x->ndim; d++) {
         int dt = d - (x->ndim - ndim);
@@ -195,9 +202,9 @@ ex_tensor *ex_sum_to(ex_ctx *ctx, ex_tensor *x, int ndim, const int64_t *ne)
         if (want == x->ne[d])
             continue;
         if (want != 1) {
-            char s[64];
-            return ex__fail(ctx, EX_ERR_SHAPE, "sum_to: x %s does not reduce to dimension %d = %lld",
-                            ex__shape(x, s), dt, (long long)want);
+            char s[64], v[64];
+            return ex__fail(ctx, EX_ERR_SHAPE, "sum_to: x %s does not reduce to %s",
+                            ex__shape(x, s), ex__shape_ne(ndim, ne, v));
         }
         axes |= 1u << d;
     }

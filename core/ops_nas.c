@@ -8,18 +8,19 @@ static bool vec_f32(ex_ctx *ctx, const char *op, const char *what, ex_tensor *t)
     if (t->dtype == EX_F32 && t->ndim == 1)
         return true;
     char s[64];
-    ex__fail(ctx, EX_ERR_SHAPE, "%s: %s %s (%s) must be an f32 vector", op, what,
-             ex__shape(t, s), ex_dtype_name(t->dtype));
+    ex__fail(ctx, t->dtype == EX_F32 ? EX_ERR_SHAPE : EX_ERR_ARG,
+             "%s: %s %s (%s) must be an f32 vector", op, what, ex__shape(t, s),
+             ex_dtype_name(t->dtype));
     return false;
 }
 
-static bool candidates_ok(ex_ctx *ctx, ex_tensor *w, ex_tensor *mask, int n,
-                          ex_tensor *const *x, const int *idx)
+static bool candidates_ok(ex_ctx *ctx, ex_tensor *w, ex_tensor *mask, int n, ex_tensor *const *x,
+                          const int *idx)
 {
     char a[64], b[64];
     if (n < 1 || n > EX_MAX_CANDIDATES || !x || !idx) {
-        ex__fail(ctx, EX_ERR_ARG, "mixed_sum: %d candidates (1 to %d, with outputs and indices)",
-                 n, EX_MAX_CANDIDATES);
+        ex__fail(ctx, EX_ERR_ARG, "mixed_sum: %d candidates (1 to %d, with outputs and indices)", n,
+                 EX_MAX_CANDIDATES);
         return false;
     }
     if (!ex__check(ctx, "mixed_sum", n, x))
@@ -41,8 +42,10 @@ static bool candidates_ok(ex_ctx *ctx, ex_tensor *w, ex_tensor *mask, int n,
         for (int i = 0; i < j; i++)
             dup |= idx[i] == idx[j];
         if (idx[j] < 0 || idx[j] >= w->ne[0] || dup) {
-            ex__fail(ctx, EX_ERR_ARG, "mixed_sum: weight index %d of candidate %d (w %s, "
-                     "indices must be distinct)", idx[j], j, ex__shape(w, a));
+            ex__fail(ctx, EX_ERR_ARG,
+                     "mixed_sum: weight index %d of candidate %d (w %s, "
+                     "indices must be distinct)",
+                     idx[j], j, ex__shape(w, a));
             return false;
         }
     }
@@ -72,8 +75,8 @@ static bool matrix_f32(ex_ctx *ctx, const char *op, ex_tensor *t)
     if (t->dtype == EX_F32 && t->ndim == 2)
         return true;
     char s[64];
-    ex__fail(ctx, EX_ERR_SHAPE, "%s: %s (%s) must be f32 [E, K]", op, ex__shape(t, s),
-             ex_dtype_name(t->dtype));
+    ex__fail(ctx, t->dtype == EX_F32 ? EX_ERR_SHAPE : EX_ERR_ARG, "%s: %s (%s) must be f32 [E, K]",
+             op, ex__shape(t, s), ex_dtype_name(t->dtype));
     return false;
 }
 
@@ -85,9 +88,13 @@ ex_tensor *ex_gumbel_softmax(ex_ctx *ctx, ex_tensor *logits, ex_tensor *tau, ex_
         return INERT(ctx);
     if (!matrix_f32(ctx, "gumbel_softmax", logits))
         return &ctx->inert;
-    if (tau->dtype != EX_F32 || ex__numel(tau) != 1 || counter->dtype != EX_I32 ||
-        ex__numel(counter) != 2)
-        return ex__fail(ctx, EX_ERR_ARG, "gumbel_softmax: tau must be f32 [1], counter i32 [2]");
+    char sh[64];
+    if (tau->dtype != EX_F32 || ex__numel(tau) != 1)
+        return ex__fail(ctx, EX_ERR_ARG, "gumbel_softmax: tau %s (%s) must be f32 [1]",
+                        ex__shape(tau, sh), ex_dtype_name(tau->dtype));
+    if (counter->dtype != EX_I32 || ex__numel(counter) != 2)
+        return ex__fail(ctx, EX_ERR_ARG, "gumbel_softmax: counter %s (%s) must be i32 [2]",
+                        ex__shape(counter, sh), ex_dtype_name(counter->dtype));
     ex_tensor *y = ex__node(ctx, EX_OP_GUMBEL_SOFTMAX, EX_F32, 2, logits->ne, 3, s);
     if (ex__is_inert(y))
         return y;

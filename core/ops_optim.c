@@ -14,8 +14,9 @@ static bool like(ex_ctx *ctx, const char *op, ex_tensor *p, ex_tensor *t, const 
 {
     char sp[64], st[64];
     if (t->dtype != EX_F32 || !ex__same_shape(p, t)) {
-        ex__fail(ctx, EX_ERR_SHAPE, "%s: %s %s (%s) must match param %s (f32)", op, what,
-                 ex__shape(t, st), ex_dtype_name(t->dtype), ex__shape(p, sp));
+        ex__fail(ctx, t->dtype == EX_F32 ? EX_ERR_SHAPE : EX_ERR_ARG,
+                 "%s: %s %s (%s) must match param %s (f32)", op, what, ex__shape(t, st),
+                 ex_dtype_name(t->dtype), ex__shape(p, sp));
         return false;
     }
     if (must_persist && !persistent(t)) {
@@ -42,7 +43,8 @@ ex_tensor *ex_sgd(ex_ctx *ctx, ex_tensor *param, ex_tensor *grad, ex_tensor *mom
     ex_tensor *s[4] = {param, grad, mom, lr};
     if (!ex__check(ctx, "sgd", 4, s))
         return INERT(ctx);
-    if (!like(ctx, "sgd", param, param, "param", true) || !like(ctx, "sgd", param, grad, "grad", false) ||
+    if (!like(ctx, "sgd", param, param, "param", true) ||
+        !like(ctx, "sgd", param, grad, "grad", false) ||
         !like(ctx, "sgd", param, mom, "momentum buffer", true) || !scalars(ctx, "sgd", lr, 1, "lr"))
         return &ctx->inert;
     if (!(momentum >= 0.0f) || !(weight_decay >= 0.0f))
@@ -63,13 +65,15 @@ ex_tensor *ex_adam(ex_ctx *ctx, ex_tensor *param, ex_tensor *grad, ex_tensor *m,
     ex_tensor *s[5] = {param, grad, m, v, hyper};
     if (!ex__check(ctx, "adam", 5, s))
         return INERT(ctx);
-    if (!like(ctx, "adam", param, param, "param", true) || !like(ctx, "adam", param, grad, "grad", false) ||
-        !like(ctx, "adam", param, m, "m", true) || !like(ctx, "adam", param, v, "v", true) ||
+    if (!like(ctx, "adam", param, param, "param", true) ||
+        !like(ctx, "adam", param, grad, "grad", false) || !like(ctx, "adam", param, m, "m", true) ||
+        !like(ctx, "adam", param, v, "v", true) ||
         !scalars(ctx, "adam", hyper, 2, "hyper {lr, step}"))
         return &ctx->inert;
     if (!(beta1 >= 0.0f && beta1 < 1.0f) || !(beta2 >= 0.0f && beta2 < 1.0f) || !(eps > 0.0f) ||
         !(weight_decay >= 0.0f))
-        return ex__fail(ctx, EX_ERR_ARG, "adam: betas %g, %g in [0, 1), eps %g > 0, weight decay %g >= 0",
+        return ex__fail(ctx, EX_ERR_ARG,
+                        "adam: betas %g, %g in [0, 1), eps %g > 0, weight decay %g >= 0",
                         (double)beta1, (double)beta2, (double)eps, (double)weight_decay);
     ex_tensor *r = ex__node_into(ctx, EX_OP_ADAM, param, 5, s);
     if (!ex__is_inert(r)) {
@@ -124,8 +128,11 @@ static ex_tensor *rand_node(ex_ctx *ctx, ex_op op, ex_tensor *counter, int ndim,
     const char *name = ex_op_name(op);
     if (!ex__check(ctx, name, 1, &counter))
         return INERT(ctx);
-    if (counter->dtype != EX_I32 || ex__numel(counter) != 2)
-        return ex__fail(ctx, EX_ERR_ARG, "%s: counter must be i32 [2]", name);
+    if (counter->dtype != EX_I32 || ex__numel(counter) != 2) {
+        char s[64];
+        return ex__fail(ctx, EX_ERR_ARG, "%s: counter %s (%s) must be i32 [2]", name,
+                        ex__shape(counter, s), ex_dtype_name(counter->dtype));
+    }
     bool ok = op == EX_OP_RAND_UNIFORM ? b > a : b >= 0.0f;
     if (!ok)
         return ex__fail(ctx, EX_ERR_ARG, "%s: parameters %g, %g", name, (double)a, (double)b);

@@ -10,8 +10,9 @@ static ex_tensor *pool(ex_ctx *ctx, ex_op op, ex_tensor *x, const ex_pool_params
         return INERT(ctx);
     char s[64];
     if (x->dtype != EX_F32 || x->ndim != 4)
-        return ex__fail(ctx, EX_ERR_SHAPE, "%s: x %s (%s) must be f32 [N, C, H, W]", name,
-                        ex__shape(x, s), ex_dtype_name(x->dtype));
+        return ex__fail(ctx, x->dtype == EX_F32 ? EX_ERR_SHAPE : EX_ERR_ARG,
+                        "%s: x %s (%s) must be f32 [N, C, H, W]", name, ex__shape(x, s),
+                        ex_dtype_name(x->dtype));
     if (!p)
         return ex__fail(ctx, EX_ERR_ARG, "%s: params NULL", name);
     int64_t out[2];
@@ -21,8 +22,8 @@ static ex_tensor *pool(ex_ctx *ctx, ex_op op, ex_tensor *x, const ex_pool_params
             return ex__fail(ctx, EX_ERR_ARG,
                             "%s: kernel %dx%d, stride %dx%d, pad %dx%d (pad at most half the "
                             "kernel) on x %s",
-                            name, p->kernel[0], p->kernel[1], p->stride[0], p->stride[1],
-                            p->pad[0], p->pad[1], ex__shape(x, s));
+                            name, p->kernel[0], p->kernel[1], p->stride[0], p->stride[1], p->pad[0],
+                            p->pad[1], ex__shape(x, s));
         int64_t in = x->ne[2 + i] + 2 * pd;
         out[i] = in < k ? 0 : (in - k) / st + 1;
         if (out[i] < 1)
@@ -57,8 +58,9 @@ ex_tensor *ex_global_avg_pool(ex_ctx *ctx, ex_tensor *x)
         return INERT(ctx);
     if (x->dtype != EX_F32 || x->ndim != 4) {
         char s[64];
-        return ex__fail(ctx, EX_ERR_SHAPE, "global_avg_pool: x %s (%s) must be f32 [N, C, H, W]",
-                        ex__shape(x, s), ex_dtype_name(x->dtype));
+        return ex__fail(ctx, x->dtype == EX_F32 ? EX_ERR_SHAPE : EX_ERR_ARG,
+                        "global_avg_pool: x %s (%s) must be f32 [N, C, H, W]", ex__shape(x, s),
+                        ex_dtype_name(x->dtype));
     }
     int64_t ne[4] = {x->ne[0], x->ne[1], 1, 1};
     return ex__node(ctx, EX_OP_GLOBAL_AVG_POOL, EX_F32, 4, ne, 1, &x);

@@ -32,12 +32,12 @@ static ex_tensor *classify(ex_ctx *ctx, ex_op op, ex_tensor *logits, ex_tensor *
     if (!ex__check(ctx, name, 2, s))
         return INERT(ctx);
     char sl[64], sy[64];
-    if (logits->ndim != 2 || logits->dtype != EX_F32 || labels->dtype != EX_I32 ||
-        labels->ndim != 1 || labels->ne[0] != logits->ne[0])
-        return ex__fail(ctx, EX_ERR_SHAPE,
-                        "%s: logits %s (%s) and labels %s (%s): need f32 [N, K] and i32 [N]",
-                        name, ex__shape(logits, sl), ex_dtype_name(logits->dtype),
-                        ex__shape(labels, sy), ex_dtype_name(labels->dtype));
+    bool dtypes = logits->dtype == EX_F32 && labels->dtype == EX_I32;
+    if (!dtypes || logits->ndim != 2 || labels->ndim != 1 || labels->ne[0] != logits->ne[0])
+        return ex__fail(ctx, dtypes ? EX_ERR_SHAPE : EX_ERR_ARG,
+                        "%s: logits %s (%s) and labels %s (%s): need f32 [N, K] and i32 [N]", name,
+                        ex__shape(logits, sl), ex_dtype_name(logits->dtype), ex__shape(labels, sy),
+                        ex_dtype_name(labels->dtype));
     int64_t one = 1;
     return ex__node(ctx, op, EX_F32, 1, &one, 2, s);
 }

@@ -7,7 +7,14 @@
 #include <math.h>
 #include <stdint.h>
 
-static inline uint32_t ex_mulhilo32(uint32_t a, uint32_t b, uint32_t *hi)
+/* Kernels call these too: under nvcc they compile for host and device alike. */
+#ifdef __CUDACC__
+#define EX_HD __host__ __device__
+#else
+#define EX_HD
+#endif
+
+static inline EX_HD uint32_t ex_mulhilo32(uint32_t a, uint32_t b, uint32_t *hi)
 {
     uint64_t p = (uint64_t)a * b;
     *hi = (uint32_t)(p >> 32);
@@ -15,7 +22,7 @@ static inline uint32_t ex_mulhilo32(uint32_t a, uint32_t b, uint32_t *hi)
 }
 
 /** Ten rounds of Philox 4x32 on counter c under key k; the result replaces c. */
-static inline void ex_philox4x32(uint32_t c[4], uint32_t k0, uint32_t k1)
+static inline EX_HD void ex_philox4x32(uint32_t c[4], uint32_t k0, uint32_t k1)
 {
     for (int r = 0; r < 10; r++) {
         uint32_t hi0, hi1;
@@ -32,8 +39,8 @@ static inline void ex_philox4x32(uint32_t c[4], uint32_t k0, uint32_t k1)
 }
 
 /** The 32-bit draw number i of the stream (key, counter). */
-static inline uint32_t ex_philox_u32(uint32_t k0, uint32_t k1, uint32_t c0, uint32_t c1,
-                                     uint64_t i)
+static inline EX_HD uint32_t ex_philox_u32(uint32_t k0, uint32_t k1, uint32_t c0, uint32_t c1,
+                                           uint64_t i)
 {
     uint64_t block = i >> 2;
     uint32_t c[4] = {(uint32_t)block, (uint32_t)(block >> 32), c0, c1};
@@ -42,15 +49,15 @@ static inline uint32_t ex_philox_u32(uint32_t k0, uint32_t k1, uint32_t c0, uint
 }
 
 /** Uniform in [0, 1) with 24 bits: exactly representable in f32 on every backend. */
-static inline float ex_philox_uniform(uint32_t k0, uint32_t k1, uint32_t c0, uint32_t c1,
-                                      uint64_t i)
+static inline EX_HD float ex_philox_uniform(uint32_t k0, uint32_t k1, uint32_t c0, uint32_t c1,
+                                            uint64_t i)
 {
     return (float)(ex_philox_u32(k0, k1, c0, c1, i) >> 8) * (1.0f / 16777216.0f);
 }
 
 /** Standard normal by Box–Muller on the uniforms 2i and 2i+1. */
-static inline float ex_philox_normal(uint32_t k0, uint32_t k1, uint32_t c0, uint32_t c1,
-                                     uint64_t i)
+static inline EX_HD float ex_philox_normal(uint32_t k0, uint32_t k1, uint32_t c0, uint32_t c1,
+                                           uint64_t i)
 {
     float u1 = ex_philox_uniform(k0, k1, c0, c1, 2 * i);
     float u2 = ex_philox_uniform(k0, k1, c0, c1, 2 * i + 1);

@@ -19,8 +19,8 @@ struct ex_plan {
     const ex_backend_iface *f;
     void *impl;
     ex_plan_opts opts;
-    int64_t ntensors;  /* tensors that existed when planned */
-    int64_t *slot_of;  /* storage root id -> slot (-1: none) */
+    int64_t ntensors; /* tensors that existed when planned */
+    int64_t *slot_of; /* storage root id -> slot (-1: none) */
     plan_slot *slots;
     int64_t nslots;
     ex_buffer **chunks;

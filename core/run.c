@@ -11,8 +11,8 @@ static ex_status run_nodes(ex_plan *p, int64_t first, int64_t count)
     for (int c = 0; p->opts.poison && c < p->nchunks; c++) {
         if (p->chunk_persistent[c])
             continue;
-        ex_status st = p->f->fill(p->impl, p->chunks[c], 0, p->chunk_bytes[c] & ~(uint64_t)3,
-                                  NAN_PATTERN);
+        ex_status st =
+            p->f->fill(p->impl, p->chunks[c], 0, p->chunk_bytes[c] & ~(uint64_t)3, NAN_PATTERN);
         if (st != EX_OK)
             return ex__plan_fail(p, st, "run: poisoning the arena: %s", p->f->error(p->impl));
     }
@@ -43,8 +43,7 @@ ex_status ex_plan_run_stage(ex_plan *p, int stage)
 /* Checks that t was planned here and that bytes matches; sets *d. */
 static ex_status lookup(ex_plan *p, ex_tensor *t, size_t bytes, const char *what, ex_tdesc *d)
 {
-    if (!t || ex__is_inert(t) || t->id < 0 || t->id >= p->ntensors ||
-        p->ctx->tensors[t->id] != t)
+    if (!t || ex__is_inert(t) || t->id < 0 || t->id >= p->ntensors || p->ctx->tensors[t->id] != t)
         return ex__plan_fail(p, EX_ERR_ARG, "%s: the tensor is not part of this plan", what);
     uint64_t need = (uint64_t)ex__numel(t) * (uint64_t)ex_dtype_size(t->dtype);
     if (bytes != need) {

@@ -55,6 +55,17 @@ const char *ex__shape(const ex_tensor *t, char buf[64])
     return ex_tensor_shape_str(t, buf, 64);
 }
 
+const char *ex__shape_ne(int ndim, const int64_t *ne, char buf[64])
+{
+    int used = 0;
+    buf[0] = '\0';
+    if (!ne || ndim < 1 || ndim > EX_MAX_DIMS)
+        return ne ? "?" : "NULL";
+    for (int d = 0; d < ndim && used < 64; d++)
+        used += snprintf(buf + used, (size_t)(64 - used), d ? "x%lld" : "%lld", (long long)ne[d]);
+    return buf;
+}
+
 char *ex_tensor_shape_str(const ex_tensor *t, char *buf, int len)
 {
     if (!buf || len <= 0)
@@ -66,16 +77,19 @@ char *ex_tensor_shape_str(const ex_tensor *t, char *buf, int len)
     }
     int used = 0;
     for (int d = 0; d < t->ndim && used < len; d++)
-        used += snprintf(buf + used, (size_t)(len - used), d ? "x%lld" : "%lld",
-                         (long long)t->ne[d]);
+        used +=
+            snprintf(buf + used, (size_t)(len - used), d ? "x%lld" : "%lld", (long long)t->ne[d]);
     return buf;
 }
 
 static bool shape_ok(ex_ctx *ctx, const char *op, int ndim, const int64_t *ne)
 {
-    if (ndim < 1 || ndim > EX_MAX_DIMS || !ne) {
-        ex__fail(ctx, EX_ERR_SHAPE, "%s: %d dimensions (1 to %d allowed)%s", op, ndim,
-                 EX_MAX_DIMS, ne ? "" : ", shape NULL");
+    if (!ne) {
+        ex__fail(ctx, EX_ERR_ARG, "%s: shape is NULL", op);
+        return false;
+    }
+    if (ndim < 1 || ndim > EX_MAX_DIMS) {
+        ex__fail(ctx, EX_ERR_SHAPE, "%s: %d dimensions (1 to %d allowed)", op, ndim, EX_MAX_DIMS);
         return false;
     }
     int64_t n = 1;
@@ -143,7 +157,7 @@ ex_tensor *ex__root(ex_ctx *ctx, ex_kind kind, ex_dtype dtype, int ndim, const i
 {
     const char *what = kind == EX_K_PARAM ? "param" : kind == EX_K_STATE ? "state" : "input";
     if (kind == EX_K_NODE)
-        what = "node";
+        what = name; /* the op's name */
     if (!ex__check(ctx, what, 0, NULL))
         return ctx ? &ctx->inert : NULL;
     if (ex_dtype_size(dtype) == 0)
@@ -333,12 +347,12 @@ ex_tensor *ex_view(ex_ctx *ctx, ex_tensor *t, int ndim, const int64_t *ne, const
         return ex__fail(ctx, EX_ERR_ARG, "view: strides NULL");
     int64_t abs_off = t->offset + offset;
     if (!view_in_bounds(t, ndim, ne, st, abs_off)) {
-        char s[64];
+        char s[64], v[64];
         return ex__fail(ctx, EX_ERR_SHAPE,
-                        "view: shape with offset %lld reaches outside %s's storage (%lld "
-                        "elements, viewed as %s)",
-                        (long long)offset, t->name, (long long)t->storage->storage_numel,
-                        ex__shape(t, s));
+                        "view: %s at offset %lld reaches outside the storage of %s %s (%lld "
+                        "elements)",
+                        ex__shape_ne(ndim, ne, v), (long long)offset, t->name, ex__shape(t, s),
+                        (long long)t->storage->storage_numel);
     }
     ex_tensor *v = tensor_new(ctx);
     if (!v)
@@ -365,9 +379,10 @@ ex_tensor *ex_reshape(ex_ctx *ctx, ex_tensor *t, int ndim, const int64_t *ne)
     for (int d = 0; d < ndim; d++)
         n *= ne[d];
     if (n != ex__numel(t)) {
-        char s[64];
-        return ex__fail(ctx, EX_ERR_SHAPE, "reshape: %s has %lld elements, the new shape %lld",
-                        ex__shape(t, s), (long long)ex__numel(t), (long long)n);
+        char s[64], v[64];
+        return ex__fail(ctx, EX_ERR_SHAPE, "reshape: %s has %lld elements, the new shape %s %lld",
+                        ex__shape(t, s), (long long)ex__numel(t), ex__shape_ne(ndim, ne, v),
+                        (long long)n);
     }
     ex_tensor *c = ex__contiguous(t) ? t : ex_copy(ctx, t);
     int64_t st[EX_MAX_DIMS];
@@ -427,9 +442,9 @@ ex_tensor *ex_broadcast(ex_ctx *ctx, ex_tensor *t, int ndim, const int64_t *ne)
             ok = false;
     }
     if (!ok) {
-        char s[64];
-        return ex__fail(ctx, EX_ERR_SHAPE, "broadcast: %s does not broadcast to %d dims",
-                        ex__shape(t, s), ndim);
+        char s[64], v[64];
+        return ex__fail(ctx, EX_ERR_SHAPE, "broadcast: %s does not broadcast to %s",
+                        ex__shape(t, s), ex__shape_ne(ndim, ne, v));
     }
     bool same = ndim == t->ndim;
     for (int d = 0; same && d < ndim; d++)

@@ -1,4 +1,5 @@
 /* The CPU backend: host buffers, the one switch over ex_op, per-node timing. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,8 +185,8 @@ static ex_status cpu_copy_buf(void *impl, ex_buffer *dst, uint64_t doff, ex_buff
     if (st == EX_OK)
         st = check_range(impl, src, soff, n);
     if (st == EX_OK && n)
-        memmove((char *)((cpu_buffer *)dst)->data + doff,
-                (char *)((cpu_buffer *)src)->data + soff, n);
+        memmove((char *)((cpu_buffer *)dst)->data + doff, (char *)((cpu_buffer *)src)->data + soff,
+                n);
     return st;
 }
 

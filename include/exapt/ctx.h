@@ -28,6 +28,11 @@ ex_status ex_ctx_status(const ex_ctx *ctx);
 /** The message of the first failure ("" while none). For NULL, a constant message. */
 const char *ex_ctx_error(const ex_ctx *ctx);
 
+/** Records a failure as builders do: the first one sticks, later ones are ignored.
+ *  For code that builds graphs above the engine (the search, applications). */
+void ex_ctx_set_error(ex_ctx *ctx, ex_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /** Clears the sticky error so building can go on; the tensors built while it was set
  *  stay inert. */
 void ex_ctx_clear_error(ex_ctx *ctx);

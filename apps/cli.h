@@ -1,0 +1,75 @@
+/* The exapt tool's shared pieces: subcommand entry points, exit codes, option parsing
+ * and the few helpers every subcommand needs. Nothing here is part of the library. */
+#ifndef EXAPT_APPS_CLI_H
+#define EXAPT_APPS_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "exapt/exapt.h"
+
+/* Exit codes: a script can tell a typo (2) from a failure of the library or the
+ * system (1). */
+enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2 };
+
+/** What main() parsed before the subcommand, and the whole command line. */
+typedef struct cli_global {
+    const char *backend; /**< --backend NAME given before the subcommand, or NULL */
+    int argc;            /**< the process's whole argv, for records of the command */
+    char **argv;
+} cli_global;
+
+/** A subcommand: argv[0] is its name, the rest its own options. Returns an exit code. */
+typedef int (*cli_command_fn)(const cli_global *g, int argc, char **argv);
+
+int cli_info(const cli_global *g, int argc, char **argv);
+int cli_bench(const cli_global *g, int argc, char **argv);
+
+/* ---- options (args.c) ---- */
+
+/** Result of matching one argument against an option that takes a value. */
+typedef enum cli_match { CLI_NO_MATCH = 0, CLI_MATCHED, CLI_MISSING_VALUE } cli_match;
+
+/** Matches argv[*i] against "--name VALUE" or "--name=VALUE". On a match stores the
+ *  value, advances *i past what was consumed (minus one, so a for loop's ++ lands on the
+ *  next option) and returns CLI_MATCHED. */
+cli_match cli_option_value(int argc, char **argv, int *i, const char *name, const char **value);
+
+/** Parses a whole decimal integer in [lo, hi]. Returns 0 on success, -1 otherwise. */
+int cli_parse_long(const char *s, long lo, long hi, long *out);
+
+/** Prints "exapt CMD: <message>" and the usage text to stderr; returns CLI_EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/** Prints "exapt CMD: <message>" to stderr; returns CLI_EXIT_FAIL. */
+int cli_fail(const char *cmd, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* ---- backends (backend_util.c) ---- */
+
+/** The open backend's last error message, or "" when it has none. */
+const char *cli_backend_error(const ex_backend *be);
+
+/** Measures be's peak copy bandwidth with copies of at most 256 MiB (fewer when the
+ *  backend's largest allocation is smaller). Returns the library's status. */
+ex_status cli_measure_peak(ex_backend *be, double *gbs);
+
+/** Bytes as a short human string ("7.8 GiB") in buf. Returns buf. */
+char *cli_bytes_str(uint64_t bytes, char *buf, size_t len);
+
+/* ---- files (atomic_file.c) ---- */
+
+/** Replaces the file at path with text: writes path.tmp, flushes it to disk and renames
+ *  it over path, so path holds either its old content or all of the new. An existing
+ *  path that is not a regular file (a device, a FIFO) is written directly. On failure
+ *  removes the temporary file, writes a message into msg and returns -1. */
+int cli_write_file_atomic(const char *path, const char *text, char *msg, size_t msg_len);
+
+#endif

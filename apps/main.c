@@ -1,0 +1,99 @@
+/* exapt: the command-line tool. Parses the global options, then hands the rest of the
+ * command line to one subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct cli_command {
+    const char *name;
+    cli_command_fn run;
+    const char *summary;
+} cli_command;
+
+static const cli_command commands[] = {
+    {"info", cli_info, "show the version, the backends and what each device offers"},
+    {"bench", cli_bench, "time every op on representative shapes (JSON)"},
+};
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
+
+static void print_usage(FILE *out)
+{
+    fprintf(out, "usage: exapt [--backend NAME] <command> [options]\n"
+                 "       exapt --help | --version\n\n"
+                 "commands:\n");
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\nglobal options:\n"
+                 "  --backend NAME  backend to run on: auto, cpu, cpu-ref or another name\n"
+                 "                  that 'exapt info' lists; beats EXAPT_BACKEND\n"
+                 "  --help          this text ('exapt <command> --help' for a command)\n"
+                 "  --version       the library's version\n");
+}
+
+static const cli_command *find_command(const char *name)
+{
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        if (strcmp(commands[i].name, name) == 0)
+            return &commands[i];
+    return NULL;
+}
+
+/* "exapt help [command]" reads better in scripts' docs than "--help". */
+static int run_help(const cli_global *g, int argc, char **argv)
+{
+    if (argc < 2) {
+        print_usage(stdout);
+        return CLI_EXIT_OK;
+    }
+    const cli_command *c = find_command(argv[1]);
+    if (c == NULL) {
+        fprintf(stderr, "exapt: unknown command '%s'\n", argv[1]);
+        print_usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    char help_opt[] = "--help";
+    char *sub[] = {argv[1], help_opt, NULL};
+    return c->run(g, 2, sub);
+}
+
+int main(int argc, char **argv)
+{
+    cli_global g = {.backend = NULL, .argc = argc, .argv = argv};
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        const char *val = NULL;
+        cli_match m = cli_option_value(argc, argv, &i, "--backend", &val);
+        if (m == CLI_MATCHED) {
+            g.backend = val;
+        } else if (m == CLI_MISSING_VALUE) {
+            fprintf(stderr, "exapt: --backend needs a name\n");
+            print_usage(stderr);
+            return CLI_EXIT_USAGE;
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            print_usage(stdout);
+            return CLI_EXIT_OK;
+        } else if (strcmp(argv[i], "--version") == 0) {
+            printf("exapt %s\n", ex_version());
+            return CLI_EXIT_OK;
+        } else {
+            fprintf(stderr, "exapt: unknown option '%s'\n", argv[i]);
+            print_usage(stderr);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (i >= argc) {
+        fprintf(stderr, "exapt: no command given\n");
+        print_usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    if (strcmp(argv[i], "help") == 0)
+        return run_help(&g, argc - i, argv + i);
+    const cli_command *c = find_command(argv[i]);
+    if (c == NULL) {
+        fprintf(stderr, "exapt: unknown command '%s'\n", argv[i]);
+        print_usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    return c->run(&g, argc - i, argv + i);
+}

@@ -1,0 +1,468 @@
+/* Batch norm 2d on the CPU: statistics (with the running-statistics update), apply, and the
+ * two backward passes.
+ *
+ * Per-channel sums run in double. The fast path computes one partial sum per (n, c) plane
+ * in parallel and then adds each channel's partials over n in index order, so results do
+ * not depend on the thread count; the reference path sums each channel in one plain loop
+ * (two passes for the variance). */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "cpu.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+
+/* Only the OpenMP pragmas read it; without OpenMP every loop runs on the calling thread. */
+static int bn_threads(const cpu_exec *e)
+{
+    return e->threads > 0 ? e->threads : omp_get_max_threads();
+}
+#endif
+
+/** A per-channel vector: a [C] tensor or one row of a [2, C] one. */
+typedef struct bn_vec {
+    float *p;
+    int64_t s;
+} bn_vec;
+
+static bn_vec bn_vec_of(const ex_tdesc *t)
+{
+    return (bn_vec){cpu_f32(t), t->st[0]};
+}
+static bn_vec bn_row(const ex_tdesc *t, int r)
+{
+    return (bn_vec){cpu_f32(t) + r * t->st[0], t->st[1]};
+}
+static inline float bn_get(bn_vec v, int64_t c)
+{
+    return v.p[c * v.s];
+}
+static inline void bn_set(bn_vec v, int64_t c, float x)
+{
+    v.p[c * v.s] = x;
+}
+
+/** One (n, c) plane of a 4-d operand. */
+typedef struct bn_plane {
+    float *p;
+    int64_t sr, sc;
+} bn_plane;
+
+static bn_plane bn_plane_of(const ex_tdesc *t, int64_t nb, int64_t c)
+{
+    return (bn_plane){cpu_f32(t) + nb * t->st[0] + c * t->st[1], t->st[2], t->st[3]};
+}
+
+static inline float *bn_px(const bn_plane *p, int64_t h, int64_t w)
+{
+    return p->p + h * p->sr + w * p->sc;
+}
+
+/** x's shape and M = N*H*W, the count behind every per-channel statistic. */
+typedef struct bn_geom {
+    int64_t n, c, h, w, m;
+} bn_geom;
+
+/* ---- shape checks ---- */
+
+static ex_status bn_check_4d(const cpu_exec *e, const ex_tdesc *t, const ex_tdesc *x,
+                             const char *name, const char *what)
+{
+    int ok = t->dtype == EX_F32 && t->ndim == 4;
+    for (int d = 0; d < 4 && ok; d++)
+        ok = t->ne[d] == x->ne[d];
+    if (!ok)
+        return cpu_fail(e, EX_ERR_SHAPE, "%s: %s must be an f32 tensor of x's shape", name, what);
+    return EX_OK;
+}
+
+static ex_status bn_check_c(const cpu_exec *e, const ex_tdesc *t, int64_t rows, int64_t c,
+                            const char *name, const char *what)
+{
+    int ok = t->dtype == EX_F32 && (rows == 1 ? t->ndim == 1 && t->ne[0] == c
+                                              : t->ndim == 2 && t->ne[0] == rows && t->ne[1] == c);
+    if (!ok)
+        return cpu_fail(e, EX_ERR_SHAPE, "%s: %s must be an f32 [%s%lld] tensor", name, what,
+                        rows == 1 ? "" : "2, ", (long long)c);
+    return EX_OK;
+}
+
+/** Checks the source count and x (source 0), and fills g. */
+static ex_status bn_begin(const cpu_exec *e, const ex_node_exec *nd, int nmin, int nmax,
+                          const char *name, bn_geom *g)
+{
+    if (nd->nsrc < nmin || nd->nsrc > nmax)
+        return cpu_fail(e, EX_ERR_ARG, "%s: unexpected source count %d", name, nd->nsrc);
+    const ex_tdesc *x = &nd->src[0];
+    if (x->dtype != EX_F32 || x->ndim != 4)
+        return cpu_fail(e, EX_ERR_ARG, "%s: x must be a 4-d f32 tensor", name);
+    *g = (bn_geom){x->ne[0], x->ne[1], x->ne[2], x->ne[3], x->ne[0] * x->ne[2] * x->ne[3]};
+    return EX_OK;
+}
+
+/* ---- statistics ---- */
+
+/** Sum and sum of squares of one plane, rows in four fixed double lanes when unit-stride
+ *  so the compiler may vectorize without reassociating. */
+static void bn_plane_moments(const bn_plane *x, int64_t h, int64_t w, double *s1, double *s2)
+{
+    double a[4] = {0}, b[4] = {0}, r1 = 0.0, r2 = 0.0;
+    for (int64_t ih = 0; ih < h; ih++) {
+        const float *r = bn_px(x, ih, 0);
+        int64_t iw = 0;
+        if (x->sc == 1)
+            for (; iw + 4 <= w; iw += 4)
+                for (int j = 0; j < 4; j++) {
+                    a[j] += r[iw + j];
+                    b[j] += (double)r[iw + j] * r[iw + j];
+                }
+        for (; iw < w; iw++) {
+            double v = r[iw * x->sc];
+            r1 += v;
+            r2 += v * v;
+        }
+    }
+    *s1 = r1 + ((a[0] + a[1]) + (a[2] + a[3]));
+    *s2 = r2 + ((b[0] + b[1]) + (b[2] + b[3]));
+}
+
+/** Writes channel c's stats and, in training, moves the running statistics towards the
+ *  batch's (the variance unbiased, PyTorch's convention). */
+static void bn_finish(const ex_node_exec *nd, const bn_geom *g, int64_t c, double mean, double var)
+{
+    int train = nd->ip[0] != 0;
+    double eps = nd->fp[0], mom = nd->fp[1];
+    bn_set(bn_row(&nd->dst, 0), c, (float)mean);
+    bn_set(bn_row(&nd->dst, 1), c, (float)(1.0 / sqrt(var + eps)));
+    if (!train)
+        return;
+    bn_vec rm = bn_vec_of(&nd->src[1]), rv = bn_vec_of(&nd->src[2]);
+    double unbiased = var * (double)g->m / (double)(g->m - 1);
+    bn_set(rm, c, (float)((1.0 - mom) * bn_get(rm, c) + mom * mean));
+    bn_set(rv, c, (float)((1.0 - mom) * bn_get(rv, c) + mom * unbiased));
+}
+
+static void bn_stats_ref(const ex_node_exec *nd, const bn_geom *g)
+{
+    for (int64_t c = 0; c < g->c; c++) {
+        double s = 0.0, q = 0.0;
+        for (int64_t nb = 0; nb < g->n; nb++) {
+            bn_plane x = bn_plane_of(&nd->src[0], nb, c);
+            for (int64_t ih = 0; ih < g->h; ih++)
+                for (int64_t iw = 0; iw < g->w; iw++)
+                    s += *bn_px(&x, ih, iw);
+        }
+        double mean = s / (double)g->m;
+        for (int64_t nb = 0; nb < g->n; nb++) {
+            bn_plane x = bn_plane_of(&nd->src[0], nb, c);
+            for (int64_t ih = 0; ih < g->h; ih++)
+                for (int64_t iw = 0; iw < g->w; iw++) {
+                    double d = *bn_px(&x, ih, iw) - mean;
+                    q += d * d;
+                }
+        }
+        bn_finish(nd, g, c, mean, q / (double)g->m);
+    }
+}
+
+static ex_status bn_stats_fast(const cpu_exec *e, const ex_node_exec *nd, const bn_geom *g)
+{
+    int64_t planes = g->n * g->c;
+    double *part = malloc((size_t)(2 * planes) * sizeof(double) + 1);
+    if (!part)
+        return cpu_fail(e, EX_ERR_NOMEM, "bn_stats: no memory for partial sums");
+#pragma omp parallel for schedule(static) num_threads(bn_threads(e))
+    for (int64_t p = 0; p < planes; p++) {
+        bn_plane x = bn_plane_of(&nd->src[0], p / g->c, p % g->c);
+        bn_plane_moments(&x, g->h, g->w, &part[2 * p], &part[2 * p + 1]);
+    }
+    for (int64_t c = 0; c < g->c; c++) {
+        double s = 0.0, q = 0.0;
+        for (int64_t nb = 0; nb < g->n; nb++) {
+            s += part[2 * (nb * g->c + c)];
+            q += part[2 * (nb * g->c + c) + 1];
+        }
+        double mean = s / (double)g->m, var = q / (double)g->m - mean * mean;
+        bn_finish(nd, g, c, mean, var > 0.0 ? var : 0.0);
+    }
+    free(part);
+    return EX_OK;
+}
+
+CPU_OP(bn_stats)
+{
+    bn_geom g;
+    ex_status st = bn_begin(e, n, 3, 3, "bn_stats", &g);
+    if (st == EX_OK)
+        st = bn_check_c(e, &n->src[1], 1, g.c, "bn_stats", "running_mean");
+    if (st == EX_OK)
+        st = bn_check_c(e, &n->src[2], 1, g.c, "bn_stats", "running_var");
+    if (st == EX_OK)
+        st = bn_check_c(e, &n->dst, 2, g.c, "bn_stats", "dst");
+    if (st != EX_OK)
+        return st;
+    if (!n->ip[0]) {
+        bn_vec rm = bn_vec_of(&n->src[1]), rv = bn_vec_of(&n->src[2]);
+        for (int64_t c = 0; c < g.c; c++)
+            bn_finish(n, &g, c, bn_get(rm, c), bn_get(rv, c));
+        return EX_OK;
+    }
+    if (g.m < 2)
+        return cpu_fail(e, EX_ERR_SHAPE,
+                        "bn_stats: training needs more than one value per "
+                        "channel (N*H*W = %lld)",
+                        (long long)g.m);
+    if (!e->reference)
+        return bn_stats_fast(e, n, &g);
+    bn_stats_ref(n, &g);
+    return EX_OK;
+}
+
+/* ---- apply ---- */
+
+/** Channel c's affine map y = x * a + b (the fast path folds stats, gamma and beta). */
+static void bn_fold(const ex_node_exec *nd, int64_t c, float *a, float *b)
+{
+    float mean = bn_get(bn_row(&nd->src[1], 0), c), inv = bn_get(bn_row(&nd->src[1], 1), c);
+    float gm = nd->nsrc == 4 ? bn_get(bn_vec_of(&nd->src[2]), c) : 1.0f;
+    float bt = nd->nsrc == 4 ? bn_get(bn_vec_of(&nd->src[3]), c) : 0.0f;
+    *a = inv * gm;
+    *b = bt - mean * *a;
+}
+
+static void bn_apply_plane(const bn_plane *x, const bn_plane *y, int64_t h, int64_t w, float a,
+                           float b)
+{
+    for (int64_t ih = 0; ih < h; ih++) {
+        const float *restrict xr = bn_px(x, ih, 0);
+        float *restrict yr = bn_px(y, ih, 0);
+        if (x->sc == 1 && y->sc == 1) {
+            for (int64_t iw = 0; iw < w; iw++)
+                yr[iw] = xr[iw] * a + b;
+        } else {
+            for (int64_t iw = 0; iw < w; iw++)
+                yr[iw * y->sc] = xr[iw * x->sc] * a + b;
+        }
+    }
+}
+
+static void bn_apply_ref(const ex_node_exec *nd, const bn_geom *g)
+{
+    bn_vec mean = bn_row(&nd->src[1], 0), inv = bn_row(&nd->src[1], 1);
+    for (int64_t nb = 0; nb < g->n; nb++)
+        for (int64_t c = 0; c < g->c; c++) {
+            double gm = nd->nsrc == 4 ? bn_get(bn_vec_of(&nd->src[2]), c) : 1.0;
+            double bt = nd->nsrc == 4 ? bn_get(bn_vec_of(&nd->src[3]), c) : 0.0;
+            bn_plane x = bn_plane_of(&nd->src[0], nb, c), y = bn_plane_of(&nd->dst, nb, c);
+            for (int64_t ih = 0; ih < g->h; ih++)
+                for (int64_t iw = 0; iw < g->w; iw++) {
+                    double xh = ((double)*bn_px(&x, ih, iw) - bn_get(mean, c)) * bn_get(inv, c);
+                    *bn_px(&y, ih, iw) = (float)(xh * gm + bt);
+                }
+        }
+}
+
+CPU_OP(bn_apply)
+{
+    bn_geom g;
+    ex_status st = bn_begin(e, n, 2, 4, "bn_apply", &g);
+    if (st == EX_OK && n->nsrc == 3)
+        st = cpu_fail(e, EX_ERR_ARG, "bn_apply: gamma and beta come together");
+    if (st == EX_OK)
+        st = bn_check_c(e, &n->src[1], 2, g.c, "bn_apply", "stats");
+    for (int i = 2; i < n->nsrc && st == EX_OK; i++)
+        st = bn_check_c(e, &n->src[i], 1, g.c, "bn_apply", i == 2 ? "gamma" : "beta");
+    if (st == EX_OK)
+        st = bn_check_4d(e, &n->dst, &n->src[0], "bn_apply", "dst");
+    if (st != EX_OK)
+        return st;
+    if (e->reference) {
+        bn_apply_ref(n, &g);
+        return EX_OK;
+    }
+    int64_t planes = g.n * g.c;
+#pragma omp parallel for schedule(static) num_threads(bn_threads(e))
+    for (int64_t p = 0; p < planes; p++) {
+        float a, b;
+        bn_fold(n, p % g.c, &a, &b);
+        bn_plane x = bn_plane_of(&n->src[0], p / g.c, p % g.c);
+        bn_plane y = bn_plane_of(&n->dst, p / g.c, p % g.c);
+        bn_apply_plane(&x, &y, g.h, g.w, a, b);
+    }
+    return EX_OK;
+}
+
+/* ---- backward ---- */
+
+/** Sums of dy * xhat and dy over one plane, xhat = (x - mean) * inv. */
+static void bn_plane_dot(const bn_plane *x, const bn_plane *dy, int64_t h, int64_t w, float mean,
+                         float inv, double *sxh, double *sdy)
+{
+    double a[4] = {0}, b[4] = {0}, r1 = 0.0, r2 = 0.0;
+    for (int64_t ih = 0; ih < h; ih++) {
+        const float *xr = bn_px(x, ih, 0), *dr = bn_px(dy, ih, 0);
+        int64_t iw = 0;
+        if (x->sc == 1 && dy->sc == 1)
+            for (; iw + 4 <= w; iw += 4)
+                for (int j = 0; j < 4; j++) {
+                    a[j] += (double)dr[iw + j] * ((xr[iw + j] - mean) * inv);
+                    b[j] += dr[iw + j];
+                }
+        for (; iw < w; iw++) {
+            float d = dr[iw * dy->sc];
+            r1 += (double)d * ((xr[iw * x->sc] - mean) * inv);
+            r2 += d;
+        }
+    }
+    *sxh = r1 + ((a[0] + a[1]) + (a[2] + a[3]));
+    *sdy = r2 + ((b[0] + b[1]) + (b[2] + b[3]));
+}
+
+static void bn_reduce_ref(const ex_node_exec *nd, const bn_geom *g)
+{
+    bn_vec mean = bn_row(&nd->src[1], 0), inv = bn_row(&nd->src[1], 1);
+    for (int64_t c = 0; c < g->c; c++) {
+        double sxh = 0.0, sdy = 0.0;
+        for (int64_t nb = 0; nb < g->n; nb++) {
+            bn_plane x = bn_plane_of(&nd->src[0], nb, c), dy = bn_plane_of(&nd->src[2], nb, c);
+            for (int64_t ih = 0; ih < g->h; ih++)
+                for (int64_t iw = 0; iw < g->w; iw++) {
+                    double d = *bn_px(&dy, ih, iw);
+                    sxh += d * (((double)*bn_px(&x, ih, iw) - bn_get(mean, c)) * bn_get(inv, c));
+                    sdy += d;
+                }
+        }
+        bn_set(bn_row(&nd->dst, 0), c, (float)sxh);
+        bn_set(bn_row(&nd->dst, 1), c, (float)sdy);
+    }
+}
+
+static ex_status bn_reduce_fast(const cpu_exec *e, const ex_node_exec *nd, const bn_geom *g)
+{
+    int64_t planes = g->n * g->c;
+    double *part = malloc((size_t)(2 * planes) * sizeof(double) + 1);
+    if (!part)
+        return cpu_fail(e, EX_ERR_NOMEM, "bn_bwd_reduce: no memory for partial sums");
+    bn_vec mean = bn_row(&nd->src[1], 0), inv = bn_row(&nd->src[1], 1);
+#pragma omp parallel for schedule(static) num_threads(bn_threads(e))
+    for (int64_t p = 0; p < planes; p++) {
+        int64_t nb = p / g->c, c = p % g->c;
+        bn_plane x = bn_plane_of(&nd->src[0], nb, c), dy = bn_plane_of(&nd->src[2], nb, c);
+        bn_plane_dot(&x, &dy, g->h, g->w, bn_get(mean, c), bn_get(inv, c), &part[2 * p],
+                     &part[2 * p + 1]);
+    }
+    for (int64_t c = 0; c < g->c; c++) {
+        double sxh = 0.0, sdy = 0.0;
+        for (int64_t nb = 0; nb < g->n; nb++) {
+            sxh += part[2 * (nb * g->c + c)];
+            sdy += part[2 * (nb * g->c + c) + 1];
+        }
+        bn_set(bn_row(&nd->dst, 0), c, (float)sxh);
+        bn_set(bn_row(&nd->dst, 1), c, (float)sdy);
+    }
+    free(part);
+    return EX_OK;
+}
+
+CPU_OP(bn_bwd_reduce)
+{
+    bn_geom g;
+    ex_status st = bn_begin(e, n, 3, 3, "bn_bwd_reduce", &g);
+    if (st == EX_OK)
+        st = bn_check_c(e, &n->src[1], 2, g.c, "bn_bwd_reduce", "stats");
+    if (st == EX_OK)
+        st = bn_check_4d(e, &n->src[2], &n->src[0], "bn_bwd_reduce", "dy");
+    if (st == EX_OK)
+        st = bn_check_c(e, &n->dst, 2, g.c, "bn_bwd_reduce", "dst");
+    if (st != EX_OK)
+        return st;
+    if (!e->reference)
+        return bn_reduce_fast(e, n, &g);
+    bn_reduce_ref(n, &g);
+    return EX_OK;
+}
+
+/** Channel c's constants of dx = k * (dy - c1 - xhat * c2); eval mode has c1 = c2 = 0. */
+typedef struct bn_bwd_k {
+    double mean, inv, k, c1, c2;
+} bn_bwd_k;
+
+static bn_bwd_k bn_bwd_consts(const ex_node_exec *nd, const bn_geom *g, int64_t c)
+{
+    bn_bwd_k k;
+    k.mean = bn_get(bn_row(&nd->src[1], 0), c);
+    k.inv = bn_get(bn_row(&nd->src[1], 1), c);
+    k.k = k.inv * (nd->nsrc == 5 ? bn_get(bn_vec_of(&nd->src[4]), c) : 1.0f);
+    int train = nd->ip[0] != 0;
+    k.c1 = train ? bn_get(bn_row(&nd->src[3], 1), c) / (double)g->m : 0.0;
+    k.c2 = train ? bn_get(bn_row(&nd->src[3], 0), c) / (double)g->m : 0.0;
+    return k;
+}
+
+static void bn_bwd_data_ref(const ex_node_exec *nd, const bn_geom *g)
+{
+    for (int64_t nb = 0; nb < g->n; nb++)
+        for (int64_t c = 0; c < g->c; c++) {
+            bn_bwd_k k = bn_bwd_consts(nd, g, c);
+            bn_plane x = bn_plane_of(&nd->src[0], nb, c), dy = bn_plane_of(&nd->src[2], nb, c);
+            bn_plane dx = bn_plane_of(&nd->dst, nb, c);
+            for (int64_t ih = 0; ih < g->h; ih++)
+                for (int64_t iw = 0; iw < g->w; iw++) {
+                    double xh = ((double)*bn_px(&x, ih, iw) - k.mean) * k.inv;
+                    double v = k.k * ((double)*bn_px(&dy, ih, iw) - k.c1 - xh * k.c2);
+                    *bn_px(&dx, ih, iw) = (float)v;
+                }
+        }
+}
+
+static void bn_bwd_data_plane(const bn_plane *x, const bn_plane *dy, const bn_plane *dx, int64_t h,
+                              int64_t w, const bn_bwd_k *kd)
+{
+    float mean = (float)kd->mean, inv = (float)kd->inv, k = (float)kd->k;
+    float c1 = (float)kd->c1, c2 = (float)kd->c2;
+    for (int64_t ih = 0; ih < h; ih++) {
+        const float *restrict xr = bn_px(x, ih, 0), *restrict dr = bn_px(dy, ih, 0);
+        float *restrict dxr = bn_px(dx, ih, 0);
+        if (x->sc == 1 && dy->sc == 1 && dx->sc == 1) {
+            for (int64_t iw = 0; iw < w; iw++)
+                dxr[iw] = k * (dr[iw] - c1 - (xr[iw] - mean) * inv * c2);
+        } else {
+            for (int64_t iw = 0; iw < w; iw++)
+                dxr[iw * dx->sc] = k * (dr[iw * dy->sc] - c1 - (xr[iw * x->sc] - mean) * inv * c2);
+        }
+    }
+}
+
+CPU_OP(bn_bwd_data)
+{
+    bn_geom g;
+    ex_status st = bn_begin(e, n, 4, 5, "bn_bwd_data", &g);
+    if (st == EX_OK)
+        st = bn_check_c(e, &n->src[1], 2, g.c, "bn_bwd_data", "stats");
+    if (st == EX_OK)
+        st = bn_check_4d(e, &n->src[2], &n->src[0], "bn_bwd_data", "dy");
+    if (st == EX_OK)
+        st = bn_check_c(e, &n->src[3], 2, g.c, "bn_bwd_data", "red");
+    if (st == EX_OK && n->nsrc == 5)
+        st = bn_check_c(e, &n->src[4], 1, g.c, "bn_bwd_data", "gamma");
+    if (st == EX_OK)
+        st = bn_check_4d(e, &n->dst, &n->src[0], "bn_bwd_data", "dst");
+    if (st != EX_OK)
+        return st;
+    if (e->reference) {
+        bn_bwd_data_ref(n, &g);
+        return EX_OK;
+    }
+    int64_t planes = g.n * g.c;
+#pragma omp parallel for schedule(static) num_threads(bn_threads(e))
+    for (int64_t p = 0; p < planes; p++) {
+        int64_t nb = p / g.c, c = p % g.c;
+        bn_bwd_k k = bn_bwd_consts(n, &g, c);
+        bn_plane x = bn_plane_of(&n->src[0], nb, c), dy = bn_plane_of(&n->src[2], nb, c);
+        bn_plane dx = bn_plane_of(&n->dst, nb, c);
+        bn_bwd_data_plane(&x, &dy, &dx, g.h, g.w, &k);
+    }
+    return EX_OK;
+}

@@ -1,0 +1,82 @@
+/* exapt — a network derived from a genotype (DARTS's NetworkCIFAR), trained from
+ * scratch and saved for inference. */
+#ifndef EXAPT_NETWORK_H
+#define EXAPT_NETWORK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "exapt/backend.h"
+#include "exapt/genotype.h"
+#include "exapt/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** The derived network's configuration. ex_network_config_default() gives DARTS's
+ *  evaluation settings for 32x32x3 inputs and 10 classes. */
+typedef struct ex_network_config {
+    int in_channels, height, width, classes;
+    int batch;
+    int channels;        /**< C (36) */
+    int layers;          /**< cells (20); reduction cells at 1/3 and 2/3 depth */
+    int stem_multiplier; /**< 3 */
+    bool auxiliary;      /**< auxiliary head after the second reduction cell */
+    float aux_weight;    /**< weight of its loss (0.4) */
+    float momentum, weight_decay, grad_clip; /**< SGD and gradient clipping */
+    uint64_t seed;
+} ex_network_config;
+
+/** Fills c with DARTS's evaluation settings. */
+void ex_network_config_default(ex_network_config *c);
+
+/** A derived network planned on one backend. */
+typedef struct ex_network ex_network;
+
+/** Builds the network of genotype g, plans its training step and its evaluation pass on
+ *  be, and initialises its weights from the seed. */
+ex_status ex_network_new(const ex_genotype *g, const ex_network_config *c, ex_backend *be,
+                         ex_network **out, char *msg, size_t msg_len);
+
+/** Frees the network. NULL is a no-op. */
+void ex_network_free(ex_network *n);
+
+/** Sets the drop-path probability of the cells' operations (0 turns it off). The plan is
+ *  rebuilt with the same weights and optimizer state. */
+ex_status ex_network_set_drop_path(ex_network *n, float prob);
+
+/** Figures of one training step. */
+typedef struct ex_network_stats {
+    float loss;     /**< the classifier's loss (the auxiliary loss not included) */
+    float accuracy; /**< fraction correct */
+    double step_ms;
+} ex_network_stats;
+
+/** One SGD step on a batch (NCHW f32, i32 labels) with learning rate lr. */
+ex_status ex_network_step(ex_network *n, const float *x, const int32_t *y, float lr,
+                          ex_network_stats *st);
+
+/** Loss and number correct on a batch, batch norm in eval mode, no drop path. */
+ex_status ex_network_eval(ex_network *n, const float *x, const int32_t *y, float *loss,
+                          int *correct);
+
+/** Saves the weights and batch-norm statistics as safetensors with the names of DARTS's
+ *  PyTorch NetworkCIFAR (stem.0.weight, cells.0.preprocess0.op.1.weight, ...), atomically;
+ *  with optimizer, the momentum buffers too (a checkpoint). */
+ex_status ex_network_save(ex_network *n, const char *path, bool optimizer);
+
+/** Loads what ex_network_save wrote for the same genotype and configuration. */
+ex_status ex_network_load(ex_network *n, const char *path, bool optimizer);
+
+/** Number of trainable parameters. */
+int64_t ex_network_param_count(const ex_network *n);
+
+/** The message of the last failure. */
+const char *ex_network_error(const ex_network *n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,117 @@
+/* exapt — differentiable architecture search: the supernet, its architecture
+ * parameters and one search step (an architecture step, then a weight step) as one plan. */
+#ifndef EXAPT_SEARCH_H
+#define EXAPT_SEARCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "exapt/backend.h"
+#include "exapt/genotype.h"
+#include "exapt/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** How candidates are weighted and which are computed. */
+typedef enum ex_search_mode {
+    EX_SEARCH_DARTS, /**< softmax over all candidates (first or second order) */
+    EX_SEARCH_GDAS,  /**< one hard Gumbel sample per edge per step; only it is computed */
+    EX_SEARCH_TOPK,  /**< only candidates above a weight threshold, at most k, computed */
+} ex_search_mode;
+
+/** Constant name of a mode ("darts", "gdas", "topk"); ex_search_mode_parse() returns -1
+ *  for an unknown name. */
+const char *ex_search_mode_name(ex_search_mode m);
+int ex_search_mode_parse(const char *name);
+
+/** The search's configuration. ex_search_config_default() gives DARTS's search
+ *  settings (Liu et al., 2019) for 32x32x3 inputs and 10 classes. */
+typedef struct ex_search_config {
+    int in_channels, height, width, classes;
+    int batch;
+    int channels;        /**< C of the first cells (16) */
+    int layers;          /**< cells (8); reduction cells at 1/3 and 2/3 depth */
+    int steps;           /**< intermediate nodes per cell (4) */
+    int multiplier;      /**< nodes concatenated into a cell's output (4) */
+    int stem_multiplier; /**< stem channels = stem_multiplier * channels (3) */
+    int ncand;
+    ex_cand cand[EX_MAX_CANDIDATES]; /**< the candidate operations, `none` included or not */
+    ex_search_mode mode;
+    int order; /**< 1: first-order DARTS; 2: the unrolled second-order step */
+    float momentum, weight_decay, grad_clip;                  /**< weights: SGD, clip */
+    float arch_lr, arch_beta1, arch_beta2, arch_weight_decay; /**< alpha: Adam */
+    float tau_max, tau_min; /**< GDAS temperature, annealed linearly over the epochs */
+    int topk_k;             /**< top-k: at most k candidates per edge */
+    float topk_threshold;   /**< top-k: candidates below this softmax weight are pruned */
+    float entropy_weight;   /**< weight of the mean row entropy of alpha added to the
+                                 architecture loss (0: off) */
+    uint64_t seed;
+} ex_search_config;
+
+/** Fills c with DARTS's search settings. */
+void ex_search_config_default(ex_search_config *c);
+
+/** Figures of one search step. */
+typedef struct ex_search_stats {
+    float train_loss, train_acc; /**< weight step: loss and fraction correct */
+    float valid_loss, valid_acc; /**< architecture step, on the validation batch */
+    double step_ms;
+} ex_search_stats;
+
+/** A supernet planned on one backend. */
+typedef struct ex_search ex_search;
+
+/** Builds the supernet and its step, plans it on be, and initialises weights (Kaiming
+ *  uniform as PyTorch's defaults) and alpha (1e-3 N(0, 1)) from the seed. */
+ex_status ex_search_new(const ex_search_config *c, ex_backend *be, ex_search **out, char *msg,
+                        size_t msg_len);
+
+/** Frees the search. NULL is a no-op. */
+void ex_search_free(ex_search *s);
+
+/** One search step: an architecture step on the validation batch, then a weight step on
+ *  the training batch, each of config.batch images (NCHW f32) and i32 labels. lr is the
+ *  weights' learning rate for this step (the schedule is the caller's); tau the GDAS
+ *  temperature (ignored otherwise). */
+ex_status ex_search_step(ex_search *s, const float *train_x, const int32_t *train_y,
+                         const float *valid_x, const int32_t *valid_y, float lr, float tau,
+                         ex_search_stats *st);
+
+/** Evaluates the supernet (batch norm in eval mode, all candidates weighted by softmax)
+ *  on one batch: loss and number correct. */
+ex_status ex_search_eval(ex_search *s, const float *x, const int32_t *y, float *loss, int *correct);
+
+/** Number of edges of one cell: sum over steps of (2 + step). */
+int ex_search_edges(const ex_search *s);
+
+/** Copies the architecture weights, softmax(alpha) as [edges x ncand] row-major, of the
+ *  normal and the reduction cells (either may be NULL). */
+ex_status ex_search_weights(ex_search *s, float *normal, float *reduce);
+
+/** Copies the masks of the candidates computed in the last step ([edges x ncand], 1 or
+ *  0; all ones in darts mode). */
+ex_status ex_search_masks(ex_search *s, float *normal, float *reduce);
+
+/** The genotype of the current alpha (top-2 non-`none` inputs of each node). */
+ex_status ex_search_genotype(ex_search *s, ex_genotype *g);
+
+/** Saves every parameter, alpha, optimizer state and running statistic as safetensors
+ *  (PyTorch-style names), atomically. */
+ex_status ex_search_save(ex_search *s, const char *path, const char *metadata_json);
+
+/** Loads what ex_search_save wrote for the same configuration. */
+ex_status ex_search_load(ex_search *s, const char *path);
+
+/** The message of the last failure. */
+const char *ex_search_error(const ex_search *s);
+
+/** The plan behind the search (for profiling). */
+struct ex_plan *ex_search_plan(ex_search *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,401 @@
+/* The derived network object: a training stage and an evaluation stage in one plan. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "nas/derived.h"
+#include "nas/store.h"
+
+struct ex_network {
+    ex_network_config cfg;
+    ex_genotype genotype;
+    ex_backend *be;
+    ex_ctx *ctx;
+    ex_plan *plan;
+    nas_net net;
+    ex_tensor **mom;
+    ex_tensor *x, *y, *lr, *counter, *xe, *ye;
+    ex_tensor *loss, *acc, *loss_e, *acc_e;
+    float drop_prob;
+    int64_t steps_done;
+    char msg[512];
+};
+
+void ex_network_config_default(ex_network_config *c)
+{
+    if (!c)
+        return;
+    memset(c, 0, sizeof *c);
+    c->in_channels = 3;
+    c->height = c->width = 32;
+    c->classes = 10;
+    c->batch = 96;
+    c->channels = 36;
+    c->layers = 20;
+    c->stem_multiplier = 3;
+    c->auxiliary = true;
+    c->aux_weight = 0.4f;
+    c->momentum = 0.9f;
+    c->weight_decay = 3e-4f;
+    c->grad_clip = 5.0f;
+    c->seed = 0;
+}
+
+static ex_status fail(ex_network *n, ex_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static ex_status fail(ex_network *n, ex_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(n->msg, sizeof n->msg, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+static void make_momentum(ex_network *n)
+{
+    n->mom = calloc((size_t)n->net.nparams + 1, sizeof *n->mom);
+    for (int i = 0; n->mom && i < n->net.nparams; i++) {
+        char name[176];
+        snprintf(name, sizeof name, "%s.momentum_buffer", n->net.params[i].name);
+        const ex_tensor *p = n->net.params[i].t;
+        int64_t ne[4];
+        for (int d = 0; d < ex_tensor_ndim(p); d++)
+            ne[d] = ex_tensor_dim(p, d);
+        n->mom[i] = ex_state(n->ctx, EX_F32, ex_tensor_ndim(p), ne, name);
+    }
+    if (!n->mom)
+        ex_ctx_set_error(n->ctx, EX_ERR_NOMEM, "network: out of host memory");
+}
+
+static void train_step(ex_network *n)
+{
+    ex_ctx *ctx = n->ctx;
+    ex_tensor *aux = NULL;
+    n->net.train = true;
+    ex_tensor *logits = nas_derived_forward(&n->net, &n->genotype, &n->cfg, n->x, n->counter,
+                                            1.0f - n->drop_prob, &aux);
+    n->net.built = true;
+    make_momentum(n);
+    n->loss = ex_keep(ctx, ex_cross_entropy(ctx, logits, n->y));
+    n->acc = ex_keep(ctx, ex_accuracy(ctx, logits, n->y));
+    ex_tensor *total = n->loss;
+    if (aux)
+        total = ex_axpy(ctx, n->cfg.aux_weight, ex_cross_entropy(ctx, aux, n->y), n->loss);
+    int count = n->net.nparams;
+    ex_tensor **w = calloc((size_t)count + 1, sizeof *w),
+              **g = calloc((size_t)count + 1, sizeof *g),
+              **live = calloc((size_t)count + 1, sizeof *live);
+    if (!w || !g || !live || !n->mom) {
+        ex_ctx_set_error(ctx, EX_ERR_NOMEM, "network: out of host memory");
+    } else {
+        for (int i = 0; i < count; i++)
+            w[i] = n->net.params[i].t;
+        ex_graph_gradients(ctx, total, count, w, g);
+        int nl = 0;
+        for (int i = 0; i < count; i++)
+            if (g[i])
+                live[nl++] = g[i];
+        ex_tensor *norm = nl ? ex_grad_norm(ctx, nl, live) : NULL;
+        for (int i = 0; i < count; i++)
+            if (g[i])
+                ex_sgd(ctx, w[i], ex_clip(ctx, g[i], norm, n->cfg.grad_clip), n->mom[i], n->lr,
+                       n->cfg.momentum, n->cfg.weight_decay, false);
+    }
+    free(w);
+    free(g);
+    free(live);
+}
+
+static ex_status build(ex_network *n)
+{
+    ex_ctx *ctx = n->ctx = ex_ctx_new();
+    if (!ctx)
+        return fail(n, EX_ERR_NOMEM, "network: out of host memory");
+    ex_ctx_set_seed(ctx, n->cfg.seed);
+    const ex_network_config *c = &n->cfg;
+    int64_t xs[4] = {c->batch, c->in_channels, c->height, c->width}, ys = c->batch, one = 1,
+            two = 2;
+    n->x = ex_input(ctx, EX_F32, 4, xs, "x");
+    n->y = ex_input(ctx, EX_I32, 1, &ys, "y");
+    n->xe = ex_input(ctx, EX_F32, 4, xs, "eval_x");
+    n->ye = ex_input(ctx, EX_I32, 1, &ys, "eval_y");
+    n->lr = ex_input(ctx, EX_F32, 1, &one, "lr");
+    n->counter = ex_input(ctx, EX_I32, 1, &two, "counter");
+    nas_net_init(&n->net, ctx);
+    train_step(n);
+    ex_ctx_begin_stage(ctx);
+    nas_net_rebuild(&n->net, NULL);
+    n->net.train = false;
+    ex_tensor *logits =
+        nas_derived_forward(&n->net, &n->genotype, c, n->xe, n->counter, 1.0f, NULL);
+    n->loss_e = ex_keep(ctx, ex_cross_entropy(ctx, logits, n->ye));
+    n->acc_e = ex_keep(ctx, ex_accuracy(ctx, logits, n->ye));
+    ex_status st = ex_graph_plan(ctx, n->be, NULL, &n->plan);
+    if (st != EX_OK)
+        return fail(n, st, "network: %s", ex_ctx_error(ctx));
+    return EX_OK;
+}
+
+static ex_status zero_momentum(ex_network *n)
+{
+    for (int i = 0; i < n->net.nparams; i++) {
+        size_t count = (size_t)ex_tensor_numel(n->mom[i]);
+        float *z = calloc(count, sizeof *z);
+        ex_status st = z ? ex_plan_write(n->plan, n->mom[i], z, count * sizeof *z) : EX_ERR_NOMEM;
+        free(z);
+        if (st != EX_OK)
+            return fail(n, st, "network: %s", ex_plan_error(n->plan));
+    }
+    return EX_OK;
+}
+
+static void teardown(ex_network *n)
+{
+    ex_plan_free(n->plan);
+    nas_net_free(&n->net);
+    free(n->mom);
+    ex_ctx_free(n->ctx);
+    n->plan = NULL;
+    n->mom = NULL;
+    n->ctx = NULL;
+}
+
+ex_status ex_network_new(const ex_genotype *g, const ex_network_config *c, ex_backend *be,
+                         ex_network **out, char *msg, size_t msg_len)
+{
+    if (!out || !g || !c || !be) {
+        if (msg && msg_len)
+            snprintf(msg, msg_len, "network: NULL argument");
+        return EX_ERR_ARG;
+    }
+    *out = NULL;
+    if (c->batch < 2 || c->channels < 2 || c->channels % 2 || c->layers < 1 || c->classes < 2 ||
+        c->stem_multiplier < 1 || g->steps < 1 || g->steps > EX_MAX_STEPS) {
+        if (msg && msg_len)
+            snprintf(msg, msg_len,
+                     "network: bad configuration (batch, channels, layers, "
+                     "classes or genotype steps)");
+        return EX_ERR_ARG;
+    }
+    ex_network *n = calloc(1, sizeof *n);
+    if (!n)
+        return EX_ERR_NOMEM;
+    n->cfg = *c;
+    n->genotype = *g;
+    n->be = be;
+    ex_status st = build(n);
+    if (st == EX_OK && (st = nas_net_initialise(&n->net, n->plan, c->seed)) != EX_OK)
+        fail(n, st, "network: %s", ex_plan_error(n->plan));
+    if (st == EX_OK)
+        st = zero_momentum(n);
+    if (st != EX_OK) {
+        if (msg && msg_len)
+            snprintf(msg, msg_len, "%s", n->msg);
+        ex_network_free(n);
+        return st;
+    }
+    *out = n;
+    return EX_OK;
+}
+
+void ex_network_free(ex_network *n)
+{
+    if (!n)
+        return;
+    teardown(n);
+    free(n);
+}
+
+/* Every tensor the state of training consists of, in build order. */
+static nas_entry *entries(ex_network *n, bool optimizer, int *count)
+{
+    int total = n->net.nparams * 2 + n->net.nstates;
+    nas_entry *e = malloc((size_t)total * sizeof *e + 1);
+    if (!e)
+        return NULL;
+    int c = nas_net_entries(&n->net, e);
+    for (int i = 0; optimizer && i < n->net.nparams; i++)
+        e[c++] = (nas_entry){ex_tensor_name(n->mom[i]), n->mom[i]};
+    *count = c;
+    return e;
+}
+
+ex_status ex_network_set_drop_path(ex_network *n, float prob)
+{
+    if (!n)
+        return EX_ERR_ARG;
+    if (!(prob >= 0.0f && prob < 1.0f))
+        return fail(n, EX_ERR_ARG, "network: drop-path probability %g outside [0, 1)",
+                    (double)prob);
+    if (prob == n->drop_prob)
+        return EX_OK;
+    /* the keep probability is part of the graph: carry the state across a rebuild */
+    int count;
+    nas_entry *e = entries(n, true, &count);
+    size_t bytes = 0;
+    for (int i = 0; e && i < count; i++)
+        bytes += (size_t)ex_tensor_numel(e[i].t) * 4;
+    char *saved = e ? malloc(bytes + 1) : NULL;
+    if (!saved) {
+        free(e);
+        return fail(n, EX_ERR_NOMEM, "network: out of host memory");
+    }
+    ex_status st = EX_OK;
+    size_t at = 0;
+    for (int i = 0; st == EX_OK && i < count; i++) {
+        size_t sz = (size_t)ex_tensor_numel(e[i].t) * 4;
+        st = ex_plan_read(n->plan, e[i].t, saved + at, sz);
+        at += sz;
+    }
+    free(e);
+    if (st != EX_OK) {
+        free(saved);
+        return fail(n, st, "network: %s", ex_plan_error(n->plan));
+    }
+    float old = n->drop_prob;
+    teardown(n);
+    n->drop_prob = prob;
+    st = build(n);
+    if (st != EX_OK) {
+        /* put the old graph back so the network stays usable */
+        teardown(n);
+        n->drop_prob = old;
+        if (build(n) != EX_OK) {
+            free(saved);
+            return st;
+        }
+    }
+    e = entries(n, true, &count);
+    at = 0;
+    for (int i = 0; e && i < count; i++) {
+        size_t sz = (size_t)ex_tensor_numel(e[i].t) * 4;
+        ex_status wst = ex_plan_write(n->plan, e[i].t, saved + at, sz);
+        if (wst != EX_OK && st == EX_OK)
+            st = fail(n, wst, "network: %s", ex_plan_error(n->plan));
+        at += sz;
+    }
+    if (!e && st == EX_OK)
+        st = fail(n, EX_ERR_NOMEM, "network: out of host memory");
+    free(e);
+    free(saved);
+    return st;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+static ex_status write_batch(ex_network *n, ex_tensor *x, const float *xv, ex_tensor *y,
+                             const int32_t *yv)
+{
+    if (!xv || !yv)
+        return fail(n, EX_ERR_ARG, "network: batch data is NULL");
+    for (int i = 0; i < n->cfg.batch; i++)
+        if (yv[i] < 0 || yv[i] >= n->cfg.classes)
+            return fail(n, EX_ERR_ARG, "network: label %d of sample %d outside [0, %d)", yv[i], i,
+                        n->cfg.classes);
+    ex_status st = ex_plan_write(n->plan, x, xv, (size_t)ex_tensor_numel(x) * sizeof *xv);
+    if (st == EX_OK)
+        st = ex_plan_write(n->plan, y, yv, (size_t)n->cfg.batch * sizeof *yv);
+    return st == EX_OK ? EX_OK : fail(n, st, "network: %s", ex_plan_error(n->plan));
+}
+
+static ex_status read2(ex_network *n, ex_tensor *a, float *va, ex_tensor *b, float *vb)
+{
+    ex_status st = ex_plan_read(n->plan, a, va, sizeof *va);
+    if (st == EX_OK)
+        st = ex_plan_read(n->plan, b, vb, sizeof *vb);
+    return st == EX_OK ? EX_OK : fail(n, st, "network: %s", ex_plan_error(n->plan));
+}
+
+ex_status ex_network_step(ex_network *n, const float *x, const int32_t *y, float lr,
+                          ex_network_stats *out)
+{
+    if (!n)
+        return EX_ERR_ARG;
+    double t0 = now_ms();
+    ex_status st = write_batch(n, n->x, x, n->y, y);
+    int32_t counter[2] = {(int32_t)n->steps_done, (int32_t)(n->steps_done >> 31)};
+    if (st == EX_OK &&
+        ((st = ex_plan_write(n->plan, n->lr, &lr, sizeof lr)) != EX_OK ||
+         (st = ex_plan_write(n->plan, n->counter, counter, sizeof counter)) != EX_OK ||
+         (st = ex_plan_run_stage(n->plan, 0)) != EX_OK))
+        return fail(n, st, "network: %s", ex_plan_error(n->plan));
+    if (st != EX_OK)
+        return st;
+    n->steps_done++;
+    float loss = 0, correct = 0;
+    st = read2(n, n->loss, &loss, n->acc, &correct);
+    if (st == EX_OK && out)
+        *out = (ex_network_stats){loss, correct / (float)n->cfg.batch, now_ms() - t0};
+    return st;
+}
+
+ex_status ex_network_eval(ex_network *n, const float *x, const int32_t *y, float *loss,
+                          int *correct)
+{
+    if (!n)
+        return EX_ERR_ARG;
+    ex_status st = write_batch(n, n->xe, x, n->ye, y);
+    if (st == EX_OK && (st = ex_plan_run_stage(n->plan, 1)) != EX_OK)
+        return fail(n, st, "network: %s", ex_plan_error(n->plan));
+    float l = 0, c = 0;
+    if (st == EX_OK)
+        st = read2(n, n->loss_e, &l, n->acc_e, &c);
+    if (st == EX_OK && loss)
+        *loss = l;
+    if (st == EX_OK && correct)
+        *correct = (int)c;
+    return st;
+}
+
+ex_status ex_network_save(ex_network *n, const char *path, bool optimizer)
+{
+    if (!n || !path)
+        return EX_ERR_ARG;
+    int count;
+    nas_entry *e = entries(n, optimizer, &count);
+    if (!e)
+        return fail(n, EX_ERR_NOMEM, "network: out of host memory");
+    char genotype[2048], steps[32];
+    ex_genotype_format(&n->genotype, genotype, sizeof genotype);
+    snprintf(steps, sizeof steps, "%lld", (long long)n->steps_done);
+    ex_st_meta meta[3] = {{"format", "exapt-network"}, {"genotype", genotype}, {"steps", steps}};
+    ex_status st =
+        nas_store_save(n->plan, e, count, n->steps_done, meta, 3, path, n->msg, sizeof n->msg);
+    free(e);
+    return st;
+}
+
+ex_status ex_network_load(ex_network *n, const char *path, bool optimizer)
+{
+    if (!n || !path)
+        return EX_ERR_ARG;
+    int count;
+    nas_entry *e = entries(n, optimizer, &count);
+    if (!e)
+        return fail(n, EX_ERR_NOMEM, "network: out of host memory");
+    ex_status st = nas_store_load(n->plan, e, count, path, n->msg, sizeof n->msg);
+    free(e);
+    return st;
+}
+
+int64_t ex_network_param_count(const ex_network *n)
+{
+    int64_t total = 0;
+    for (int i = 0; n && i < n->net.nparams; i++)
+        total += ex_tensor_numel(n->net.params[i].t);
+    return total;
+}
+
+const char *ex_network_error(const ex_network *n)
+{
+    return n ? n->msg : "no network (NULL)";
+}

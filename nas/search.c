@@ -1,0 +1,712 @@
+/* The search: the supernet's architecture step and weight step as one planned stage,
+ * and an evaluation pass as a second stage sharing the parameters. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/philox.h"
+#include "nas/store.h"
+#include "nas/supernet.h"
+
+struct ex_search {
+    ex_search_config cfg;
+    ex_ctx *ctx;
+    ex_backend *be;
+    ex_plan *plan;
+    nas_net net;
+    int edges;
+    ex_tensor *alpha[2], *adam_m[2], *adam_v[2];
+    ex_tensor **mom; /* SGD momentum per weight */
+    ex_tensor *xt, *yt, *xv, *yv, *xe, *ye;
+    ex_tensor *lr, *ahyper, *counter, *tau, *ones;
+    ex_tensor *loss_t, *acc_t, *loss_v, *acc_v, *loss_e, *acc_e;
+    ex_tensor *mask[2]; /* masks of the weight step, kept */
+    int64_t steps_done;
+    char msg[512];
+};
+
+static const ex_cand darts_space[] = {
+    EX_CAND_NONE,         EX_CAND_MAX_POOL_3X3, EX_CAND_AVG_POOL_3X3, EX_CAND_SKIP_CONNECT,
+    EX_CAND_SEP_CONV_3X3, EX_CAND_SEP_CONV_5X5, EX_CAND_DIL_CONV_3X3, EX_CAND_DIL_CONV_5X5,
+};
+
+void ex_search_config_default(ex_search_config *c)
+{
+    if (!c)
+        return;
+    memset(c, 0, sizeof *c);
+    c->in_channels = 3;
+    c->height = c->width = 32;
+    c->classes = 10;
+    c->batch = 64;
+    c->channels = 16;
+    c->layers = 8;
+    c->steps = 4;
+    c->multiplier = 4;
+    c->stem_multiplier = 3;
+    c->ncand = (int)(sizeof darts_space / sizeof darts_space[0]);
+    memcpy(c->cand, darts_space, sizeof darts_space);
+    c->mode = EX_SEARCH_DARTS;
+    c->order = 1;
+    c->momentum = 0.9f;
+    c->weight_decay = 3e-4f;
+    c->grad_clip = 5.0f;
+    c->arch_lr = 3e-4f;
+    c->arch_beta1 = 0.5f;
+    c->arch_beta2 = 0.999f;
+    c->arch_weight_decay = 1e-3f;
+    c->tau_max = 10.0f;
+    c->tau_min = 0.1f;
+    c->topk_k = 3;
+    c->topk_threshold = 0.0f;
+    c->seed = 2;
+}
+
+const char *ex_search_mode_name(ex_search_mode m)
+{
+    switch (m) {
+    case EX_SEARCH_DARTS: return "darts";
+    case EX_SEARCH_GDAS: return "gdas";
+    case EX_SEARCH_TOPK: return "topk";
+    }
+    return "?";
+}
+
+int ex_search_mode_parse(const char *name)
+{
+    for (int m = EX_SEARCH_DARTS; name && m <= EX_SEARCH_TOPK; m++)
+        if (!strcmp(name, ex_search_mode_name((ex_search_mode)m)))
+            return m;
+    return -1;
+}
+
+static ex_status fail(ex_search *s, ex_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static ex_status fail(ex_search *s, ex_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->msg, sizeof s->msg, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+static ex_status check_config(const ex_search_config *c, char *msg, size_t len)
+{
+    const char *why = NULL;
+    if (c->in_channels < 1 || c->height < 4 || c->width < 4 || c->classes < 2 || c->batch < 2)
+        why = "input shape, classes (>= 2) or batch (>= 2)";
+    else if (c->channels < 2 || c->channels % 2 || c->layers < 1 || c->stem_multiplier < 1)
+        why = "channels (even, >= 2), layers or stem multiplier";
+    else if (c->steps < 1 || c->steps > EX_MAX_STEPS || c->multiplier < 1 ||
+             c->multiplier > c->steps)
+        why = "steps (1 to 8) or multiplier (1 to steps)";
+    else if (c->ncand < 2 || c->ncand > EX_MAX_CANDIDATES)
+        why = "number of candidates (2 to 12)";
+    else if (c->order != 1 && !(c->order == 2 && c->mode == EX_SEARCH_DARTS))
+        why = "order (1, or 2 in darts mode)";
+    else if ((unsigned)c->mode > EX_SEARCH_TOPK || c->topk_k < 1)
+        why = "mode or top-k";
+    for (int k = 0; !why && k < c->ncand; k++) {
+        if ((unsigned)c->cand[k] >= EX_CAND_COUNT)
+            why = "candidate operation";
+        for (int j = 0; !why && j < k; j++)
+            if (c->cand[j] == c->cand[k])
+                why = "candidates (each at most once)";
+    }
+    if (!why)
+        return EX_OK;
+    if (msg && len)
+        snprintf(msg, len, "search: bad configuration: %s", why);
+    return EX_ERR_ARG;
+}
+
+/* ---- graph building ---- */
+
+/* Architecture weights and candidate masks of both cell kinds, as the mode draws them. */
+static void arch_weights(ex_search *s, ex_tensor *w[2], ex_tensor *m[2], bool eval)
+{
+    for (int r = 0; r < 2; r++) {
+        ex_tensor *a = s->alpha[r];
+        if (eval || s->cfg.mode == EX_SEARCH_DARTS) {
+            w[r] = ex_softmax(s->ctx, a);
+            m[r] = s->ones;
+        } else if (s->cfg.mode == EX_SEARCH_GDAS) {
+            w[r] = ex_gumbel_softmax(s->ctx, a, s->tau, s->counter, true);
+            m[r] = w[r]; /* one-hot: only the sampled candidate runs */
+        } else {
+            w[r] = ex_softmax(s->ctx, a);
+            m[r] = ex_topk_mask(s->ctx, w[r], s->cfg.topk_k, s->cfg.topk_threshold);
+        }
+    }
+}
+
+static ex_status make_momentum(ex_search *s);
+
+/* The first call builds and registers the weights; later calls rebuild the same network
+ * (with substitute weights when given). */
+static ex_tensor *forward(ex_search *s, ex_tensor *x, ex_tensor *const *subst, bool eval)
+{
+    ex_tensor *w[2], *m[2];
+    arch_weights(s, w, m, eval);
+    bool first = !s->net.built;
+    if (!first)
+        nas_net_rebuild(&s->net, subst);
+    s->net.train = !eval;
+    bool gated = !eval && s->cfg.mode != EX_SEARCH_DARTS;
+    ex_tensor *logits = nas_supernet_forward(&s->net, &s->cfg, x, w, m, gated);
+    if (first) {
+        s->net.built = true;
+        if (make_momentum(s) != EX_OK)
+            ex_ctx_set_error(s->ctx, EX_ERR_NOMEM, "search: out of host memory");
+    }
+    if (!eval) {
+        s->mask[0] = m[0];
+        s->mask[1] = m[1];
+    }
+    return logits;
+}
+
+static int nweights(const ex_search *s)
+{
+    return s->net.nparams;
+}
+
+static ex_tensor **weight_list(ex_search *s)
+{
+    ex_tensor **w = malloc((size_t)nweights(s) * sizeof *w);
+    for (int i = 0; w && i < nweights(s); i++)
+        w[i] = s->net.params[i].t;
+    return w;
+}
+
+static ex_tensor *entropy_term(ex_search *s, ex_tensor *loss)
+{
+    if (s->cfg.entropy_weight <= 0.0f)
+        return loss;
+    ex_tensor *h =
+        ex_add(s->ctx, ex_sum(s->ctx, ex_entropy(s->ctx, ex_softmax(s->ctx, s->alpha[0])), 3u),
+               ex_sum(s->ctx, ex_entropy(s->ctx, ex_softmax(s->ctx, s->alpha[1])), 3u));
+    int64_t one = 1;
+    h = ex_reshape(s->ctx, h, 1, &one);
+    return ex_add(s->ctx, loss, ex_scale(s->ctx, h, s->cfg.entropy_weight / (2.0f * s->edges)));
+}
+
+/* d alpha of the unrolled objective (DARTS's second-order step): the validation loss at
+ * w' = w - lr (momentum buffer + dL_train/dw + wd w), minus lr times the finite-difference
+ * Hessian-vector product at w +- 0.01 dw'/|dw'|. */
+static void unrolled_alpha_grads(ex_search *s, ex_tensor *dalpha[2])
+{
+    ex_ctx *ctx = s->ctx;
+    ex_tensor *lt = ex_cross_entropy(ctx, forward(s, s->xt, NULL, false), s->yt);
+    int n = nweights(s); /* known once the first build has registered the weights */
+    ex_tensor **w = weight_list(s), **g = calloc((size_t)n, sizeof *g),
+              **wp = calloc((size_t)n, sizeof *wp), **wrt = calloc((size_t)n + 2, sizeof *wrt),
+              **gv = calloc((size_t)n + 2, sizeof *gv), **wplus = calloc((size_t)n, sizeof *wplus),
+              **wminus = calloc((size_t)n, sizeof *wminus);
+    if (!w || !g || !wp || !wrt || !gv || !wplus || !wminus) {
+        ex_ctx_set_error(ctx, EX_ERR_NOMEM, "search: out of host memory");
+        goto out;
+    }
+    ex_graph_gradients(ctx, lt, n, w, g);
+    for (int i = 0; i < n; i++) {
+        ex_tensor *d = g[i] ? ex_axpy(ctx, s->cfg.momentum, s->mom[i], g[i])
+                            : ex_scale(ctx, s->mom[i], s->cfg.momentum);
+        d = ex_axpy(ctx, s->cfg.weight_decay, w[i], d);
+        wp[i] = ex_sub(ctx, w[i], ex_mul(ctx, d, s->lr));
+    }
+    ex_tensor *logits = forward(s, s->xv, wp, false);
+    s->loss_v = ex_cross_entropy(ctx, logits, s->yv);
+    s->acc_v = ex_accuracy(ctx, logits, s->yv);
+    wrt[0] = s->alpha[0];
+    wrt[1] = s->alpha[1];
+    memcpy(wrt + 2, wp, (size_t)n * sizeof *wp);
+    ex_graph_gradients(ctx, entropy_term(s, s->loss_v), n + 2, wrt, gv);
+    int live = 0;
+    for (int i = 0; i < n; i++)
+        if (gv[2 + i])
+            wrt[live++] = gv[2 + i];
+    ex_tensor *norm = ex_grad_norm(ctx, live, wrt);
+    ex_tensor *norm6 = ex_scale(ctx, norm, 1e6f);
+    for (int i = 0; i < n; i++) {
+        /* 0.01 dw'/|dw'| through clip's max/(norm): scaled so the norm always exceeds
+         * the cap, exact to 1e-12 relative for |dw'| > 1e-8 */
+        ex_tensor *u =
+            gv[2 + i] ? ex_clip(ctx, ex_scale(ctx, gv[2 + i], 1e6f), norm6, 0.01f) : NULL;
+        wplus[i] = u ? ex_add(ctx, w[i], u) : w[i];
+        wminus[i] = u ? ex_sub(ctx, w[i], u) : w[i];
+    }
+    ex_tensor *gp[2], *gn[2];
+    ex_tensor *lp = ex_cross_entropy(ctx, forward(s, s->xt, wplus, false), s->yt);
+    ex_graph_gradients(ctx, lp, 2, s->alpha, gp);
+    ex_tensor *ln = ex_cross_entropy(ctx, forward(s, s->xt, wminus, false), s->yt);
+    ex_graph_gradients(ctx, ln, 2, s->alpha, gn);
+    for (int r = 0; r < 2; r++) {
+        /* (gp - gn) / (2R) with R = 0.01 / |dw'|: times 50 |dw'| */
+        ex_tensor *hv = ex_scale(ctx, ex_mul(ctx, ex_sub(ctx, gp[r], gn[r]), norm), 50.0f);
+        dalpha[r] = ex_sub(ctx, gv[r], ex_mul(ctx, hv, s->lr));
+    }
+out:
+    free(w);
+    free(g);
+    free(wp);
+    free(wrt);
+    free(gv);
+    free(wplus);
+    free(wminus);
+}
+
+static void arch_step(ex_search *s)
+{
+    ex_ctx *ctx = s->ctx;
+    ex_tensor *dalpha[2] = {NULL, NULL};
+    if (s->cfg.order == 2) {
+        unrolled_alpha_grads(s, dalpha);
+    } else {
+        ex_tensor *logits = forward(s, s->xv, NULL, false);
+        s->loss_v = ex_cross_entropy(ctx, logits, s->yv);
+        s->acc_v = ex_accuracy(ctx, logits, s->yv);
+        ex_graph_gradients(ctx, entropy_term(s, s->loss_v), 2, s->alpha, dalpha);
+    }
+    for (int r = 0; r < 2; r++) {
+        if (!dalpha[r])
+            continue;
+        ex_adam(ctx, s->alpha[r], dalpha[r], s->adam_m[r], s->adam_v[r], s->ahyper,
+                s->cfg.arch_beta1, s->cfg.arch_beta2, 1e-8f, s->cfg.arch_weight_decay);
+    }
+}
+
+static void weight_step(ex_search *s)
+{
+    ex_ctx *ctx = s->ctx;
+    ex_tensor *logits = forward(s, s->xt, NULL, false);
+    s->loss_t = ex_cross_entropy(ctx, logits, s->yt);
+    s->acc_t = ex_accuracy(ctx, logits, s->yt);
+    int n = nweights(s);
+    ex_tensor **w = weight_list(s), **g = calloc((size_t)n, sizeof *g),
+              **live = calloc((size_t)n, sizeof *live);
+    if (!w || !g || !live) {
+        ex_ctx_set_error(ctx, EX_ERR_NOMEM, "search: out of host memory");
+    } else {
+        ex_graph_gradients(ctx, s->loss_t, n, w, g);
+        int count = 0;
+        for (int i = 0; i < n; i++)
+            if (g[i])
+                live[count++] = g[i];
+        ex_tensor *norm = count ? ex_grad_norm(ctx, count, live) : NULL;
+        for (int i = 0; i < n; i++) {
+            if (!g[i])
+                continue; /* a weight the loss does not reach (a pruned-only path) */
+            ex_tensor *c = ex_clip(ctx, g[i], norm, s->cfg.grad_clip);
+            ex_sgd(ctx, w[i], c, s->mom[i], s->lr, s->cfg.momentum, s->cfg.weight_decay, false);
+        }
+    }
+    free(w);
+    free(g);
+    free(live);
+}
+
+static void make_leaves(ex_search *s)
+{
+    ex_ctx *ctx = s->ctx;
+    const ex_search_config *c = &s->cfg;
+    int64_t xs[4] = {c->batch, c->in_channels, c->height, c->width}, ys = c->batch;
+    int64_t one = 1, two = 2, es[2] = {s->edges, c->ncand};
+    s->xt = ex_input(ctx, EX_F32, 4, xs, "train_x");
+    s->yt = ex_input(ctx, EX_I32, 1, &ys, "train_y");
+    s->xv = ex_input(ctx, EX_F32, 4, xs, "valid_x");
+    s->yv = ex_input(ctx, EX_I32, 1, &ys, "valid_y");
+    s->xe = ex_input(ctx, EX_F32, 4, xs, "eval_x");
+    s->ye = ex_input(ctx, EX_I32, 1, &ys, "eval_y");
+    s->lr = ex_input(ctx, EX_F32, 1, &one, "lr");
+    s->ahyper = ex_input(ctx, EX_F32, 1, &two, "arch_hyper");
+    s->counter = ex_input(ctx, EX_I32, 1, &two, "counter");
+    s->tau = ex_input(ctx, EX_F32, 1, &one, "tau");
+    s->ones = ex_input(ctx, EX_F32, 2, es, "ones");
+    static const char *const names[2] = {"alphas_normal", "alphas_reduce"};
+    for (int r = 0; r < 2; r++) {
+        char n1[48], n2[48];
+        s->alpha[r] = ex_param(ctx, 2, es, names[r]);
+        snprintf(n1, sizeof n1, "%s.adam_m", names[r]);
+        snprintf(n2, sizeof n2, "%s.adam_v", names[r]);
+        s->adam_m[r] = ex_state(ctx, EX_F32, 2, es, n1);
+        s->adam_v[r] = ex_state(ctx, EX_F32, 2, es, n2);
+    }
+}
+
+static ex_status make_momentum(ex_search *s)
+{
+    s->mom = calloc((size_t)nweights(s) + 1, sizeof *s->mom);
+    if (!s->mom)
+        return EX_ERR_NOMEM;
+    for (int i = 0; i < nweights(s); i++) {
+        char name[128];
+        snprintf(name, sizeof name, "%.100s.momentum_buffer", s->net.params[i].name);
+        const ex_tensor *p = s->net.params[i].t;
+        int64_t ne[4];
+        for (int d = 0; d < ex_tensor_ndim(p); d++)
+            ne[d] = ex_tensor_dim(p, d);
+        s->mom[i] = ex_state(s->ctx, EX_F32, ex_tensor_ndim(p), ne, name);
+    }
+    return EX_OK;
+}
+
+/* Stage 0: the architecture step, then the weight step. Stage 1: evaluation. */
+static ex_status build(ex_search *s)
+{
+    ex_ctx *ctx = s->ctx;
+    make_leaves(s);
+    nas_net_init(&s->net, ctx);
+    arch_step(s);
+    weight_step(s);
+    for (int r = 0; r < 2; r++)
+        ex_keep(ctx, s->mask[r]);
+    ex_keep(ctx, s->loss_t);
+    ex_keep(ctx, s->acc_t);
+    ex_keep(ctx, s->loss_v);
+    ex_keep(ctx, s->acc_v);
+    ex_ctx_begin_stage(ctx);
+    ex_tensor *logits = forward(s, s->xe, NULL, true);
+    s->loss_e = ex_keep(ctx, ex_cross_entropy(ctx, logits, s->ye));
+    s->acc_e = ex_keep(ctx, ex_accuracy(ctx, logits, s->ye));
+    return ex_ctx_status(ctx);
+}
+
+/* ---- the object ---- */
+
+static ex_status write_zeros(ex_plan *p, ex_tensor *t)
+{
+    size_t n = (size_t)ex_tensor_numel(t);
+    float *z = calloc(n, sizeof *z);
+    if (!z)
+        return EX_ERR_NOMEM;
+    ex_status st = ex_plan_write(p, t, z, n * sizeof *z);
+    free(z);
+    return st;
+}
+
+static ex_status write_value(ex_plan *p, ex_tensor *t, float v)
+{
+    size_t n = (size_t)ex_tensor_numel(t);
+    float *z = malloc(n * sizeof *z);
+    if (!z)
+        return EX_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++)
+        z[i] = v;
+    ex_status st = ex_plan_write(p, t, z, n * sizeof *z);
+    free(z);
+    return st;
+}
+
+static ex_status initialise(ex_search *s)
+{
+    ex_plan *p = s->plan;
+    ex_status st = nas_net_initialise(&s->net, p, s->cfg.seed);
+    size_t e = (size_t)s->edges * (size_t)s->cfg.ncand;
+    float *a = malloc(e * sizeof *a);
+    if (!a)
+        return EX_ERR_NOMEM;
+    for (int r = 0; st == EX_OK && r < 2; r++) {
+        uint32_t k0 = (uint32_t)s->cfg.seed, k1 = (uint32_t)(s->cfg.seed >> 32);
+        for (size_t i = 0; i < e; i++)
+            a[i] = 1e-3f * ex_philox_normal(k0, k1, 0xA1FA, (uint32_t)r, i);
+        st = ex_plan_write(p, s->alpha[r], a, e * sizeof *a);
+        if (st == EX_OK)
+            st = write_zeros(p, s->adam_m[r]);
+        if (st == EX_OK)
+            st = write_zeros(p, s->adam_v[r]);
+    }
+    free(a);
+    for (int i = 0; st == EX_OK && i < nweights(s); i++)
+        st = write_zeros(p, s->mom[i]);
+    if (st == EX_OK)
+        st = write_value(p, s->ones, 1.0f);
+    return st;
+}
+
+ex_status ex_search_new(const ex_search_config *c, ex_backend *be, ex_search **out, char *msg,
+                        size_t msg_len)
+{
+    if (!out || !c || !be) {
+        if (msg && msg_len)
+            snprintf(msg, msg_len, "search: NULL %s", !out ? "out" : !c ? "config" : "backend");
+        return EX_ERR_ARG;
+    }
+    *out = NULL;
+    ex_status st = check_config(c, msg, msg_len);
+    if (st != EX_OK)
+        return st;
+    ex_search *s = calloc(1, sizeof *s);
+    if (!s || !(s->ctx = ex_ctx_new())) {
+        free(s);
+        if (msg && msg_len)
+            snprintf(msg, msg_len, "search: out of host memory");
+        return EX_ERR_NOMEM;
+    }
+    s->cfg = *c;
+    s->be = be;
+    s->edges = nas_cell_edges(c->steps);
+    ex_ctx_set_seed(s->ctx, c->seed);
+    st = build(s);
+    if (st == EX_OK)
+        st = ex_graph_plan(s->ctx, be, NULL, &s->plan);
+    if (st != EX_OK) {
+        if (msg && msg_len)
+            snprintf(msg, msg_len, "search: %s", ex_ctx_error(s->ctx));
+        ex_search_free(s);
+        return st;
+    }
+    st = initialise(s);
+    if (st != EX_OK) {
+        if (msg && msg_len)
+            snprintf(msg, msg_len, "search: initialising: %s", ex_plan_error(s->plan));
+        ex_search_free(s);
+        return st;
+    }
+    *out = s;
+    return EX_OK;
+}
+
+void ex_search_free(ex_search *s)
+{
+    if (!s)
+        return;
+    ex_plan_free(s->plan);
+    nas_net_free(&s->net);
+    free(s->mom);
+    ex_ctx_free(s->ctx);
+    free(s);
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+static ex_status write_batch(ex_search *s, ex_tensor *x, const float *xv, ex_tensor *y,
+                             const int32_t *yv)
+{
+    if (!xv || !yv)
+        return fail(s, EX_ERR_ARG, "search: batch data is NULL");
+    size_t n = (size_t)ex_tensor_numel(x);
+    ex_status st = ex_plan_write(s->plan, x, xv, n * sizeof *xv);
+    if (st == EX_OK)
+        st = ex_plan_write(s->plan, y, yv, (size_t)s->cfg.batch * sizeof *yv);
+    for (int i = 0; st == EX_OK && i < s->cfg.batch; i++)
+        if (yv[i] < 0 || yv[i] >= s->cfg.classes)
+            return fail(s, EX_ERR_ARG, "search: label %d of sample %d outside [0, %d)", yv[i], i,
+                        s->cfg.classes);
+    return st == EX_OK ? EX_OK : fail(s, st, "search: %s", ex_plan_error(s->plan));
+}
+
+static ex_status read_scalar(ex_search *s, ex_tensor *t, float *v)
+{
+    ex_status st = ex_plan_read(s->plan, t, v, sizeof *v);
+    return st == EX_OK ? EX_OK : fail(s, st, "search: %s", ex_plan_error(s->plan));
+}
+
+ex_status ex_search_step(ex_search *s, const float *train_x, const int32_t *train_y,
+                         const float *valid_x, const int32_t *valid_y, float lr, float tau,
+                         ex_search_stats *out)
+{
+    if (!s)
+        return EX_ERR_ARG;
+    double t0 = now_ms();
+    ex_status st = write_batch(s, s->xt, train_x, s->yt, train_y);
+    if (st == EX_OK)
+        st = write_batch(s, s->xv, valid_x, s->yv, valid_y);
+    float hyper[2] = {s->cfg.arch_lr, (float)(s->steps_done + 1)};
+    int32_t counter[2] = {(int32_t)s->steps_done, (int32_t)(s->steps_done >> 31)};
+    if (st == EX_OK)
+        st = ex_plan_write(s->plan, s->lr, &lr, sizeof lr);
+    if (st == EX_OK)
+        st = ex_plan_write(s->plan, s->tau, &tau, sizeof tau);
+    if (st == EX_OK)
+        st = ex_plan_write(s->plan, s->ahyper, hyper, sizeof hyper);
+    if (st == EX_OK)
+        st = ex_plan_write(s->plan, s->counter, counter, sizeof counter);
+    if (st == EX_OK)
+        st = ex_plan_run_stage(s->plan, 0);
+    if (st != EX_OK)
+        return s->msg[0] ? st : fail(s, st, "search: %s", ex_plan_error(s->plan));
+    s->steps_done++;
+    ex_search_stats r = {0};
+    st = read_scalar(s, s->loss_t, &r.train_loss);
+    if (st == EX_OK)
+        st = read_scalar(s, s->acc_t, &r.train_acc);
+    if (st == EX_OK)
+        st = read_scalar(s, s->loss_v, &r.valid_loss);
+    if (st == EX_OK)
+        st = read_scalar(s, s->acc_v, &r.valid_acc);
+    r.train_acc /= (float)s->cfg.batch;
+    r.valid_acc /= (float)s->cfg.batch;
+    r.step_ms = now_ms() - t0;
+    if (st == EX_OK && out)
+        *out = r;
+    return st;
+}
+
+ex_status ex_search_eval(ex_search *s, const float *x, const int32_t *y, float *loss, int *correct)
+{
+    if (!s)
+        return EX_ERR_ARG;
+    ex_status st = write_batch(s, s->xe, x, s->ye, y);
+    if (st == EX_OK && (st = ex_plan_run_stage(s->plan, 1)) != EX_OK)
+        return fail(s, st, "search: %s", ex_plan_error(s->plan));
+    float l = 0, c = 0;
+    if (st == EX_OK)
+        st = read_scalar(s, s->loss_e, &l);
+    if (st == EX_OK)
+        st = read_scalar(s, s->acc_e, &c);
+    if (st == EX_OK && loss)
+        *loss = l;
+    if (st == EX_OK && correct)
+        *correct = (int)c;
+    return st;
+}
+
+int ex_search_edges(const ex_search *s)
+{
+    return s ? s->edges : 0;
+}
+
+ex_status ex_search_weights(ex_search *s, float *normal, float *reduce)
+{
+    if (!s)
+        return EX_ERR_ARG;
+    int k = s->cfg.ncand;
+    float *out[2] = {normal, reduce};
+    for (int r = 0; r < 2; r++) {
+        if (!out[r])
+            continue;
+        ex_status st = ex_plan_read(s->plan, s->alpha[r], out[r],
+                                    (size_t)s->edges * (size_t)k * sizeof(float));
+        if (st != EX_OK)
+            return fail(s, st, "search: %s", ex_plan_error(s->plan));
+        for (int e = 0; e < s->edges; e++) {
+            float *row = out[r] + (size_t)e * (size_t)k, mx = row[0];
+            double sum = 0;
+            for (int j = 1; j < k; j++)
+                mx = row[j] > mx ? row[j] : mx;
+            for (int j = 0; j < k; j++)
+                sum += exp((double)row[j] - mx);
+            for (int j = 0; j < k; j++)
+                row[j] = (float)(exp((double)row[j] - mx) / sum);
+        }
+    }
+    return EX_OK;
+}
+
+ex_status ex_search_masks(ex_search *s, float *normal, float *reduce)
+{
+    if (!s)
+        return EX_ERR_ARG;
+    float *out[2] = {normal, reduce};
+    for (int r = 0; r < 2; r++) {
+        if (!out[r])
+            continue;
+        ex_status st = ex_plan_read(s->plan, s->mask[r], out[r],
+                                    (size_t)s->edges * (size_t)s->cfg.ncand * sizeof(float));
+        if (st != EX_OK)
+            return fail(s, st, "search: %s", ex_plan_error(s->plan));
+    }
+    return EX_OK;
+}
+
+ex_status ex_search_genotype(ex_search *s, ex_genotype *g)
+{
+    if (!s || !g)
+        return EX_ERR_ARG;
+    size_t n = (size_t)s->edges * (size_t)s->cfg.ncand;
+    float *w = malloc(2 * n * sizeof *w);
+    if (!w)
+        return fail(s, EX_ERR_NOMEM, "search: out of host memory");
+    ex_status st = ex_search_weights(s, w, w + n);
+    if (st == EX_OK)
+        st = ex_genotype_derive(w, w + n, s->cfg.steps, s->cfg.multiplier, s->cfg.ncand,
+                                s->cfg.cand, g, s->msg, sizeof s->msg);
+    free(w);
+    return st;
+}
+
+const char *ex_search_error(const ex_search *s)
+{
+    return s ? s->msg : "no search (NULL)";
+}
+
+struct ex_plan *ex_search_plan(ex_search *s)
+{
+    return s ? s->plan : NULL;
+}
+
+/* ---- checkpoints ---- */
+
+/* Every tensor a bitwise resume needs: weights, statistics, alpha, optimizer states. */
+static nas_entry *entries(ex_search *s, int *count)
+{
+    int n = s->net.nparams + s->net.nstates;
+    nas_entry *e = malloc((size_t)(2 * n + 6) * sizeof *e);
+    if (!e)
+        return NULL;
+    int c = nas_net_entries(&s->net, e);
+    for (int r = 0; r < 2; r++) {
+        e[c++] = (nas_entry){ex_tensor_name(s->alpha[r]), s->alpha[r]};
+        e[c++] = (nas_entry){ex_tensor_name(s->adam_m[r]), s->adam_m[r]};
+        e[c++] = (nas_entry){ex_tensor_name(s->adam_v[r]), s->adam_v[r]};
+    }
+    for (int i = 0; i < s->net.nparams; i++)
+        e[c++] = (nas_entry){ex_tensor_name(s->mom[i]), s->mom[i]};
+    *count = c;
+    return e;
+}
+
+ex_status ex_search_save(ex_search *s, const char *path, const char *metadata_json)
+{
+    if (!s || !path)
+        return EX_ERR_ARG;
+    int count;
+    nas_entry *e = entries(s, &count);
+    if (!e)
+        return fail(s, EX_ERR_NOMEM, "search: out of host memory");
+    char steps[32];
+    snprintf(steps, sizeof steps, "%lld", (long long)s->steps_done);
+    ex_st_meta meta[3] = {
+        {"format", "exapt-search"}, {"steps", steps}, {"user", metadata_json ? metadata_json : ""}};
+    ex_status st =
+        nas_store_save(s->plan, e, count, s->steps_done, meta, 3, path, s->msg, sizeof s->msg);
+    free(e);
+    return st;
+}
+
+ex_status ex_search_load(ex_search *s, const char *path)
+{
+    if (!s || !path)
+        return EX_ERR_ARG;
+    int count;
+    nas_entry *e = entries(s, &count);
+    if (!e)
+        return fail(s, EX_ERR_NOMEM, "search: out of host memory");
+    ex_status st = nas_store_load(s->plan, e, count, path, s->msg, sizeof s->msg);
+    free(e);
+    if (st != EX_OK)
+        return st;
+    ex_safetensors *f = NULL;
+    st = ex_safetensors_open(path, &f, s->msg, sizeof s->msg);
+    if (st == EX_OK) {
+        const char *steps = ex_safetensors_metadata(f, "steps");
+        char *end = NULL;
+        long long v = steps ? strtoll(steps, &end, 10) : -1;
+        if (!steps || *end || v < 0)
+            st = fail(s, EX_ERR_FORMAT, "search: %s has no step count", path);
+        else
+            s->steps_done = v;
+    }
+    ex_safetensors_close(f);
+    return st;
+}

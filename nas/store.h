@@ -1,0 +1,28 @@
+/* Saving and loading a plan's named tensors as safetensors, PyTorch-style. */
+#ifndef EXAPT_NAS_STORE_H
+#define EXAPT_NAS_STORE_H
+
+#include "exapt/exapt.h"
+#include "exapt/safetensors.h"
+#include "nas/net.h"
+
+typedef struct nas_entry {
+    const char *name;
+    ex_tensor *t;
+} nas_entry;
+
+/** Appends the network's parameters, then its states, to e (room for nparams +
+ *  nstates); returns the count. */
+int nas_net_entries(const nas_net *n, nas_entry *e);
+
+/** Writes the entries' current values from plan into path, atomically. Every batch norm
+ *  (a `*.running_mean` entry) also gets PyTorch's `*.num_batches_tracked` = batches. */
+ex_status nas_store_save(ex_plan *plan, const nas_entry *e, int count, int64_t batches,
+                         const ex_st_meta *meta, int nmeta, const char *path, char *msg,
+                         size_t msg_len);
+
+/** Reads every entry from path (names and shapes must match) into plan. */
+ex_status nas_store_load(ex_plan *plan, const nas_entry *e, int count, const char *path, char *msg,
+                         size_t msg_len);
+
+#endif

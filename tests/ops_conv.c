@@ -1,0 +1,353 @@
+/* Op suite: convolutions, GEMMs, pooling and batch norm. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ops_harness.h"
+#include "ref.h"
+
+/* ---- convolution: ip = stride h, w; pad h, w; dilation h, w ---- */
+
+static ex_conv_params conv_params(const env *e)
+{
+    const int *ip = e->c->ip;
+    return (ex_conv_params){{ip[0], ip[1]}, {ip[2], ip[3]}, {ip[4], ip[5]}};
+}
+
+static ref_conv ref_params(const env *e)
+{
+    const int *ip = e->c->ip;
+    return (ref_conv){{ip[0], ip[1]}, {ip[2], ip[3]}, {ip[4], ip[5]}};
+}
+
+static ex_tensor *b_conv(env *e, ex_tensor *const *x)
+{
+    ex_conv_params p = conv_params(e);
+    return ex_conv2d(e->ctx, x[0], x[1], &p);
+}
+static void r_conv(const env *e, double *y)
+{
+    ref_conv p = ref_params(e);
+    ref_conv2d(e->od[0], e->one[0], e->od[1], e->one[1], &p, y);
+}
+
+static ex_tensor *b_dwconv(env *e, ex_tensor *const *x)
+{
+    ex_conv_params p = conv_params(e);
+    return ex_dwconv2d(e->ctx, x[0], x[1], &p);
+}
+static void r_dwconv(const env *e, double *y)
+{
+    ref_conv p = ref_params(e);
+    ref_dwconv2d(e->od[0], e->one[0], e->od[1], e->one[1], &p, y);
+}
+
+#define CONV(nm, xs, ws, ...)                                                                      \
+    {                                                                                              \
+        CASE(nm, EX_OP_CONV2D, b_conv, r_conv, 2),                                                 \
+            .r = {{GIN("x"), SHAPE xs, UNI(-1, 1)}, {PAR("w"), SHAPE ws, UNI(-1, 1)}},             \
+            .ip = {__VA_ARGS__}, .bwd = B_FD                                                       \
+    }
+/* depthwise k x k, stride s, dilation d, "same" padding d (k - 1) / 2 */
+#define DW(k, s, d)                                                                                \
+    {                                                                                              \
+        CASE("dwconv2d " #k "x" #k " stride " #s " dilation " #d, EX_OP_DWCONV2D, b_dwconv,        \
+             r_dwconv, 2),                                                                         \
+            .r = {{GIN("x"), SHAPE(2, 5, 13, 11), UNI(-1, 1)},                                     \
+                  {PAR("w"), SHAPE(5, 1, k, k), UNI(-1, 1)}},                                      \
+            .ip = {s, s, d * (k - 1) / 2, d * (k - 1) / 2, d, d}, .bwd = B_FD                      \
+    }
+
+static const tcase conv_cases[] = {
+    CONV("conv2d 3x3 s1 p1", (2, 3, 9, 11), (4, 3, 3, 3), 1, 1, 1, 1, 1, 1),
+    CONV("conv2d 3x3 s2 d2 p2", (2, 4, 13, 11), (5, 4, 3, 3), 2, 2, 2, 2, 2, 2),
+    CONV("conv2d 1x7 p(0,3)", (2, 3, 7, 13), (4, 3, 1, 7), 1, 1, 0, 3, 1, 1),
+    CONV("conv2d 7x1 p(3,0)", (3, 5, 12, 7), (3, 5, 7, 1), 1, 1, 3, 0, 1, 1),
+    CONV("conv2d 1x1 s2 (factorized reduce)", (2, 4, 9, 11), (3, 4, 1, 1), 2, 2, 0, 0, 1, 1),
+    {CASE("conv2d 3x3 s1 p1 on a channel slice", EX_OP_CONV2D, b_conv, r_conv, 2),
+     .r = {{GIN("x"), SHAPE(2, 7, 10, 9), UNI(-1, 1), SLICE(1, 2, 4)},
+           {PAR("w"), SHAPE(3, 4, 3, 3), UNI(-1, 1)}},
+     .ip = {1, 1, 1, 1, 1, 1}, .bwd = B_FD},
+    DW(3, 1, 1),
+    DW(3, 1, 2),
+    DW(3, 2, 1),
+    DW(3, 2, 2),
+    DW(5, 1, 1),
+    DW(5, 1, 2),
+    DW(5, 2, 1),
+    DW(5, 2, 2),
+    DW(7, 1, 1),
+    DW(7, 1, 2),
+    DW(7, 2, 1),
+    DW(7, 2, 2),
+    {CASE("dwconv2d 3x3 on a channel slice", EX_OP_DWCONV2D, b_dwconv, r_dwconv, 2),
+     .r = {{GIN("x"), SHAPE(2, 8, 11, 13), UNI(-1, 1), SLICE(1, 3, 5)},
+           {PAR("w"), SHAPE(5, 1, 3, 3), UNI(-1, 1)}},
+     .ip = {1, 1, 1, 1, 1, 1}, .bwd = B_FD},
+    {CASE("dwconv2d 5x5 s2 of a transposed view", EX_OP_DWCONV2D, b_dwconv, r_dwconv, 2),
+     .r = {{GIN("x"), SHAPE(3, 4, 9, 12), UNI(-1, 1), TRANS(2, 3)},
+           {PAR("w"), SHAPE(4, 1, 5, 5), UNI(-1, 1)}},
+     .ip = {2, 2, 2, 2, 1, 1}, .bwd = B_FD},
+};
+
+void family_conv(void **state)
+{
+    run_table(*state, conv_cases, sizeof conv_cases / sizeof *conv_cases);
+}
+
+/* ---- GEMM-shaped ops ---- */
+
+static ex_tensor *b_pwconv(env *e, ex_tensor *const *x)
+{
+    return ex_pwconv(e->ctx, x[0], x[1]);
+}
+static void r_pwconv(const env *e, double *y)
+{
+    ref_pwconv(e->od[0], e->one[0], e->od[1], e->one[1][0], y);
+}
+
+static ex_tensor *b_matmul(env *e, ex_tensor *const *x)
+{
+    return ex_matmul(e->ctx, x[0], x[1]);
+}
+static void r_matmul(const env *e, double *y)
+{
+    ref_matmul(e->od[0], e->od[1], e->one[0][0], e->one[0][1], e->one[1][1], y);
+}
+
+static ex_tensor *b_linear(env *e, ex_tensor *const *x)
+{
+    return ex_linear(e->ctx, x[0], x[1], e->c->nr > 2 ? x[2] : NULL);
+}
+static void r_linear(const env *e, double *y)
+{
+    ref_linear(e->od[0], e->od[1], e->c->nr > 2 ? e->od[2] : NULL, e->one[0][0], e->one[0][1],
+               e->one[1][0], y);
+}
+
+static const tcase gemm_cases[] = {
+    {CASE("pwconv", EX_OP_PWCONV, b_pwconv, r_pwconv, 2),
+     .r = {{GIN("x"), SHAPE(3, 5, 7, 9), UNI(-1, 1)}, {PAR("w"), SHAPE(4, 5), UNI(-1, 1)}},
+     .bwd = B_FD},
+    {CASE("pwconv of a channel slice, transposed w", EX_OP_PWCONV, b_pwconv, r_pwconv, 2),
+     .r = {{GIN("x"), SHAPE(3, 8, 7, 9), UNI(-1, 1), SLICE(1, 1, 5)},
+           {PAR("w"), SHAPE(5, 4), UNI(-1, 1), TRANS(0, 1)}},
+     .bwd = B_FD},
+    {CASE("matmul", EX_OP_MATMUL, b_matmul, r_matmul, 2),
+     .r = {{GIN("a"), SHAPE(13, 17), UNI(-1, 1)}, {GIN("b"), SHAPE(17, 11), UNI(-1, 1)}},
+     .bwd = B_FD},
+    {CASE("matmul, a transposed", EX_OP_MATMUL, b_matmul, r_matmul, 2),
+     .r = {{GIN("a"), SHAPE(17, 13), UNI(-1, 1), TRANS(0, 1)},
+           {GIN("b"), SHAPE(17, 11), UNI(-1, 1)}},
+     .bwd = B_FD},
+    {CASE("matmul, b transposed", EX_OP_MATMUL, b_matmul, r_matmul, 2),
+     .r = {{GIN("a"), SHAPE(13, 17), UNI(-1, 1)},
+           {GIN("b"), SHAPE(11, 17), UNI(-1, 1), TRANS(0, 1)}},
+     .bwd = B_FD},
+    {CASE("matmul, both transposed", EX_OP_MATMUL, b_matmul, r_matmul, 2),
+     .r = {{GIN("a"), SHAPE(17, 13), UNI(-1, 1), TRANS(0, 1)},
+           {GIN("b"), SHAPE(11, 17), UNI(-1, 1), TRANS(0, 1)}},
+     .bwd = B_FD},
+    {CASE("matmul of a column slice", EX_OP_MATMUL, b_matmul, r_matmul, 2),
+     .r = {{GIN("a"), SHAPE(13, 23), UNI(-1, 1), SLICE(1, 4, 17)},
+           {GIN("b"), SHAPE(17, 11), UNI(-1, 1)}},
+     .bwd = B_FD},
+    {CASE("linear with bias", EX_OP_LINEAR, b_linear, r_linear, 3),
+     .r = {{GIN("x"), SHAPE(9, 17), UNI(-1, 1)},
+           {PAR("w"), SHAPE(11, 17), UNI(-1, 1)},
+           {PAR("b"), SHAPE(11), UNI(-1, 1)}},
+     .bwd = B_FD},
+    {CASE("linear without bias, x transposed", EX_OP_LINEAR, b_linear, r_linear, 2),
+     .r = {{GIN("x"), SHAPE(17, 9), UNI(-1, 1), TRANS(0, 1)},
+           {PAR("w"), SHAPE(11, 17), UNI(-1, 1)}},
+     .bwd = B_FD},
+};
+
+void family_gemm(void **state)
+{
+    run_table(*state, gemm_cases, sizeof gemm_cases / sizeof *gemm_cases);
+}
+
+/* ---- pooling: square window ip0, stride ip1, padding ip0 / 2 ---- */
+
+static ex_pool_params pool_params(const env *e)
+{
+    int k = e->c->ip[0], s = e->c->ip[1];
+    return (ex_pool_params){{k, k}, {s, s}, {k / 2, k / 2}};
+}
+
+static ref_pool ref_pool_params(const env *e)
+{
+    int k = e->c->ip[0], s = e->c->ip[1];
+    return (ref_pool){{k, k}, {s, s}, {k / 2, k / 2}};
+}
+
+static ex_tensor *b_avg_pool(env *e, ex_tensor *const *x)
+{
+    ex_pool_params p = pool_params(e);
+    return ex_avg_pool(e->ctx, x[0], &p);
+}
+static void r_avg_pool(const env *e, double *y)
+{
+    ref_pool p = ref_pool_params(e);
+    ref_avg_pool(e->od[0], e->one[0], &p, y);
+}
+
+static ex_tensor *b_max_pool(env *e, ex_tensor *const *x)
+{
+    ex_pool_params p = pool_params(e);
+    return ex_max_pool(e->ctx, x[0], &p);
+}
+static void r_max_pool(const env *e, double *y)
+{
+    ref_pool p = ref_pool_params(e);
+    ref_max_pool(e->od[0], e->one[0], &p, y);
+}
+
+static ex_tensor *b_gap(env *e, ex_tensor *const *x)
+{
+    return ex_global_avg_pool(e->ctx, x[0]);
+}
+static void r_gap(const env *e, double *y)
+{
+    ref_global_avg_pool(e->od[0], e->one[0], y);
+}
+
+#define XP SHAPE(2, 3, 11, 13)
+#define AVG(k, s)                                                                                  \
+    {                                                                                              \
+        CASE("avg_pool " #k "x" #k " stride " #s, EX_OP_AVG_POOL, b_avg_pool, r_avg_pool, 1),      \
+            .r = {{GIN("x"), XP, UNI(-1, 1)}}, .ip = {k, s}, .bwd = B_FD                           \
+    }
+/* max: no ties within the finite-difference reach (grid spacing 1e-3, step 1e-5) */
+#define MAXP(k, s)                                                                                 \
+    {                                                                                              \
+        CASE("max_pool " #k "x" #k " stride " #s, EX_OP_MAX_POOL, b_max_pool, r_max_pool, 1),      \
+            .r = {{GIN("x"), XP, DISTINCT(1e-3)}}, .ip = {k, s}, .bwd = B_FD, .step = 1e-5         \
+    }
+
+static const tcase pool_cases[] = {
+    AVG(3, 1),
+    AVG(3, 2),
+    AVG(5, 1),
+    AVG(5, 2),
+    AVG(7, 1),
+    AVG(7, 2),
+    {CASE("avg_pool 3x3 stride 2 of a channel slice", EX_OP_AVG_POOL, b_avg_pool, r_avg_pool, 1),
+     .r = {{GIN("x"), SHAPE(3, 7, 9, 12), UNI(-1, 1), SLICE(1, 2, 4)}}, .ip = {3, 2}, .bwd = B_FD},
+    MAXP(3, 1),
+    MAXP(3, 2),
+    MAXP(5, 1),
+    MAXP(5, 2),
+    MAXP(7, 1),
+    MAXP(7, 2),
+    {CASE("max_pool 3x3 stride 1 of a transposed view", EX_OP_MAX_POOL, b_max_pool, r_max_pool, 1),
+     .r = {{GIN("x"), SHAPE(2, 4, 13, 10), DISTINCT(1e-3), TRANS(2, 3)}}, .ip = {3, 1}, .bwd = B_FD,
+     .step = 1e-5},
+    {CASE("global_avg_pool", EX_OP_GLOBAL_AVG_POOL, b_gap, r_gap, 1),
+     .r = {{GIN("x"), SHAPE(3, 5, 9, 11), UNI(-1, 1)}}, .bwd = B_FD},
+    {CASE("global_avg_pool of a channel slice", EX_OP_GLOBAL_AVG_POOL, b_gap, r_gap, 1),
+     .r = {{GIN("x"), SHAPE(2, 9, 7, 13), UNI(-1, 1), SLICE(1, 3, 5)}}, .bwd = B_FD},
+};
+
+void family_pool(void **state)
+{
+    run_table(*state, pool_cases, sizeof pool_cases / sizeof *pool_cases);
+}
+
+/* ---- batch norm: roots x, running mean, running var [, gamma, beta]; ip0 = train,
+ * fp0 = eps, fp1 = momentum ---- */
+
+static ex_tensor *b_bn(env *e, ex_tensor *const *x)
+{
+    bool affine = e->c->nr > 3;
+    return ex_batch_norm(e->ctx, x[0], affine ? x[3] : NULL, affine ? x[4] : NULL, x[1], x[2],
+                         e->c->ip[0] != 0, (float)e->c->fp[0], (float)e->c->fp[1]);
+}
+
+static void r_bn(const env *e, double *y)
+{
+    bool affine = e->c->nr > 3;
+    int64_t c = e->one[0][1];
+    double *mean = xcalloc((size_t)c, sizeof *mean), *var = xcalloc((size_t)c, sizeof *var);
+    ref_batch_norm(e->od[0], e->one[0], affine ? e->od[3] : NULL, affine ? e->od[4] : NULL,
+                   e->od[1], e->od[2], e->c->ip[0], (double)(float)e->c->fp[0], y, mean, var);
+    free(mean);
+    free(var);
+}
+
+/* The running statistics after one run: updated with momentum and the unbiased variance
+ * in training, untouched in eval. */
+static void a_bn(env *e)
+{
+    int64_t c = e->one[0][1], m = e->one[0][0] * e->one[0][2] * e->one[0][3];
+    double *got[2], *want[2], *mean = xcalloc((size_t)c, sizeof *mean),
+                              *var = xcalloc((size_t)c, sizeof *var);
+    for (int k = 0; k < 2; k++) {
+        got[k] = xcalloc((size_t)c, sizeof(double));
+        want[k] = xcalloc((size_t)c, sizeof(double));
+        memcpy(want[k], e->od[1 + k], (size_t)c * sizeof(double));
+        read_f(e, e->root[1 + k], got[k], c);
+    }
+    bool affine = e->c->nr > 3;
+    if (e->c->ip[0]) {
+        ref_batch_norm(e->od[0], e->one[0], affine ? e->od[3] : NULL, affine ? e->od[4] : NULL,
+                       e->od[1], e->od[2], 1, (double)(float)e->c->fp[0], e->yr, mean, var);
+        ref_bn_running_update(mean, var, c, m, (double)(float)e->c->fp[1], want[0], want[1]);
+        check_nmse(e, "running mean", got[0], want[0], c, ex_op_tolerance(EX_OP_BN_STATS));
+        check_nmse(e, "running var", got[1], want[1], c, ex_op_tolerance(EX_OP_BN_STATS));
+    } else if (memcmp(got[0], want[0], (size_t)c * sizeof(double)) != 0 ||
+               memcmp(got[1], want[1], (size_t)c * sizeof(double)) != 0) {
+        case_fail(e, "eval mode changed the running statistics");
+    }
+    for (int k = 0; k < 2; k++) {
+        free(got[k]);
+        free(want[k]);
+    }
+    free(mean);
+    free(var);
+}
+
+#define RSTATS                                                                                     \
+    {STATE("running_mean"), SHAPE(5), UNI(-0.5, 0.5)},                                             \
+    {                                                                                              \
+        STATE("running_var"), SHAPE(5), UNI(0.5, 2)                                                \
+    }
+#define AFFINE                                                                                     \
+    {PAR("gamma"), SHAPE(5), UNI(0.5, 1.5)},                                                       \
+    {                                                                                              \
+        PAR("beta"), SHAPE(5), UNI(-0.5, 0.5)                                                      \
+    }
+#define UNPAREN(...) __VA_ARGS__
+/* x's fields in parentheses, then the affine operands if any */
+#define BN(nm, train, nr, xspec, ...)                                                              \
+    {                                                                                              \
+        CASE(nm, EX_OP_BN_APPLY, b_bn, r_bn, nr),                                                  \
+            .r = {{GIN("x"), UNPAREN xspec}, RSTATS, __VA_ARGS__}, .ip = {train},                  \
+            .fp = {1e-5, 0.1}, .bwd = B_FD, .after = a_bn                                          \
+    }
+#define X3579 (SHAPE(3, 5, 7, 9), UNI(-1, 3))
+
+static const tcase bn_cases[] = {
+    BN("batch_norm train affine", 1, 5, X3579, AFFINE),
+    BN("batch_norm train", 1, 3, X3579, {0}),
+    BN("batch_norm eval affine", 0, 5, X3579, AFFINE),
+    BN("batch_norm eval", 0, 3, X3579, {0}),
+    BN("batch_norm train affine, M = 6", 1, 5, (SHAPE(6, 5, 1, 1), UNI(-1, 3)), AFFINE),
+    BN("batch_norm train affine, channel slice", 1, 5,
+       (SHAPE(3, 8, 7, 9), UNI(-1, 3), SLICE(1, 2, 5)), AFFINE),
+    BN("batch_norm eval, transposed view", 0, 3, (SHAPE(2, 5, 11, 7), UNI(-1, 3), TRANS(2, 3)),
+       {0}),
+};
+
+void family_batchnorm(void **state)
+{
+    run_table(*state, bn_cases, sizeof bn_cases / sizeof *bn_cases);
+}

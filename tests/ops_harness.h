@@ -1,0 +1,222 @@
+/* The op suite's harness: a case is a table entry naming its operands (shape, data,
+ * optional view), a builder, and a double-precision reference. The driver builds the
+ * graph, runs it on the backend under test with poisoned memory, checks the forward
+ * result against the reference (NMSE within the op's tolerance), checks the gradient of
+ * every differentiable operand against central differences of the reference, and records
+ * which ops each plan ran so the suite can demand full coverage. */
+#ifndef EXAPT_TESTS_OPS_HARNESS_H
+#define EXAPT_TESTS_OPS_HARNESS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "exapt/exapt.h"
+
+/** Gradient bound, NMSE of the backend's gradient against central differences of the
+ *  double reference. A correct f32 implementation lands near 1e-12 (f32 rounding of
+ *  gradients accumulated over a few hundred terms, squared); the truncation error of the
+ *  differences is below 1e-11 at the steps used. 1e-8 leaves a wide margin for other
+ *  backends' summation orders and still catches any wrong term (a missing or wrong
+ *  contribution of even one element in 1e4 shows at 1e-4..1e-8). */
+#define GRAD_TOL 1e-8
+/** Default relative finite-difference step: h = STEP * max(1, |x|). */
+#define FD_STEP 1e-3
+/** Coordinates checked one by one per case, besides the directional derivative. */
+#define FD_COORDS 20
+
+#define MAX_ROOTS 8
+
+/** What the whole program shares: the backend under test and the ops seen so far. */
+typedef struct suite {
+    const char *backend_name;
+    ex_backend *be;
+    bool seen[EX_OP_COUNT];
+    bool grad_checked[EX_OP_COUNT]; /* ops whose gradient some case checked */
+    bool verbose;
+    double worst_fwd[EX_OP_COUNT]; /* largest forward NMSE / tolerance seen per op */
+    double worst_grad;             /* largest gradient NMSE seen */
+    const char *worst_grad_case;
+} suite;
+
+/** splitmix64: the tests' own generator, independent of the library's Philox. */
+typedef struct rng {
+    uint64_t s;
+} rng;
+
+uint64_t rng_next(rng *r);
+/** Uniform double in [lo, hi). */
+double rng_uniform(rng *r, double lo, double hi);
+/** Uniform integer in [0, n). */
+int64_t rng_below(rng *r, int64_t n);
+/** A generator seeded from a string (a case's name), so cases do not depend on order. */
+rng rng_from(const char *name);
+
+/* ---- the table of cases ---- */
+
+/** Kind of an operand root. */
+enum { R_IN, R_PARAM, R_STATE, R_I32 };
+/** Data of an operand root (f32 values are rounded to float before use). */
+enum {
+    G_UNI,      /* uniform [a, b) */
+    G_AWAY,     /* random sign times uniform [a, b): away from 0 (relu's kink) */
+    G_DISTINCT, /* a shuffled grid of spacing a around 0: no ties (max, max_pool) */
+    G_INT,      /* integers uniform in [a, b) (i32 roots) */
+    G_CONST,    /* every element a */
+    G_NAN       /* NaN: an operand the op must never read */
+};
+/** View applied to a root to make the op's operand. */
+enum { V_NONE, V_SLICE, V_TRANSPOSE };
+/** Backward check of a case. */
+enum {
+    B_NONE,    /* no gradient (non-differentiable op, or checked elsewhere) */
+    B_FD,      /* central differences of the reference */
+    B_IDENTITY /* straight-through: d loss / d x must be exactly r (through the view) */
+};
+
+/** One operand: a root tensor and the view of it the op receives. */
+typedef struct rspec {
+    const char *name;
+    int kind;
+    bool grad;    /* request the root's gradient (inputs) and check it */
+    bool nocheck; /* gradient requested but not checked (e.g. inactive candidates) */
+    int ndim;
+    int64_t ne[4];
+    int gen;
+    double a, b;
+    int view;
+    int v0, v1, v2; /* slice: dim, start, len; transpose: d0, d1 */
+} rspec;
+
+/* A table entry: {CASE("add", EX_OP_ADD, build, ref, 2), .r = {...}, .bwd = B_FD}. */
+#define CASE(nm, op_, build_, ref_, nr_)                                                           \
+    .name = (nm), .op = (op_), .build = (build_), .ref = (ref_), .nr = (nr_)
+/* Shorthands for the tables: {GIN("x"), SHAPE(5, 7, 11, 13), UNI(-1, 1), TRANS(2, 3)}. */
+#define NDIM(...) ((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
+#define SHAPE(...) .ndim = NDIM(__VA_ARGS__), .ne = {__VA_ARGS__}
+#define GIN(nm) .name = nm, .kind = R_IN, .grad = true
+#define IN(nm) .name = nm, .kind = R_IN
+#define PAR(nm) .name = nm, .kind = R_PARAM, .grad = true
+#define STATE(nm) .name = nm, .kind = R_STATE
+#define I32(nm) .name = nm, .kind = R_I32
+#define UNI(lo, hi) .gen = G_UNI, .a = (lo), .b = (hi)
+#define AWAY(lo, hi) .gen = G_AWAY, .a = (lo), .b = (hi)
+#define DISTINCT(spacing) .gen = G_DISTINCT, .a = (spacing)
+#define INTS(lo, hi) .gen = G_INT, .a = (lo), .b = (hi)
+#define CONST(v) .gen = G_CONST, .a = (v)
+#define POISON .gen = G_NAN
+#define SLICE(dim, start, len) .view = V_SLICE, .v0 = (dim), .v1 = (start), .v2 = (len)
+#define TRANS(d0, d1) .view = V_TRANSPOSE, .v0 = (d0), .v1 = (d1)
+
+typedef struct env env;
+typedef struct tcase tcase;
+
+/** Builds the op on the operands x (views applied); returns the output. */
+typedef ex_tensor *(*build_fn)(env *e, ex_tensor *const *x);
+/** Computes the reference output from e->od (operands as contiguous doubles). */
+typedef void (*ref_fn)(const env *e, double *y);
+/** A hook with access to everything of the running case. */
+typedef void (*hook_fn)(env *e);
+
+struct tcase {
+    const char *name;
+    ex_op op; /* the op this case checks: its plan must contain it */
+    build_fn build;
+    ref_fn ref;
+    int nr;
+    rspec r[MAX_ROOTS];
+    ref_fn dref; /* the function whose derivative the gradient is (straight-through ops);
+                    NULL: ref */
+    int ip[8];
+    double fp[4];
+    int bwd;
+    double step;     /* relative FD step; 0: FD_STEP */
+    hook_fn init;    /* adjusts generated data before it is written */
+    hook_fn prepare; /* after the run, before the reference (e.g. infers random masks) */
+    hook_fn after;   /* extra checks after forward and backward */
+    int flags;
+};
+
+/** tcase.flags */
+enum {
+    F_NORERUN = 1 /* a second run legitimately differs (optimizer steps): skip that check */
+};
+
+/** A running case. */
+struct env {
+    suite *s;
+    const tcase *c;
+    ex_ctx *ctx;
+    ex_plan *plan;
+    rng rng;
+    uint64_t seed; /* the context's Philox seed */
+    int failures;
+    /* roots and operands */
+    ex_tensor *root[MAX_ROOTS], *opnd[MAX_ROOTS];
+    int64_t rn[MAX_ROOTS]; /* root elements */
+    double *rd[MAX_ROOTS]; /* root data */
+    int ond[MAX_ROOTS];    /* operand dims */
+    int64_t one[MAX_ROOTS][4];
+    int64_t ost[MAX_ROOTS][4], ooff[MAX_ROOTS]; /* operand view of the root's elements */
+    int64_t on[MAX_ROOTS];
+    double *od[MAX_ROOTS];  /* operand data, contiguous */
+    int32_t *oi[MAX_ROOTS]; /* the same as i32 (i32 roots) */
+    /* output, loss weights, gradients */
+    ex_tensor *y, *r, *grad[MAX_ROOTS];
+    int ynd;
+    int64_t yne[4], ny;
+    char yshape[64];
+    double *yv, *yr, *rv, *gv[MAX_ROOTS];
+    void *scratch; /* case-specific, freed by the driver */
+};
+
+/* ---- helpers shared by the families ---- */
+
+/** Records a failed check of the running case with a message (does not stop it). */
+void case_fail(env *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/** Sum (y - ref)^2 / max(sum ref^2, 1e-30); NaN if y holds a NaN. */
+double nmse(const double *y, const double *ref, int64_t n);
+/** Checks nmse(y, ref) <= tol, naming what was compared. Returns whether it passed. */
+bool check_nmse(env *e, const char *what, const double *y, const double *ref, int64_t n,
+                double tol);
+/** Plans every node of ctx with poisoned memory and records the ops seen. */
+ex_status plan_graph(suite *s, ex_ctx *ctx, ex_plan **plan, char *msg, size_t len);
+/** Writes, runs, reads; false (with a recorded failure) when the library reports one. */
+bool write_f(env *e, ex_tensor *t, const double *v, int64_t n);
+bool write_i(env *e, ex_tensor *t, const int32_t *v, int64_t n);
+bool run_plan(env *e);
+bool read_f(env *e, ex_tensor *t, double *v, int64_t n);
+/** Whether the plan runs a node of op. */
+bool plan_has(const ex_plan *plan, ex_op op);
+/** Copies root k's data into operand k (through its view), and back. */
+void gather_root(env *e, int k);
+void scatter_root(env *e, int k);
+/** Output shape padded on the left to 4 dims. */
+void yshape4(const env *e, int64_t ne[4]);
+/** Reshape of the operand shape of root k padded on the left to 4 dims. */
+void shape4(const env *e, int k, int64_t ne[4]);
+/** The product of ne[0..n-1]. */
+int64_t numel_of(int n, const int64_t *ne);
+void *xcalloc(size_t n, size_t size);
+
+/** Starts a case by hand (custom checks): a fresh context seeded for the case. */
+void env_open(env *e, suite *s, const tcase *c);
+/** Frees everything env_open and the driver allocated. */
+void env_close(env *e);
+/** Runs every case of a table; fails the calling cmocka test if any check failed. */
+void run_table(suite *s, const tcase *cases, int n);
+/** Runs one case; returns its failed checks. */
+int run_case(suite *s, const tcase *c);
+
+/* ---- the families (each a cmocka test) ---- */
+void family_elementwise(void **state);
+void family_reduce(void **state);
+void family_softmax(void **state);
+void family_conv(void **state);
+void family_gemm(void **state);
+void family_pool(void **state);
+void family_batchnorm(void **state);
+void family_nas(void **state);
+void family_random(void **state);
+void family_optim(void **state);
+
+#endif

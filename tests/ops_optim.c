@@ -1,0 +1,445 @@
+/* Op suite: optimizer updates, gradient norm and clipping, random streams. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ops_harness.h"
+#include "ref.h"
+
+/* ---- optimizer steps: the updated parameter is the output; the moments are checked
+ * after the first step, then a second step runs on the persisted state ---- */
+
+/* A parameter step p1 - p0 against the reference's. The backend's p1 is an f32 number,
+ * so its rounding (2^-24 |p1| at most) is allowed on top of the op's bound. */
+static void check_step(env *e, const char *what, const double *p0, const double *p1,
+                       const double *ref1, int64_t n)
+{
+    double *d = xcalloc((size_t)n, sizeof *d), *dr = xcalloc((size_t)n, sizeof *dr);
+    double floor = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        d[i] = p1[i] - p0[i];
+        dr[i] = ref1[i] - p0[i];
+        floor += pow(0x1.0p-24 * ref1[i], 2);
+        den += dr[i] * dr[i];
+    }
+    check_nmse(e, what, d, dr, n, ex_op_tolerance(e->c->op) + 4 * floor / fmax(den, 1e-30));
+    free(d);
+    free(dr);
+}
+
+/* sgd: roots p, g, mom, lr; fp0 = momentum, fp1 = weight decay, ip0 = nesterov */
+static ex_tensor *b_sgd(env *e, ex_tensor *const *x)
+{
+    return ex_sgd(e->ctx, x[0], x[1], x[2], x[3], (float)e->c->fp[0], (float)e->c->fp[1],
+                  e->c->ip[0] != 0);
+}
+
+static void sgd_step(const env *e, double *p, const double *g, double *mom)
+{
+    ref_sgd(p, g, mom, e->on[0], e->od[3][0], (double)(float)e->c->fp[0],
+            (double)(float)e->c->fp[1], e->c->ip[0]);
+}
+
+static void r_sgd(const env *e, double *y)
+{
+    double *mom = xcalloc((size_t)e->on[0], sizeof *mom);
+    memcpy(y, e->od[0], (size_t)e->on[0] * sizeof *y);
+    memcpy(mom, e->od[2], (size_t)e->on[0] * sizeof *mom);
+    sgd_step(e, y, e->od[1], mom);
+    free(mom);
+}
+
+/* adam: roots p, g, m, v, hyper {lr, t}; fp = beta1, beta2, eps, weight decay */
+static ex_tensor *b_adam(env *e, ex_tensor *const *x)
+{
+    const double *f = e->c->fp;
+    return ex_adam(e->ctx, x[0], x[1], x[2], x[3], x[4], (float)f[0], (float)f[1], (float)f[2],
+                   (float)f[3]);
+}
+
+static void adam_step(const env *e, double *p, const double *g, double *m, double *v,
+                      const double *hyper)
+{
+    const double *f = e->c->fp;
+    ref_adam(p, g, m, v, e->on[0], hyper[0], hyper[1], (double)(float)f[0], (double)(float)f[1],
+             (double)(float)f[2], (double)(float)f[3]);
+}
+
+static void r_adam(const env *e, double *y)
+{
+    int64_t n = e->on[0];
+    double *m = xcalloc((size_t)n, sizeof *m), *v = xcalloc((size_t)n, sizeof *v);
+    memcpy(y, e->od[0], (size_t)n * sizeof *y);
+    memcpy(m, e->od[2], (size_t)n * sizeof *m);
+    memcpy(v, e->od[3], (size_t)n * sizeof *v);
+    adam_step(e, y, e->od[1], m, v, e->od[4]);
+    free(m);
+    free(v);
+}
+
+static void i_adam(env *e)
+{
+    e->rd[4][0] = (double)0.05f; /* lr */
+    e->rd[4][1] = 1;             /* t */
+}
+
+/* One reference step at time t from state (p, moments). */
+static void ref_step(const env *e, double *p, const double *g, double *const *mom, double t)
+{
+    if (e->c->op == EX_OP_ADAM) {
+        double hyper[2] = {e->od[4][0], t};
+        adam_step(e, p, g, mom[0], mom[1], hyper);
+    } else {
+        sgd_step(e, p, g, mom[0]);
+    }
+}
+
+/* Step 1's parameter change and moments, then step 2 on the persisted state with a new
+ * gradient (and t = 2 for Adam). The reference continues from its own state. */
+static void a_optim(env *e)
+{
+    int nst = e->c->op == EX_OP_ADAM ? 2 : 1; /* moments: roots 2 (and 3) */
+    int64_t n = e->on[0];
+    double *p = xcalloc((size_t)n, sizeof *p), *p1 = xcalloc((size_t)n, sizeof *p1);
+    double *got = xcalloc((size_t)n, sizeof *got), *mom[2] = {0};
+    memcpy(p, e->od[0], (size_t)n * sizeof *p);
+    for (int k = 0; k < nst; k++) {
+        mom[k] = xcalloc((size_t)n, sizeof(double));
+        memcpy(mom[k], e->od[2 + k], (size_t)n * sizeof(double));
+    }
+    ref_step(e, p, e->od[1], mom, 1);
+    check_step(e, "parameter step 1", e->od[0], e->yv, p, n);
+    for (int k = 0; k < nst; k++)
+        if (read_f(e, e->root[2 + k], got, n))
+            check_nmse(e, k ? "second moment, step 1" : "moment, step 1", got, mom[k], n,
+                       ex_op_tolerance(e->c->op));
+    for (int64_t i = 0; i < n; i++)
+        e->od[1][i] = (double)(float)rng_uniform(&e->rng, -1, 1);
+    scatter_root(e, 1);
+    bool ok = write_f(e, e->root[1], e->rd[1], e->rn[1]);
+    if (ok && nst == 2) {
+        double hyper[2] = {e->od[4][0], 2};
+        ok = write_f(e, e->root[4], hyper, 2);
+    }
+    ok = ok && run_plan(e);
+    memcpy(p1, p, (size_t)n * sizeof *p1);
+    ref_step(e, p, e->od[1], mom, 2);
+    if (ok && read_f(e, e->y, got, n))
+        check_step(e, "parameter step 2", p1, got, p, n);
+    for (int k = 0; k < nst && ok; k++)
+        if (read_f(e, e->root[2 + k], got, n))
+            check_nmse(e, k ? "second moment, step 2" : "moment, step 2", got, mom[k], n,
+                       ex_op_tolerance(e->c->op));
+    free(p);
+    free(p1);
+    free(got);
+    for (int k = 0; k < nst; k++)
+        free(mom[k]);
+}
+
+/* grad_norm of all operands */
+static ex_tensor *b_grad_norm(env *e, ex_tensor *const *x)
+{
+    return ex_grad_norm(e->ctx, e->c->nr, x);
+}
+static void r_grad_norm(const env *e, double *y)
+{
+    y[0] = ref_grad_norm(e->c->nr, (const double *const *)e->od, e->on);
+}
+
+/* clip, in place on a copy of g (so the input survives for the rerun), or on the same
+ * view of a copy of g's root; fp0 = max_norm */
+static ex_tensor *b_clip(env *e, ex_tensor *const *x)
+{
+    (void)x;
+    const rspec *r = &e->c->r[0];
+    ex_tensor *g = ex_copy(e->ctx, e->root[0]);
+    if (r->view == V_SLICE)
+        g = ex_slice(e->ctx, g, r->v0, r->v1, r->v2);
+    ex_tensor *norm = ex_grad_norm(e->ctx, 1, &g);
+    return ex_clip(e->ctx, g, norm, (float)e->c->fp[0]);
+}
+static void r_clip(const env *e, double *y)
+{
+    const double *g = e->od[0];
+    double norm = ref_grad_norm(1, &g, e->on);
+    ref_clip(g, e->on[0], norm, (double)(float)e->c->fp[0], y);
+}
+
+#define P3 SHAPE(5, 7, 11)
+#define SGD(nm, momentum, wd, nesterov, ...)                                                       \
+    {                                                                                              \
+        CASE(nm, EX_OP_SGD, b_sgd, r_sgd, 4),                                                      \
+            .r = {{PAR("p"), P3, UNI(-0.05, 0.05)},                                                \
+                  __VA_ARGS__,                                                                     \
+                  {STATE("mom"), P3, UNI(-1, 1)},                                                  \
+                  {IN("lr"), SHAPE(1), CONST(0.1)}},                                               \
+            .ip = {nesterov}, .fp = {momentum, wd}, .after = a_optim, .flags = F_NORERUN           \
+    }
+#define G3                                                                                         \
+    {                                                                                              \
+        IN("g"), P3, UNI(-1, 1)                                                                    \
+    }
+#define ADAM(nm, wd, ...)                                                                          \
+    {                                                                                              \
+        CASE(nm, EX_OP_ADAM, b_adam, r_adam, 5),                                                   \
+            .r = {{PAR("p"), P3, UNI(-0.05, 0.05)},                                                \
+                  __VA_ARGS__,                                                                     \
+                  {STATE("m"), P3, UNI(-0.1, 0.1)},                                                \
+                  {STATE("v"), P3, UNI(0, 1e-3)},                                                  \
+                  {IN("hyper"), SHAPE(2), CONST(0)}},                                              \
+            .fp = {0.9, 0.999, 1e-8, wd}, .init = i_adam, .after = a_optim, .flags = F_NORERUN     \
+    }
+
+static const tcase optim_cases[] = {
+    SGD("sgd momentum 0.9", 0.9, 0, 0, G3),
+    SGD("sgd nesterov, weight decay 0.5", 0.9, 0.5, 1, G3),
+    SGD("sgd no momentum, weight decay 0.5, g transposed", 0, 0.5, 0,
+        {IN("g"), SHAPE(11, 7, 5), UNI(-1, 1), TRANS(0, 2)}),
+    ADAM("adam", 0, G3),
+    ADAM("adam weight decay 0.5, g transposed", 0.5,
+         {IN("g"), SHAPE(11, 7, 5), UNI(-1, 1), TRANS(0, 2)}),
+    {CASE("grad_norm of three tensors, one a slice", EX_OP_GRAD_NORM, b_grad_norm, r_grad_norm, 3),
+     .r = {{IN("g0"), P3, UNI(-1, 1)},
+           {IN("g1"), SHAPE(13), UNI(-1, 1)},
+           {IN("g2"), SHAPE(3, 6, 4), UNI(-1, 1), SLICE(1, 1, 2)}},
+     .bwd = B_NONE},
+    {CASE("grad_norm of a transposed view", EX_OP_GRAD_NORM, b_grad_norm, r_grad_norm, 1),
+     .r = {{IN("g"), SHAPE(5, 13, 11, 7), UNI(-1, 1), TRANS(1, 3)}}, .bwd = B_NONE},
+    {CASE("clip below the norm", EX_OP_CLIP, b_clip, r_clip, 1), .r = {{IN("g"), P3, UNI(-1, 1)}},
+     .fp = {2}},
+    {CASE("clip above the norm", EX_OP_CLIP, b_clip, r_clip, 1), .r = {{IN("g"), P3, UNI(-1, 1)}},
+     .fp = {50}},
+    {CASE("clip of a channel slice", EX_OP_CLIP, b_clip, r_clip, 1),
+     .r = {{IN("g"), SHAPE(5, 9, 11), UNI(-1, 1), SLICE(1, 2, 5)}}, .fp = {1.5}},
+};
+
+void family_optim(void **state)
+{
+    run_table(*state, optim_cases, sizeof optim_cases / sizeof *optim_cases);
+}
+
+/* ---- random streams: the key is private to the node, so the values are checked by
+ * their distribution, by the stream's grid, and by what the counter and seed change ---- */
+
+enum { RN0 = 331, RN1 = 317, RN = RN0 * RN1 };
+
+/* Builds one random op of shape [RN0, RN1] (or [n]) per entry of ops, plans, writes the
+ * counter, runs; y[i] receives each output. */
+typedef struct rgraph {
+    ex_tensor *ctr, *t[2];
+} rgraph;
+
+static bool random_run(env *e, rgraph *g, const int32_t ctr[2], double *const *y, int nt,
+                       const int64_t *n)
+{
+    if (!e->plan) {
+        char msg[512];
+        if (plan_graph(e->s, e->ctx, &e->plan, msg, sizeof msg) != EX_OK) {
+            case_fail(e, "plan: %s", msg);
+            return false;
+        }
+    }
+    if (!write_i(e, g->ctr, ctr, 2) || !run_plan(e))
+        return false;
+    for (int k = 0; k < nt; k++)
+        if (!read_f(e, g->t[k], y[k], n[k]))
+            return false;
+    return true;
+}
+
+static double mean_of(const double *v, int64_t n)
+{
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += v[i];
+    return s / (double)n;
+}
+
+static double var_of(const double *v, int64_t n, double mu)
+{
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += (v[i] - mu) * (v[i] - mu);
+    return s / (double)n;
+}
+
+/* Fraction of elements where a and b are equal. */
+static double same_fraction(const double *a, const double *b, int64_t n)
+{
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++)
+        k += a[i] == b[i];
+    return (double)k / (double)n;
+}
+
+/* |x - mu| <= 4 sd, else a failure naming the statistic. The streams are fixed by the
+ * seeds, so a pass or a fail is repeatable; 4 sigma (a false alarm 6e-5 per statistic
+ * for a changed stream) still flags a mean off by 0.2% of the range. */
+static void near(env *e, const char *what, double x, double mu, double sd)
+{
+    if (!(fabs(x - mu) <= 4 * sd))
+        case_fail(e, "%s %.6g, expected %.6g +- %.3g (4 sigma)", what, x, mu, 4 * sd);
+}
+
+static void uniform_stats(env *e, const double *u, double lo, double hi)
+{
+    int64_t bins[16] = {0};
+    for (int64_t i = 0; i < RN; i++) {
+        if (!(u[i] >= lo && u[i] < hi)) {
+            case_fail(e, "value %.9g at %lld outside [%g, %g)", u[i], (long long)i, lo, hi);
+            return;
+        }
+        bins[(int)((u[i] - lo) / (hi - lo) * 16)]++;
+    }
+    double w = hi - lo, mu = mean_of(u, RN);
+    near(e, "mean", mu, (lo + hi) / 2, w / sqrt(12.0 * RN));
+    near(e, "variance", var_of(u, RN, mu), w * w / 12, w * w / sqrt(180.0 * RN));
+    double chi2 = 0, expect = RN / 16.0;
+    for (int b = 0; b < 16; b++)
+        chi2 += (bins[b] - expect) * (bins[b] - expect) / expect;
+    if (!(chi2 < 55)) /* 15 degrees of freedom: P(chi2 > 55) < 1e-6 */
+        case_fail(e, "chi-square of 16 bins %.1f", chi2);
+}
+
+/* u = U[-2, 3) over [331, 317] and u01 = U[0, 1) over [4096], from one counter. */
+static void random_uniform(suite *s, int *failed)
+{
+    static const tcase c = {.name = "rand_uniform", .op = EX_OP_RAND_UNIFORM};
+    env e;
+    env_open(&e, s, &c);
+    rgraph g;
+    int64_t two = 2, ne[2] = {RN0, RN1}, n[2] = {RN, 4096}, nu = 4096;
+    g.ctr = ex_input(e.ctx, EX_I32, 1, &two, "counter");
+    g.t[0] = ex_keep(e.ctx, ex_rand_uniform(e.ctx, g.ctr, 2, ne, -2, 3));
+    g.t[1] = ex_keep(e.ctx, ex_rand_uniform(e.ctx, g.ctr, 1, &nu, 0, 1));
+    double *a[2], *b[2];
+    for (int k = 0; k < 2; k++) {
+        a[k] = xcalloc((size_t)n[k], sizeof(double));
+        b[k] = xcalloc((size_t)n[k], sizeof(double));
+    }
+    const int32_t c0[2] = {3, 0}, c1[2] = {4, 0}, c2[2] = {3, 1};
+    if (random_run(&e, &g, c0, a, 2, n)) {
+        uniform_stats(&e, a[0], -2, 3);
+        for (int64_t i = 0; i < nu; i++) /* lo 0, hi 1: exactly the 24-bit grid */
+            if (!(a[1][i] >= 0 && a[1][i] < 1 && ldexp(a[1][i], 24) == floor(ldexp(a[1][i], 24)))) {
+                case_fail(&e, "U[0, 1) value %.9g at %lld is not k / 2^24", a[1][i], (long long)i);
+                break;
+            }
+        double *scaled = xcalloc((size_t)nu, sizeof *scaled);
+        for (int64_t i = 0; i < nu; i++)
+            scaled[i] = (double)(float)((a[0][i] + 2) / 5);
+        if (same_fraction(scaled, a[1], nu) > 0.01)
+            case_fail(&e, "two random nodes draw the same stream");
+        free(scaled);
+    }
+    if (random_run(&e, &g, c0, b, 2, n) && same_fraction(a[0], b[0], RN) != 1)
+        case_fail(&e, "the same counter gave other values");
+    if (random_run(&e, &g, c1, b, 2, n) && same_fraction(a[0], b[0], RN) > 0.01)
+        case_fail(&e, "counters {3, 0} and {4, 0} gave the same values");
+    if (random_run(&e, &g, c2, b, 2, n) && same_fraction(a[0], b[0], RN) > 0.01)
+        case_fail(&e, "counters {3, 0} and {3, 1} gave the same values");
+    *failed += e.failures > 0;
+    for (int k = 0; k < 2; k++) {
+        free(a[k]);
+        free(b[k]);
+    }
+    env_close(&e);
+}
+
+/* One U[0, 1) [4096] node in a fresh context seeded with seed; false on failure. */
+static bool seeded_uniform(env *parent, uint64_t seed, double *u)
+{
+    static const tcase c = {.name = "rand_uniform seeded", .op = EX_OP_RAND_UNIFORM};
+    env e;
+    env_open(&e, parent->s, &c);
+    ex_ctx_set_seed(e.ctx, seed);
+    rgraph g;
+    int64_t two = 2, n = 4096;
+    const int32_t c0[2] = {5, 0};
+    g.ctr = ex_input(e.ctx, EX_I32, 1, &two, "counter");
+    g.t[0] = ex_keep(e.ctx, ex_rand_uniform(e.ctx, g.ctr, 1, &n, 0, 1));
+    bool ok = random_run(&e, &g, c0, &u, 1, &n);
+    parent->failures += e.failures;
+    env_close(&e);
+    return ok;
+}
+
+/* The same seed gives the same stream in another context; another seed another one. */
+static void random_seeds(suite *s, int *failed)
+{
+    static const tcase c = {.name = "rand_uniform seeds", .op = EX_OP_RAND_UNIFORM};
+    env e;
+    env_open(&e, s, &c);
+    double *u[3];
+    for (int k = 0; k < 3; k++)
+        u[k] = xcalloc(4096, sizeof(double));
+    if (seeded_uniform(&e, 42, u[0]) && seeded_uniform(&e, 42, u[1]) &&
+        seeded_uniform(&e, 43, u[2])) {
+        if (same_fraction(u[0], u[1], 4096) != 1)
+            case_fail(&e, "seed 42 gave two different streams");
+        if (same_fraction(u[0], u[2], 4096) > 0.01)
+            case_fail(&e, "seeds 42 and 43 gave the same stream");
+    }
+    *failed += e.failures > 0;
+    for (int k = 0; k < 3; k++)
+        free(u[k]);
+    env_close(&e);
+}
+
+/* N(1.5, 0.5^2) over [331, 317]: moments, the 1- and 2-sigma masses, and the range
+ * Box-Muller allows with u1 >= 1e-7 (|z| <= sqrt(-2 ln 1e-7) = 5.68). */
+static void random_normal(suite *s, int *failed)
+{
+    static const tcase c = {.name = "rand_normal", .op = EX_OP_RAND_NORMAL};
+    env e;
+    env_open(&e, s, &c);
+    rgraph g;
+    int64_t two = 2, ne[2] = {RN0, RN1}, n = RN;
+    const double mu = 1.5, sd = 0.5;
+    g.ctr = ex_input(e.ctx, EX_I32, 1, &two, "counter");
+    g.t[0] = ex_keep(e.ctx, ex_rand_normal(e.ctx, g.ctr, 2, ne, (float)mu, (float)sd));
+    double *a = xcalloc(RN, sizeof *a), *b = xcalloc(RN, sizeof *b);
+    const int32_t c0[2] = {7, 2}, c1[2] = {8, 2};
+    if (random_run(&e, &g, c0, &a, 1, &n)) {
+        double m = mean_of(a, RN), v = var_of(a, RN, m), in1 = 0, in2 = 0, big = 0;
+        for (int64_t i = 0; i < RN; i++) {
+            double z = fabs(a[i] - mu) / sd;
+            in1 += z < 1;
+            in2 += z < 2;
+            big = fmax(big, z);
+        }
+        near(&e, "mean", m, mu, sd / sqrt((double)RN));
+        near(&e, "std", sqrt(v), sd, sd / sqrt(2.0 * RN));
+        near(&e, "mass within 1 sigma", in1 / RN, 0.682689, sqrt(0.682689 * 0.317311 / RN));
+        near(&e, "mass within 2 sigma", in2 / RN, 0.954500, sqrt(0.9545 * 0.0455 / RN));
+        if (!(big <= 5.7))
+            case_fail(&e, "|z| reaches %.3f sigma, beyond Box-Muller's 5.68", big);
+    }
+    if (random_run(&e, &g, c0, &b, 1, &n) && same_fraction(a, b, RN) != 1)
+        case_fail(&e, "the same counter gave other values");
+    if (random_run(&e, &g, c1, &b, 1, &n) && same_fraction(a, b, RN) > 0.01)
+        case_fail(&e, "counters {7, 2} and {8, 2} gave the same values");
+    *failed += e.failures > 0;
+    free(a);
+    free(b);
+    env_close(&e);
+}
+
+void family_random(void **state)
+{
+    suite *s = *state;
+    int failed = 0;
+    random_uniform(s, &failed);
+    random_seeds(s, &failed);
+    random_normal(s, &failed);
+    if (failed)
+        fail_msg("%d random cases failed on backend %s", failed, s->backend_name);
+}
