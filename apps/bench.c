@@ -225,11 +225,18 @@ static int open_backend(const char *name, ex_backend **be, double *peak)
             return cli_fail("bench", "cannot open backend '%s': %s", name, msg);
         return cli_fail("bench", "cannot open a backend: %s", msg);
     }
-    ex_status st = cli_measure_peak(*be, peak);
-    if (st == EX_OK)
-        return CLI_EXIT_OK;
-    const char *m = cli_backend_error(*be);
-    int rc = cli_fail("bench", "measuring bandwidth: %s", m[0] ? m : ex_status_str(st));
+    const ex_backend_caps *caps = ex_backend_get_caps(*be);
+    ex_status st = EX_OK;
+    int rc = CLI_EXIT_OK;
+    if (!(caps->features & EX_FEAT_TIMESTAMPS)) {
+        rc = cli_fail("bench", "backend %s cannot time nodes (no timestamps on %s)", caps->name,
+                      caps->device);
+    } else if ((st = cli_measure_peak(*be, peak)) != EX_OK) {
+        const char *m = cli_backend_error(*be);
+        rc = cli_fail("bench", "measuring bandwidth: %s", m[0] ? m : ex_status_str(st));
+    }
+    if (rc == CLI_EXIT_OK)
+        return rc;
     ex_backend_close(*be);
     *be = NULL;
     return rc;

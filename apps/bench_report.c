@@ -69,9 +69,21 @@ void bench_table_header(FILE *f)
     fprintf(f, "%-20s %-14s %10s %9s %7s %9s\n", "op", "shape", "ms", "GB/s", "%peak", "GFLOP/s");
 }
 
+/* A rate in a fixed width, or "-" where there is none. */
+static void put_rate(FILE *f, int width, int prec, double v)
+{
+    if (isfinite(v))
+        fprintf(f, " %*.*f", width, prec, v);
+    else
+        fprintf(f, " %*s", width, "-");
+}
+
 void bench_table_row(FILE *f, const bench_result *r, double peak_gbs)
 {
     double gbs = giga_per_s((double)r->min_bytes, r->ms);
-    fprintf(f, "%-20s %-14s %10.4f %9.2f %7.1f %9.2f\n", ex_op_name(r->op), r->shape, r->ms, gbs,
-            pct_of(gbs, peak_gbs), giga_per_s((double)r->flops, r->ms));
+    fprintf(f, "%-20s %-14s %10.4f", ex_op_name(r->op), r->shape, r->ms);
+    put_rate(f, 9, 2, gbs);
+    put_rate(f, 7, 1, pct_of(gbs, peak_gbs));
+    put_rate(f, 9, 2, giga_per_s((double)r->flops, r->ms));
+    fputc('\n', f);
 }

@@ -102,7 +102,8 @@ static void print_report(const backend_report *r)
     printf("  memory          %s\n", cli_bytes_str(r->caps.memory_bytes, b[0], sizeof b[0]));
     printf("  max allocation  %s\n", cli_bytes_str(r->caps.max_alloc_bytes, b[1], sizeof b[1]));
     printf("  max binding     %s\n", cli_bytes_str(r->caps.max_binding_bytes, b[2], sizeof b[2]));
-    printf("  threads         %d\n", r->caps.threads);
+    if (r->caps.threads > 0) /* host threads: GPU backends have none to speak of */
+        printf("  threads         %d\n", r->caps.threads);
     features_str(r->caps.features, feat, sizeof feat);
     printf("  features        %s\n", feat);
     if (r->error[0])

@@ -52,7 +52,7 @@ ex_status ex__wfile_open(ex__wfile *f, const char *path, char *msg, size_t len)
         wfile_release(f);
         return ex__msg(msg, len, EX_ERR_NOMEM, "%s: out of memory", path);
     }
-    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (f->fd < 0) {
         int e = errno;
         ex_status st =

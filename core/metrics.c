@@ -559,7 +559,7 @@ ex_status ex_metrics_sync(ex_metrics_writer *w, char *msg, size_t msg_len)
 {
     if (!w)
         return ex__msg(msg, msg_len, EX_ERR_ARG, "metrics sync: NULL writer");
-    if (fdatasync(w->fd) != 0)
+    if (fsync(w->fd) != 0)
         return ex__msg(msg, msg_len, EX_ERR_IO, "%s: cannot sync: %s", w->path, strerror(errno));
     return EX_OK;
 }

@@ -25,6 +25,14 @@ static ex_status run_nodes(ex_plan *p, int64_t first, int64_t count)
     return EX_OK;
 }
 
+ex_status ex_plan_set_profile(ex_plan *p, bool on)
+{
+    if (!p)
+        return EX_ERR_ARG;
+    p->opts.profile = on;
+    return EX_OK;
+}
+
 ex_status ex_plan_run(ex_plan *p)
 {
     return p ? run_nodes(p, 0, p->nnodes) : EX_ERR_ARG;

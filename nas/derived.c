@@ -99,6 +99,7 @@ ex_tensor *nas_derived_forward(nas_net *n, const ex_genotype *g, const ex_networ
     ex_tensor *stem = nas_bn(n, nas_conv(n, x, "0", c_stem, 3, 3, 1, 1, 1, 1, 1), "1", true);
     nas_pop(n, len);
     derived_io io = {stem, stem, c->channels, false, false};
+    ex_tensor *aux_input = NULL;
     for (int i = 0; i < c->layers; i++) {
         io.reduction = nas_is_reduction(i, c->layers);
         if (io.reduction)
@@ -111,13 +112,17 @@ ex_tensor *nas_derived_forward(nas_net *n, const ex_genotype *g, const ex_networ
         io.s0 = io.s1;
         io.s1 = out;
         io.reduction_prev = io.reduction;
-        if (i == 2 * c->layers / 3 && aux && c->auxiliary)
-            *aux = aux_head(n, out, c->classes);
+        if (i == 2 * c->layers / 3)
+            aux_input = out;
     }
     ex_ctx_set_tag(ctx, -1, -1, -1);
     ex_tensor *pooled = flatten(ctx, ex_global_avg_pool(ctx, io.s1));
     len = nas_push(n, "classifier");
     ex_tensor *logits = linear(n, pooled, c->classes);
     nas_pop(n, len);
+    /* the head's weights come last, so a build without it (evaluation) reuses the same
+     * weights in the same order */
+    if (aux && c->auxiliary && aux_input)
+        *aux = aux_head(n, aux_input, c->classes);
     return logits;
 }

@@ -9,7 +9,8 @@ if [ "$(id -u)" -ne 0 ]; then
     sudo_cmd="sudo"
 fi
 
-packages=(build-essential cmake pkg-config libopenblas-dev libcmocka-dev libjansson-dev zlib1g-dev)
+packages=(build-essential cmake pkg-config libopenblas-dev libopenblas-openmp-dev libcmocka-dev
+          libjansson-dev zlib1g-dev dataset-fashion-mnist)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -220,6 +220,43 @@ static void r_gap(const env *e, double *y)
     ref_global_avg_pool(e->od[0], e->one[0], y);
 }
 
+/* Values on a grid of 0.25 in [-1, 1]: ties in most windows. */
+static void i_quantize(env *e)
+{
+    for (int64_t i = 0; i < e->rn[0]; i++)
+        e->rd[0][i] = round(e->rd[0][i] * 4) / 4;
+}
+
+/* First (row-major) maximum of window (oh, ow) of plane x [h, w], as an index. */
+static int64_t first_max(const double *x, int64_t h, int64_t w, const ref_pool *p, int64_t oh,
+                         int64_t ow)
+{
+    int64_t best = -1;
+    for (int i = 0; i < p->kernel[0]; i++)
+        for (int j = 0; j < p->kernel[1]; j++) {
+            int64_t ih = oh * p->stride[0] - p->pad[0] + i, iw = ow * p->stride[1] - p->pad[1] + j;
+            if (ih >= 0 && ih < h && iw >= 0 && iw < w && (best < 0 || x[ih * w + iw] > x[best]))
+                best = ih * w + iw;
+        }
+    return best;
+}
+
+/* max_pool's gradient at ties: each r goes to the first maximum of its window only. */
+static void a_max_pool_ties(env *e)
+{
+    ref_pool p = ref_pool_params(e);
+    int64_t h = e->one[0][2], w = e->one[0][3], ho = e->yne[2], wo = e->yne[3];
+    double *want = xcalloc((size_t)e->on[0], sizeof *want);
+    for (int64_t c = 0; c < e->one[0][0] * e->one[0][1]; c++)
+        for (int64_t oh = 0; oh < ho; oh++)
+            for (int64_t ow = 0; ow < wo; ow++)
+                want[c * h * w + first_max(e->od[0] + c * h * w, h, w, &p, oh, ow)] +=
+                    e->rv[(c * ho + oh) * wo + ow];
+    check_nmse(e, "gradient at ties", e->gv[0], want, e->on[0],
+               ex_op_tolerance(EX_OP_MAX_POOL_BWD));
+    free(want);
+}
+
 #define XP SHAPE(2, 3, 11, 13)
 #define AVG(k, s)                                                                                  \
     {                                                                                              \
@@ -248,6 +285,12 @@ static const tcase pool_cases[] = {
     MAXP(5, 2),
     MAXP(7, 1),
     MAXP(7, 2),
+    {CASE("max_pool 3x3 stride 1 with ties", EX_OP_MAX_POOL, b_max_pool, r_max_pool, 1),
+     .r = {{GIN("x"), XP, UNI(-1, 1)}}, .ip = {3, 1}, .bwd = B_HOOK, .init = i_quantize,
+     .after = a_max_pool_ties},
+    {CASE("max_pool 5x5 stride 2 with ties", EX_OP_MAX_POOL, b_max_pool, r_max_pool, 1),
+     .r = {{GIN("x"), XP, UNI(-1, 1)}}, .ip = {5, 2}, .bwd = B_HOOK, .init = i_quantize,
+     .after = a_max_pool_ties},
     {CASE("max_pool 3x3 stride 1 of a transposed view", EX_OP_MAX_POOL, b_max_pool, r_max_pool, 1),
      .r = {{GIN("x"), SHAPE(2, 4, 13, 10), DISTINCT(1e-3), TRANS(2, 3)}}, .ip = {3, 1}, .bwd = B_FD,
      .step = 1e-5},

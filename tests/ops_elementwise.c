@@ -79,6 +79,28 @@ static void r_relu(const env *e, double *y)
 }
 
 /* fill has no operand: shape in ip[0..3], value in fp[0] */
+/* relu and axpy on an intermediate with one reader, which the planner may overwrite in
+ * place (dst == src[0]) */
+static ex_tensor *b_relu_inplace(env *e, ex_tensor *const *x)
+{
+    return ex_relu(e->ctx, ex_scale(e->ctx, x[0], 1.5f));
+}
+static void r_relu_inplace(const env *e, double *y)
+{
+    ref_scale(e->od[0], e->on[0], 1.5, y);
+    ref_relu(y, e->on[0], y);
+}
+
+static ex_tensor *b_axpy_inplace(env *e, ex_tensor *const *x)
+{
+    return ex_axpy(e->ctx, (float)e->c->fp[0], ex_scale(e->ctx, x[0], -2.0f), x[1]);
+}
+static void r_axpy_inplace(const env *e, double *y)
+{
+    ref_scale(e->od[0], e->on[0], -2.0, y);
+    ref_axpy((double)(float)e->c->fp[0], y, e->od[1], e->on[0], y);
+}
+
 static ex_tensor *b_fill(env *e, ex_tensor *const *x)
 {
     (void)x;
@@ -208,6 +230,10 @@ static const tcase elementwise_cases[] = {
      .bwd = B_FD},
     {CASE("relu channel slice", EX_OP_RELU, b_relu, r_relu, 1),
      .r = {{GIN("x"), SHAPE(5, 10, 11, 13), AWAY(0.05, 2), SLICE(1, 2, 7)}}, .bwd = B_FD},
+    {CASE("relu of an intermediate (in place)", EX_OP_RELU, b_relu_inplace, r_relu_inplace, 1),
+     .r = {{GIN("x"), X4, AWAY(0.05, 2)}}, .bwd = B_FD},
+    {CASE("axpy of an intermediate (in place)", EX_OP_AXPY, b_axpy_inplace, r_axpy_inplace, 2),
+     .r = {{GIN("x"), X4, UNI(-1, 1)}, {GIN("y"), X4, UNI(-1, 1)}}, .fp = {0.7}, .bwd = B_FD},
     {CASE("fill", EX_OP_FILL, b_fill, r_fill, 0), .r = {{0}}, .ip = {5, 7, 11, 13}, .fp = {2.5}},
     {CASE("copy of a transposed view", EX_OP_COPY, b_copy, r_copy, 1),
      .r = {{GIN("x"), SHAPE(5, 13, 11, 7), UNI(-1, 1), TRANS(1, 3)}}, .bwd = B_FD},
@@ -262,6 +288,38 @@ static void r_max(const env *e, double *y)
     r_reduce(e, y, REF_MAX);
 }
 
+/* Values on a grid of 0.25 in [-1, 1]: ties in every reduced group. */
+static void i_quantize(env *e)
+{
+    for (int64_t i = 0; i < e->rn[0]; i++)
+        e->rd[0][i] = round(e->rd[0][i] * 4) / 4;
+}
+
+/* max's gradient at ties: d loss / d x = r of its group wherever x equals the group's
+ * maximum, every tied element alike (max_bwd: "dy where x == y"). */
+static void a_max_ties(env *e)
+{
+    int64_t ne[4], i[4], k = 0, ties = 0;
+    shape4(e, 0, ne);
+    unsigned axes = (unsigned)e->c->ip[0] << (4 - e->ond[0]);
+    double *want = xcalloc((size_t)e->on[0], sizeof *want);
+    for (i[0] = 0; i[0] < ne[0]; i[0]++)
+        for (i[1] = 0; i[1] < ne[1]; i[1]++)
+            for (i[2] = 0; i[2] < ne[2]; i[2]++)
+                for (i[3] = 0; i[3] < ne[3]; i[3]++, k++) {
+                    int64_t o = 0;
+                    for (int d = 0; d < 4; d++)
+                        o = o * ((axes >> d) & 1 ? 1 : ne[d]) + ((axes >> d) & 1 ? 0 : i[d]);
+                    bool top = e->od[0][k] == e->yr[o];
+                    want[k] = top ? e->rv[o] : 0;
+                    ties += top;
+                }
+    if (ties <= e->ny)
+        case_fail(e, "the data has no ties");
+    check_nmse(e, "gradient at ties", e->gv[0], want, e->on[0], ex_op_tolerance(EX_OP_MAX_BWD));
+    free(want);
+}
+
 #define RED(nm, op_, build_, ref_, axes)                                                           \
     {                                                                                              \
         CASE(nm, op_, build_, ref_, 1), .r = {{GIN("x"), X4, UNI(-1, 1)}}, .ip = {axes},           \
@@ -298,6 +356,10 @@ static const tcase reduce_cases[] = {
     RMAX("max axes 0xc", 0xc),
     RMAX("max axes 0x6", 0x6),
     RMAX("max axes 0xf", 0xf),
+    {CASE("max axes 0x8 with ties", EX_OP_MAX, b_max, r_max, 1), .r = {{GIN("x"), X4, UNI(-1, 1)}},
+     .ip = {0x8}, .bwd = B_HOOK, .init = i_quantize, .after = a_max_ties},
+    {CASE("max axes 0x5 with ties", EX_OP_MAX, b_max, r_max, 1), .r = {{GIN("x"), X4, UNI(-1, 1)}},
+     .ip = {0x5}, .bwd = B_HOOK, .init = i_quantize, .after = a_max_ties},
     {CASE("max axes 0x9 of a transposed view", EX_OP_MAX, b_max, r_max, 1),
      .r = {{GIN("x"), SHAPE(5, 13, 11, 7), DISTINCT(1e-3), TRANS(1, 3)}}, .ip = {0x9}, .bwd = B_FD,
      .step = 1e-5},

@@ -102,8 +102,8 @@ bool check_nmse(env *e, const char *what, const double *y, const double *ref, in
     for (int64_t i = 1; i < n; i++)
         if (!(fabs(y[i] - ref[i]) <= fabs(y[worst] - ref[worst])))
             worst = i;
-    case_fail(e, "%s of %s: NMSE %.3g > %.3g (worst element %lld: %.9g, reference %.9g)", what,
-              e->yshape, err, tol, (long long)worst, y[worst], ref[worst]);
+    case_fail(e, "%s (op output %s): NMSE %.3g > %.3g (worst element %lld: %.9g, reference %.9g)",
+              what, e->yshape, err, tol, (long long)worst, y[worst], ref[worst]);
     return false;
 }
 
@@ -475,6 +475,13 @@ static bool build_case(env *e)
         e->rv[i] = (double)(float)rng_uniform(&e->rng, -1, 1);
     if (c->bwd == B_NONE)
         return true;
+    bool any = false;
+    for (int k = 0; k < c->nr; k++)
+        any |= checked(e, k);
+    if (!any) {
+        case_fail(e, "a gradient check without a differentiable operand");
+        return false;
+    }
     e->r = ex_input(e->ctx, EX_F32, e->ynd, e->yne, "r");
     ex_tensor *loss = ex_sum(e->ctx, ex_mul(e->ctx, e->y, e->r), (1u << e->ynd) - 1);
     if (ex_graph_backward(e->ctx, loss) != EX_OK) {
@@ -537,19 +544,31 @@ static void forward_check(env *e)
     check_nmse(e, "forward", e->yv, e->yr, e->ny, tol);
 }
 
-/* A second run of the same plan must give the same bits: no input was overwritten (in
- * place on a persistent tensor), nothing depends on leftovers, reductions are fixed. */
+/* Whether a second read of t (n elements) repeats v bit for bit. */
+static bool same_bits(env *e, ex_tensor *t, const double *v, int64_t n, const char *what)
+{
+    double *w = xcalloc((size_t)n, sizeof *w);
+    bool ok = read_f(e, t, w, n);
+    for (int64_t i = 0; ok && i < n; i++)
+        if (memcmp(&w[i], &v[i], sizeof *w) != 0) {
+            case_fail(e, "a second run differs in %s at %lld: %.9g, first %.9g", what, (long long)i,
+                      w[i], v[i]);
+            ok = false;
+        }
+    free(w);
+    return ok;
+}
+
+/* A second run of the same plan must give the same bits, forward and backward: no input
+ * was overwritten (in place on a persistent tensor), nothing depends on leftovers,
+ * reductions combine in a fixed order. */
 static void rerun_check(env *e)
 {
-    double *y2 = xcalloc((size_t)e->ny, sizeof *y2);
-    if (run_plan(e) && read_f(e, e->y, y2, e->ny))
-        for (int64_t i = 0; i < e->ny; i++)
-            if (memcmp(&y2[i], &e->yv[i], sizeof *y2) != 0) {
-                case_fail(e, "a second run differs at %lld: %.9g, first %.9g", (long long)i, y2[i],
-                          e->yv[i]);
-                break;
-            }
-    free(y2);
+    if (!run_plan(e) || !same_bits(e, e->y, e->yv, e->ny, "the output"))
+        return;
+    for (int k = 0; k < e->c->nr; k++)
+        if (e->grad[k] && !same_bits(e, e->grad[k], e->gv[k], e->rn[k], e->c->r[k].name))
+            return;
 }
 
 int run_case(suite *s, const tcase *c)

@@ -333,12 +333,20 @@ static void r_entropy(const env *e, double *y)
     ref_entropy(e->od[0], rows_of(e), cols_of(e), y);
 }
 
-/* Exact zeros (p log p is 0 there, by the 1e-30 floor) in every other row. */
-static void i_zeros(env *e)
+/* Exact zeros (p log p is 0 there, by the 1e-30 floor) in every other row, and tiny
+ * probabilities, whose terms the floor must leave alone, in every third. */
+static void i_tiny(env *e)
 {
     gather_root(e, 0);
-    for (int64_t r = 0; r < rows_of(e); r += 2)
-        e->od[0][r * cols_of(e) + r % cols_of(e)] = 0;
+    int64_t cols = cols_of(e);
+    for (int64_t r = 0; r < rows_of(e); r++) {
+        if (r % 2 == 0)
+            e->od[0][r * cols + r % cols] = 0;
+        if (r % 3 == 0) {
+            e->od[0][r * cols + (r + 1) % cols] = (double)1e-4f;
+            e->od[0][r * cols + (r + 3) % cols] = (double)3e-7f;
+        }
+    }
     scatter_root(e, 0);
 }
 
@@ -379,8 +387,8 @@ static const tcase nas_cases[] = {
      .r = {{GIN("p"), SHAPE(8, 7), UNI(0.05, 1)}}, .bwd = B_FD, .step = 1e-4},
     {CASE("entropy of a transposed view", EX_OP_ENTROPY, b_entropy, r_entropy, 1),
      .r = {{GIN("p"), SHAPE(7, 8), UNI(0.05, 1), TRANS(0, 1)}}, .bwd = B_FD, .step = 1e-4},
-    {CASE("entropy with zeros", EX_OP_ENTROPY, b_entropy, r_entropy, 1),
-     .r = {{IN("p"), SHAPE(8, 7), UNI(0.05, 1)}}, .init = i_zeros},
+    {CASE("entropy with zeros and tiny p", EX_OP_ENTROPY, b_entropy, r_entropy, 1),
+     .r = {{IN("p"), SHAPE(8, 7), UNI(0.05, 1)}}, .init = i_tiny},
     {CASE("topk_mask k 3", EX_OP_TOPK_MASK, b_topk, r_topk, 1),
      .r = {{IN("w"), SHAPE(9, 8), UNI(-1, 1)}}, .ip = {3}, .fp = {-0.5}, .init = i_topk},
     {CASE("topk_mask k 2 threshold 0.3", EX_OP_TOPK_MASK, b_topk, r_topk, 1),

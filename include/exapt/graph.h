@@ -57,6 +57,10 @@ void ex_plan_free(ex_plan *plan);
 /** Runs the plan once. */
 ex_status ex_plan_run(ex_plan *plan);
 
+/** Turns per-node timing on or off for the following runs (sampling: profile every
+ *  N-th step). On GPU backends a profiled run launches node by node. */
+ex_status ex_plan_set_profile(ex_plan *plan, bool on);
+
 /** Runs only the nodes of one stage (see ex_ctx_begin_stage). */
 ex_status ex_plan_run_stage(ex_plan *plan, int stage);
 

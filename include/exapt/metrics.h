@@ -159,7 +159,7 @@ ex_status ex_metrics_write_profile(ex_metrics_writer *w, const ex_metrics_profil
 ex_status ex_metrics_write_genotype(ex_metrics_writer *w, const ex_metrics_genotype *g, char *msg,
                                     size_t msg_len);
 
-/** Forces the records written so far to disk (fdatasync). Records are not synced one by
+/** Forces the records written so far to disk (fsync). Records are not synced one by
  *  one: a crashed process loses nothing, a power cut may lose the last records. */
 ex_status ex_metrics_sync(ex_metrics_writer *w, char *msg, size_t msg_len);
 
