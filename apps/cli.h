@@ -24,6 +24,8 @@ typedef int (*cli_command_fn)(const cli_global *g, int argc, char **argv);
 
 int cli_info(const cli_global *g, int argc, char **argv);
 int cli_bench(const cli_global *g, int argc, char **argv);
+int cli_search(const cli_global *g, int argc, char **argv);
+int cli_train(const cli_global *g, int argc, char **argv);
 
 /* ---- options (args.c) ---- */
 

@@ -14,6 +14,8 @@ typedef struct cli_command {
 static const cli_command commands[] = {
     {"info", cli_info, "show the version, the backends and what each device offers"},
     {"bench", cli_bench, "time every op on representative shapes (JSON)"},
+    {"search", cli_search, "search an architecture (DARTS, GDAS, top-k) on a dataset"},
+    {"train", cli_train, "train the network of a genotype from scratch"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 

@@ -118,11 +118,12 @@ static ex_status build(ex_network *n)
     ex_ctx_set_seed(ctx, n->cfg.seed);
     const ex_network_config *c = &n->cfg;
     int64_t xs[4] = {c->batch, c->in_channels, c->height, c->width}, ys = c->batch, one = 1,
-            two = 2;
+            two = 2, eb = c->eval_batch > 0 ? c->eval_batch : c->batch;
+    int64_t xes[4] = {eb, c->in_channels, c->height, c->width};
     n->x = ex_input(ctx, EX_F32, 4, xs, "x");
     n->y = ex_input(ctx, EX_I32, 1, &ys, "y");
-    n->xe = ex_input(ctx, EX_F32, 4, xs, "eval_x");
-    n->ye = ex_input(ctx, EX_I32, 1, &ys, "eval_y");
+    n->xe = ex_input(ctx, EX_F32, 4, xes, "eval_x");
+    n->ye = ex_input(ctx, EX_I32, 1, &eb, "eval_y");
     n->lr = ex_input(ctx, EX_F32, 1, &one, "lr");
     n->counter = ex_input(ctx, EX_I32, 1, &two, "counter");
     nas_net_init(&n->net, ctx);
@@ -297,13 +298,14 @@ static ex_status write_batch(ex_network *n, ex_tensor *x, const float *xv, ex_te
 {
     if (!xv || !yv)
         return fail(n, EX_ERR_ARG, "network: batch data is NULL");
-    for (int i = 0; i < n->cfg.batch; i++)
+    int64_t count = ex_tensor_numel(y);
+    for (int64_t i = 0; i < count; i++)
         if (yv[i] < 0 || yv[i] >= n->cfg.classes)
-            return fail(n, EX_ERR_ARG, "network: label %d of sample %d outside [0, %d)", yv[i], i,
-                        n->cfg.classes);
+            return fail(n, EX_ERR_ARG, "network: label %d of sample %lld outside [0, %d)", yv[i],
+                        (long long)i, n->cfg.classes);
     ex_status st = ex_plan_write(n->plan, x, xv, (size_t)ex_tensor_numel(x) * sizeof *xv);
     if (st == EX_OK)
-        st = ex_plan_write(n->plan, y, yv, (size_t)n->cfg.batch * sizeof *yv);
+        st = ex_plan_write(n->plan, y, yv, (size_t)count * sizeof *yv);
     return st == EX_OK ? EX_OK : fail(n, st, "network: %s", ex_plan_error(n->plan));
 }
 

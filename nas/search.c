@@ -315,13 +315,15 @@ static void make_leaves(ex_search *s)
     ex_ctx *ctx = s->ctx;
     const ex_search_config *c = &s->cfg;
     int64_t xs[4] = {c->batch, c->in_channels, c->height, c->width}, ys = c->batch;
+    int64_t eb = c->eval_batch > 0 ? c->eval_batch : c->batch;
+    int64_t xes[4] = {eb, c->in_channels, c->height, c->width};
     int64_t one = 1, two = 2, es[2] = {s->edges, c->ncand};
     s->xt = ex_input(ctx, EX_F32, 4, xs, "train_x");
     s->yt = ex_input(ctx, EX_I32, 1, &ys, "train_y");
     s->xv = ex_input(ctx, EX_F32, 4, xs, "valid_x");
     s->yv = ex_input(ctx, EX_I32, 1, &ys, "valid_y");
-    s->xe = ex_input(ctx, EX_F32, 4, xs, "eval_x");
-    s->ye = ex_input(ctx, EX_I32, 1, &ys, "eval_y");
+    s->xe = ex_input(ctx, EX_F32, 4, xes, "eval_x");
+    s->ye = ex_input(ctx, EX_I32, 1, &eb, "eval_y");
     s->lr = ex_input(ctx, EX_F32, 1, &one, "lr");
     s->ahyper = ex_input(ctx, EX_F32, 1, &two, "arch_hyper");
     s->counter = ex_input(ctx, EX_I32, 1, &two, "counter");
@@ -495,13 +497,14 @@ static ex_status write_batch(ex_search *s, ex_tensor *x, const float *xv, ex_ten
     if (!xv || !yv)
         return fail(s, EX_ERR_ARG, "search: batch data is NULL");
     size_t n = (size_t)ex_tensor_numel(x);
+    int64_t count = ex_tensor_numel(y);
     ex_status st = ex_plan_write(s->plan, x, xv, n * sizeof *xv);
     if (st == EX_OK)
-        st = ex_plan_write(s->plan, y, yv, (size_t)s->cfg.batch * sizeof *yv);
-    for (int i = 0; st == EX_OK && i < s->cfg.batch; i++)
+        st = ex_plan_write(s->plan, y, yv, (size_t)count * sizeof *yv);
+    for (int64_t i = 0; st == EX_OK && i < count; i++)
         if (yv[i] < 0 || yv[i] >= s->cfg.classes)
-            return fail(s, EX_ERR_ARG, "search: label %d of sample %d outside [0, %d)", yv[i], i,
-                        s->cfg.classes);
+            return fail(s, EX_ERR_ARG, "search: label %d of sample %lld outside [0, %d)", yv[i],
+                        (long long)i, s->cfg.classes);
     return st == EX_OK ? EX_OK : fail(s, st, "search: %s", ex_plan_error(s->plan));
 }
 

@@ -20,6 +20,7 @@ extern "C" {
 typedef struct ex_network_config {
     int in_channels, height, width, classes;
     int batch;
+    int eval_batch;      /**< images per ex_network_eval() call (0: batch) */
     int channels;        /**< C (36) */
     int layers;          /**< cells (20); reduction cells at 1/3 and 2/3 depth */
     int stem_multiplier; /**< 3 */
@@ -58,7 +59,8 @@ typedef struct ex_network_stats {
 ex_status ex_network_step(ex_network *n, const float *x, const int32_t *y, float lr,
                           ex_network_stats *st);
 
-/** Loss and number correct on a batch, batch norm in eval mode, no drop path. */
+/** Mean loss and number correct on a batch of config.eval_batch images, batch norm in
+ *  eval mode, no drop path. */
 ex_status ex_network_eval(ex_network *n, const float *x, const int32_t *y, float *loss,
                           int *correct);
 

@@ -32,6 +32,7 @@ int ex_search_mode_parse(const char *name);
 typedef struct ex_search_config {
     int in_channels, height, width, classes;
     int batch;
+    int eval_batch;      /**< images per ex_search_eval() call (0: batch) */
     int channels;        /**< C of the first cells (16) */
     int layers;          /**< cells (8); reduction cells at 1/3 and 2/3 depth */
     int steps;           /**< intermediate nodes per cell (4) */
@@ -81,7 +82,7 @@ ex_status ex_search_step(ex_search *s, const float *train_x, const int32_t *trai
                          ex_search_stats *st);
 
 /** Evaluates the supernet (batch norm in eval mode, all candidates weighted by softmax)
- *  on one batch: loss and number correct. */
+ *  on one batch of config.eval_batch images: mean loss and number correct. */
 ex_status ex_search_eval(ex_search *s, const float *x, const int32_t *y, float *loss, int *correct);
 
 /** Number of edges of one cell: sum over steps of (2 + step). */

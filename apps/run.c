@@ -1,0 +1,151 @@
+/* Shared pieces of the search and training commands. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "run.h"
+
+/* The one piece of process state: set by the signal handler, read by the loops. */
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+void run_catch_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+bool run_stop_requested(void)
+{
+    return stop_requested != 0;
+}
+
+double run_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int run_load(const char *dir, const char *name, ex_data_split split, int64_t limit,
+             ex_dataset **out, const char *cmd)
+{
+    char msg[512];
+    ex_dataset *ds = NULL;
+    if (ex_dataset_load(dir, name, split, &ds, msg, sizeof msg) != EX_OK)
+        return cli_fail(cmd, "%s", msg);
+    int64_t n = ex_dataset_count(ds);
+    if (limit > 0 && limit < n) {
+        ex_dataset *head = NULL, *rest = NULL;
+        ex_status st =
+            ex_dataset_split(ds, (double)limit / (double)n, &head, &rest, msg, sizeof msg);
+        ex_dataset_free(ds);
+        ex_dataset_free(rest);
+        if (st != EX_OK)
+            return cli_fail(cmd, "%s", msg);
+        ds = head;
+    }
+    *out = ds;
+    return CLI_EXIT_OK;
+}
+
+int run_eval_batch(int64_t n, int cap)
+{
+    for (int b = cap; b > 1; b--)
+        if (n % b == 0)
+            return b;
+    return 1;
+}
+
+int run_loader(const ex_dataset *ds, bool train, int batch, uint64_t seed, int cutout,
+               ex_loader **out, const char *cmd)
+{
+    char msg[512];
+    ex_loader_opts o = ex_loader_opts_default(ds, train);
+    o.batch = batch;
+    o.seed = seed;
+    o.drop_last = train;
+    o.prefetch = 2;
+    if (train)
+        o.augment.cutout = cutout;
+    if (ex_loader_new(ds, &o, out, msg, sizeof msg) != EX_OK)
+        return cli_fail(cmd, "%s", msg);
+    return CLI_EXIT_OK;
+}
+
+float run_cosine(float hi, float lo, int epoch, int epochs)
+{
+    if (epochs <= 0)
+        return hi;
+    return lo + 0.5f * (hi - lo) *
+                    (1.0f + (float)cos(3.14159265358979323846 * (double)epoch / (double)epochs));
+}
+
+int run_mkdir(const char *dir, const char *cmd)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s", dir);
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(path, 0777) != 0 && errno != EEXIST)
+            return cli_fail(cmd, "cannot create %s: %s", path, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(path, 0777) != 0 && errno != EEXIST)
+        return cli_fail(cmd, "cannot create %s: %s", path, strerror(errno));
+    return CLI_EXIT_OK;
+}
+
+const char *run_path(char *buf, size_t len, const char *dir, const char *name)
+{
+    snprintf(buf, len, "%s/%s", dir, name);
+    return buf;
+}
+
+static void clock_str(double s, char *buf, size_t len)
+{
+    long t = s > 0 && s < 1e8 ? (long)(s + 0.5) : 0;
+    if (t >= 3600)
+        snprintf(buf, len, "%ldh%02ldm", t / 3600, t / 60 % 60);
+    else
+        snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
+}
+
+void run_progress(const char *what, int epoch, int epochs, int64_t step, int64_t steps,
+                  const char *figures, double images_per_s, double eta_s)
+{
+    char eta[32];
+    clock_str(eta_s, eta, sizeof eta);
+    fprintf(stderr, "%s epoch %d/%d step %lld/%lld | %s | %.1f img/s | ETA %s\n", what, epoch + 1,
+            epochs, (long long)step, (long long)steps, figures, images_per_s, eta);
+}
+
+void run_keep_previous(const char *path)
+{
+    /* a hard link keeps the current checkpoint as .prev while path itself stays complete;
+     * the next save then replaces path atomically */
+    char prev[4200], tmp[4210];
+    snprintf(prev, sizeof prev, "%s.prev", path);
+    snprintf(tmp, sizeof tmp, "%s.prev.tmp", path);
+    unlink(tmp);
+    if (link(path, tmp) == 0 && rename(tmp, prev) != 0)
+        unlink(tmp);
+}

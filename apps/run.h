@@ -1,0 +1,48 @@
+/* What `exapt search` and `exapt train` share: data, schedules, progress, checkpoints
+ * and the interrupt flag. Application code, not part of the library. */
+#ifndef EXAPT_APPS_RUN_H
+#define EXAPT_APPS_RUN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "exapt/exapt.h"
+
+/** Loads split of dataset name from dir, keeping its first `limit` samples (0: all). */
+int run_load(const char *dir, const char *name, ex_data_split split, int64_t limit,
+             ex_dataset **out, const char *cmd);
+
+/** The largest divisor of n that is at most cap: an evaluation batch that covers a
+ *  dataset exactly. */
+int run_eval_batch(int64_t n, int cap);
+
+/** A loader over ds in its training or evaluation configuration. */
+int run_loader(const ex_dataset *ds, bool train, int batch, uint64_t seed, int cutout,
+               ex_loader **out, const char *cmd);
+
+/** Cosine schedule from hi to lo over `epochs` (per epoch, as DARTS). */
+float run_cosine(float hi, float lo, int epoch, int epochs);
+
+/** Installs SIGINT/SIGTERM handlers that ask the run to stop at the next step. */
+void run_catch_signals(void);
+/** Whether a stop was asked for. */
+bool run_stop_requested(void);
+
+/** Seconds on the monotonic clock. */
+double run_now(void);
+
+/** Creates dir (and its parents) if missing. */
+int run_mkdir(const char *dir, const char *cmd);
+
+/** Joins dir and name into buf. */
+const char *run_path(char *buf, size_t len, const char *dir, const char *name);
+
+/** Prints a progress line: what, epoch, step, figures, throughput and time left. */
+void run_progress(const char *what, int epoch, int epochs, int64_t step, int64_t steps,
+                  const char *figures, double images_per_s, double eta_s);
+
+/** Keeps the checkpoint at path as path.prev (path itself is untouched), before a save
+ *  replaces path: a crash at any moment leaves a complete checkpoint. */
+void run_keep_previous(const char *path);
+
+#endif

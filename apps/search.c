@@ -1,0 +1,605 @@
+/* exapt search: a differentiable architecture search on a dataset, with a metrics log,
+ * checkpoints, resume, and (preset quick) the training of the network it finds. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "exapt/search.h"
+#include "options.h"
+#include "run.h"
+#include "train_run.h"
+
+static const char search_usage[] =
+    "usage: exapt search [options]\n"
+    "  --preset NAME        darts (DARTS's search, default) or quick (a small search on a\n"
+    "                       subset, then training of the network found; minutes on a CPU)\n"
+    "  --backend NAME       backend (beats EXAPT_BACKEND)\n"
+    "  --mode MODE          darts, gdas or topk\n"
+    "  --order N            1 or 2 (second-order DARTS)\n"
+    "  --data DIR           dataset directory (default /usr/share/datasets/fashion-mnist)\n"
+    "  --dataset NAME       fashion-mnist, mnist, cifar10 or auto\n"
+    "  --limit N            use the first N training images (0: all)\n"
+    "  --train-portion P    share of them for weights; the rest updates alpha (0.5)\n"
+    "  --epochs N --batch N --channels N --layers N --steps N\n"
+    "  --lr X --lr-min X --arch-lr X --topk K --entropy W --seed N\n"
+    "  --out DIR            where genotype.txt/json, metrics.jsonl, checkpoints go (run)\n"
+    "  --resume DIR         continue an interrupted search from its last checkpoint\n"
+    "  --train-epochs N     after searching, train the derived network N epochs (quick: 1)\n"
+    "  --profile-every N    profile one step in N (metrics profile records; 0: off)\n";
+
+typedef struct search_args {
+    const char *preset, *backend, *mode, *data, *dataset, *out, *resume;
+    long order, epochs, batch, channels, layers, steps, topk, seed, limit, train_epochs,
+        profile_every;
+    double portion, lr, lr_min, arch_lr, entropy;
+    bool set_order, set_epochs, set_batch, set_channels, set_layers, set_steps, set_topk, set_seed,
+        set_limit, set_portion, set_lr, set_lr_min, set_arch_lr, set_entropy, set_train_epochs;
+} search_args;
+
+/* The search proper: configuration, data, and where it stands. */
+typedef struct search_run {
+    ex_search_config cfg;
+    int epochs;
+    float lr, lr_min;
+    int64_t limit;
+    double portion;
+    int train_epochs;
+    long profile_every;
+    const char *out;
+    ex_backend *be;
+    ex_search *s;
+    ex_dataset *train_set, *valid_set;
+    ex_loader *train, *valid;
+    ex_metrics_writer *log;
+    int epoch;
+    int64_t step, global_step;
+    float *xt, *xv;
+    int32_t *yt, *yv;
+} search_run;
+
+static void preset(search_run *r, bool quick)
+{
+    ex_search_config_default(&r->cfg);
+    r->epochs = 50;
+    r->lr = 0.025f;
+    r->lr_min = 0.001f;
+    r->portion = 0.5;
+    r->limit = 0;
+    r->train_epochs = 0;
+    if (!quick)
+        return;
+    /* small enough that search and training fit in minutes on two cores */
+    r->cfg.channels = 6;
+    r->cfg.layers = 5;
+    r->cfg.steps = 3;
+    r->cfg.multiplier = 3;
+    r->cfg.arch_lr = 3e-3f; /* alpha moves visibly within one short epoch */
+    r->epochs = 1;
+    r->limit = 4000;
+    r->train_epochs = 1;
+}
+
+static int apply_args(search_run *r, const search_args *a)
+{
+    const char *cmd = "search";
+    if (a->mode) {
+        int m = ex_search_mode_parse(a->mode);
+        if (m < 0)
+            return cli_usage_error(cmd, search_usage, "unknown mode '%s'", a->mode);
+        r->cfg.mode = (ex_search_mode)m;
+    }
+    if (a->set_order)
+        r->cfg.order = (int)a->order;
+    if (a->set_epochs)
+        r->epochs = (int)a->epochs;
+    if (a->set_batch)
+        r->cfg.batch = (int)a->batch;
+    if (a->set_channels)
+        r->cfg.channels = (int)a->channels;
+    if (a->set_layers)
+        r->cfg.layers = (int)a->layers;
+    if (a->set_steps)
+        r->cfg.steps = r->cfg.multiplier = (int)a->steps;
+    if (a->set_topk)
+        r->cfg.topk_k = (int)a->topk;
+    if (a->set_seed)
+        r->cfg.seed = (uint64_t)a->seed;
+    if (a->set_limit)
+        r->limit = a->limit;
+    if (a->set_portion)
+        r->portion = a->portion;
+    if (a->set_lr)
+        r->lr = (float)a->lr;
+    if (a->set_lr_min)
+        r->lr_min = (float)a->lr_min;
+    if (a->set_arch_lr)
+        r->cfg.arch_lr = (float)a->arch_lr;
+    if (a->set_entropy)
+        r->cfg.entropy_weight = (float)a->entropy;
+    if (a->set_train_epochs)
+        r->train_epochs = (int)a->train_epochs;
+    r->profile_every = a->profile_every;
+    r->out = a->resume ? a->resume : a->out;
+    return 0;
+}
+
+/* ---- data ---- */
+
+static int open_data(search_run *r, const search_args *a)
+{
+    const char *cmd = "search";
+    ex_dataset *all = NULL;
+    int rc = run_load(a->data, a->dataset, EX_SPLIT_TRAIN, r->limit, &all, cmd);
+    if (rc)
+        return rc;
+    char msg[512];
+    ex_status st = ex_dataset_split(all, r->portion, &r->train_set, &r->valid_set, msg, sizeof msg);
+    ex_dataset_free(all);
+    if (st != EX_OK)
+        return cli_fail(cmd, "%s", msg);
+    r->cfg.in_channels = ex_dataset_channels(r->train_set);
+    r->cfg.height = ex_dataset_height(r->train_set);
+    r->cfg.width = ex_dataset_width(r->train_set);
+    r->cfg.classes = ex_dataset_classes(r->train_set);
+    r->cfg.eval_batch = run_eval_batch(ex_dataset_count(r->valid_set), 256);
+    if ((rc = run_loader(r->train_set, true, r->cfg.batch, r->cfg.seed, 0, &r->train, cmd)) ||
+        (rc = run_loader(r->valid_set, true, r->cfg.batch, r->cfg.seed + 1, 0, &r->valid, cmd)))
+        return rc;
+    size_t img = (size_t)r->cfg.in_channels * (size_t)r->cfg.height * (size_t)r->cfg.width;
+    size_t big = (size_t)(r->cfg.batch > r->cfg.eval_batch ? r->cfg.batch : r->cfg.eval_batch);
+    r->xt = malloc(big * img * sizeof *r->xt);
+    r->xv = malloc(big * img * sizeof *r->xv);
+    r->yt = malloc(big * sizeof *r->yt);
+    r->yv = malloc(big * sizeof *r->yv);
+    if (!r->xt || !r->xv || !r->yt || !r->yv)
+        return cli_fail(cmd, "out of memory");
+    return 0;
+}
+
+static int64_t steps_per_epoch(const search_run *r)
+{
+    int64_t a = ex_loader_batches_per_epoch(r->train), b = ex_loader_batches_per_epoch(r->valid);
+    return a < b ? a : b;
+}
+
+/* ---- checkpoints ---- */
+
+static int save_checkpoint(search_run *r)
+{
+    ex_loader_state t = ex_loader_get_state(r->train), v = ex_loader_get_state(r->valid);
+    char meta[512], path[4096];
+    snprintf(meta, sizeof meta,
+             "{\"epoch\":%d,\"step\":%lld,\"global_step\":%lld,\"train\":[%lld,%lld],"
+             "\"valid\":[%lld,%lld]}",
+             r->epoch, (long long)r->step, (long long)r->global_step, (long long)t.epoch,
+             (long long)t.position, (long long)v.epoch, (long long)v.position);
+    run_path(path, sizeof path, r->out, "checkpoint.safetensors");
+    run_keep_previous(path);
+    if (ex_search_save(r->s, path, meta) != EX_OK)
+        return cli_fail("search", "checkpoint: %s", ex_search_error(r->s));
+    return 0;
+}
+
+static int restore_state(search_run *r, const char *path)
+{
+    char msg[512];
+    ex_safetensors *f = NULL;
+    if (ex_safetensors_open(path, &f, msg, sizeof msg) != EX_OK)
+        return cli_fail("search", "%s", msg);
+    const char *user = ex_safetensors_metadata(f, "user");
+    json_error_t jerr;
+    json_t *j = user ? json_loads(user, 0, &jerr) : NULL;
+    json_int_t e = 0, s = 0, g = 0, te = 0, tp = 0, ve = 0, vp = 0;
+    int bad = !j || json_unpack(j, "{s:I,s:I,s:I,s:[II],s:[II]}", "epoch", &e, "step", &s,
+                                "global_step", &g, "train", &te, &tp, "valid", &ve, &vp);
+    json_decref(j);
+    ex_safetensors_close(f);
+    if (bad)
+        return cli_fail("search", "%s: no resume position in its metadata", path);
+    r->epoch = (int)e;
+    r->step = s;
+    r->global_step = g;
+    if (ex_loader_set_state(r->train, (ex_loader_state){te, tp}, msg, sizeof msg) != EX_OK ||
+        ex_loader_set_state(r->valid, (ex_loader_state){ve, vp}, msg, sizeof msg) != EX_OK)
+        return cli_fail("search", "%s", msg);
+    return 0;
+}
+
+/* The newest complete checkpoint: the last one, or the one before it. */
+static int resume(search_run *r)
+{
+    char path[4096], prev[4200];
+    run_path(path, sizeof path, r->out, "checkpoint.safetensors");
+    snprintf(prev, sizeof prev, "%s.prev", path);
+    const char *tries[2] = {path, prev};
+    for (int i = 0; i < 2; i++) {
+        if (ex_search_load(r->s, tries[i]) != EX_OK) {
+            fprintf(stderr, "exapt search: %s: %s\n", tries[i], ex_search_error(r->s));
+            continue;
+        }
+        if (restore_state(r, tries[i]) == 0) {
+            fprintf(stderr, "exapt search: resuming from %s at epoch %d step %lld\n", tries[i],
+                    r->epoch + 1, (long long)r->step);
+            return 0;
+        }
+    }
+    return cli_fail("search", "no usable checkpoint in %s", r->out);
+}
+
+/* ---- the metrics log ---- */
+
+static int open_log(search_run *r, bool resuming)
+{
+    char path[4096], msg[512];
+    run_path(path, sizeof path, r->out, "metrics.jsonl");
+    if (ex_metrics_open(path, resuming ? r->global_step : EX_METRICS_NEW, &r->log, msg,
+                        sizeof msg) != EX_OK)
+        return cli_fail("search", "%s", msg);
+    if (!ex_metrics_needs_header(r->log))
+        return 0;
+    ex_metrics_header *h = calloc(1, sizeof *h);
+    if (!h)
+        return cli_fail("search", "out of memory");
+    const ex_search_config *c = &r->cfg;
+    snprintf(h->config, sizeof h->config,
+             "{\"channels\":%d,\"layers\":%d,\"steps\":%d,\"multiplier\":%d,\"batch\":%d,"
+             "\"epochs\":%d,\"order\":%d,\"lr\":%g,\"arch_lr\":%g,\"seed\":%llu,"
+             "\"input\":[%d,%d,%d],\"classes\":%d}",
+             c->channels, c->layers, c->steps, c->multiplier, c->batch, r->epochs, c->order,
+             (double)r->lr, (double)c->arch_lr, (unsigned long long)c->seed, c->in_channels,
+             c->height, c->width, c->classes);
+    h->n_candidates = c->ncand;
+    for (int k = 0; k < c->ncand; k++)
+        snprintf(h->candidates[k], sizeof h->candidates[k], "%s", ex_cand_name(c->cand[k]));
+    for (int i = 0, e = 0; i < c->steps; i++)
+        for (int j = 0; j < 2 + i && e < EX_METRICS_MAX_EDGES; j++, e++) {
+            h->edges[e][0] = 2 + i;
+            h->edges[e][1] = j;
+            h->n_edges = e + 1;
+        }
+    const ex_backend_caps *caps = ex_backend_get_caps(r->be);
+    snprintf(h->backend, sizeof h->backend, "%s", caps->name);
+    snprintf(h->device, sizeof h->device, "%s", caps->device);
+    h->peak_gbs = caps->peak_copy_gbs;
+    snprintf(h->mode, sizeof h->mode, "%s", ex_search_mode_name(c->mode));
+    ex_status st = ex_metrics_write_header(r->log, h, msg, sizeof msg);
+    free(h);
+    return st == EX_OK ? 0 : cli_fail("search", "%s", msg);
+}
+
+static void log_step(search_run *r, const ex_search_stats *st, float lr, float tau, double ips,
+                     bool alphas)
+{
+    ex_metrics_step *m = calloc(1, sizeof *m);
+    if (!m)
+        return;
+    *m = (ex_metrics_step){.epoch = r->epoch,
+                           .step = r->step,
+                           .global_step = r->global_step,
+                           .lr = lr,
+                           .train_loss = st->train_loss,
+                           .train_acc = st->train_acc,
+                           .has_valid = true,
+                           .valid_loss = st->valid_loss,
+                           .valid_acc = st->valid_acc,
+                           .images_per_s = ips,
+                           .step_ms = st->step_ms};
+    m->has_tau = r->cfg.mode == EX_SEARCH_GDAS;
+    m->tau = tau;
+    int edges = ex_search_edges(r->s), k = r->cfg.ncand;
+    if (alphas && edges <= EX_METRICS_MAX_EDGES && k <= EX_METRICS_MAX_CANDS) {
+        float *buf = malloc(4 * (size_t)edges * (size_t)k * sizeof *buf);
+        size_t n = (size_t)edges * (size_t)k;
+        if (buf && ex_search_weights(r->s, buf, buf + n) == EX_OK &&
+            ex_search_masks(r->s, buf + 2 * n, buf + 3 * n) == EX_OK) {
+            m->n_edges = edges;
+            m->n_cands = k;
+            m->has_alphas = m->has_active = true;
+            for (int e = 0; e < edges; e++)
+                for (int j = 0; j < k; j++) {
+                    m->alpha_normal[e][j] = buf[e * k + j];
+                    m->alpha_reduce[e][j] = buf[n + e * k + j];
+                    m->active_normal[e][j] = buf[2 * n + e * k + j] != 0.0f;
+                    m->active_reduce[e][j] = buf[3 * n + e * k + j] != 0.0f;
+                }
+        }
+        free(buf);
+    }
+    char msg[256];
+    if (ex_metrics_write_step(r->log, m, msg, sizeof msg) != EX_OK)
+        fprintf(stderr, "exapt search: metrics: %s\n", msg);
+    free(m);
+}
+
+/* Time and bandwidth of the last (profiled) step by engine op and by candidate. */
+static void log_profile(search_run *r)
+{
+    ex_plan *p = ex_search_plan(r->s);
+    ex_metrics_profile *m = calloc(1, sizeof *m);
+    double *bytes = calloc(EX_OP_COUNT + EX_MAX_CANDIDATES, sizeof *bytes);
+    if (!m || !bytes) {
+        free(m);
+        free(bytes);
+        return;
+    }
+    m->global_step = r->global_step;
+    int slot[EX_OP_COUNT];
+    for (int o = 0; o < EX_OP_COUNT; o++)
+        slot[o] = -1;
+    for (int64_t i = 0; i < ex_plan_node_count(p); i++) {
+        ex_node_info in;
+        if (ex_plan_node_info(p, i, &in) != EX_OK || in.skipped || in.ms <= 0)
+            continue;
+        if (slot[in.op] < 0 && m->n_ops < EX_METRICS_MAX_OPS) {
+            slot[in.op] = m->n_ops++;
+            snprintf(m->ops[slot[in.op]].op, EX_METRICS_NAME_MAX, "%s", ex_op_name(in.op));
+        }
+        if (slot[in.op] >= 0) {
+            m->ops[slot[in.op]].ms += in.ms;
+            m->ops[slot[in.op]].calls++;
+            bytes[slot[in.op]] += (double)in.min_bytes;
+        }
+        int c = in.tag[2];
+        if (c >= 0 && c < r->cfg.ncand && c < EX_METRICS_MAX_PROF_CANDS) {
+            m->candidates[c].ms += in.ms;
+            bytes[EX_OP_COUNT + c] += (double)in.min_bytes;
+        }
+    }
+    for (int o = 0; o < m->n_ops; o++)
+        m->ops[o].gbs = m->ops[o].ms > 0 ? bytes[o] / (m->ops[o].ms * 1e6) : 0;
+    for (int c = 0; c < r->cfg.ncand && c < EX_METRICS_MAX_PROF_CANDS; c++) {
+        snprintf(m->candidates[c].candidate, EX_METRICS_NAME_MAX, "%s",
+                 ex_cand_name(r->cfg.cand[c]));
+        double ms = m->candidates[c].ms;
+        m->candidates[c].gbs = ms > 0 ? bytes[EX_OP_COUNT + c] / (ms * 1e6) : 0;
+        m->n_candidates = c + 1;
+    }
+    char msg[256];
+    if (ex_metrics_write_profile(r->log, m, msg, sizeof msg) != EX_OK)
+        fprintf(stderr, "exapt search: metrics: %s\n", msg);
+    free(m);
+    free(bytes);
+}
+
+/* ---- epochs ---- */
+
+/* The supernet on the whole validation split, batch norm in eval mode. */
+static int evaluate(search_run *r, double *loss, double *acc)
+{
+    ex_loader *l = NULL;
+    int rc = run_loader(r->valid_set, false, r->cfg.eval_batch, 0, 0, &l, "search");
+    if (rc)
+        return rc;
+    double sum = 0;
+    int64_t correct = 0, seen = 0;
+    for (int64_t b = 0; b < ex_loader_batches_per_epoch(l); b++) {
+        int count = 0;
+        float lb = 0;
+        int cb = 0;
+        if (ex_loader_next(l, r->xv, r->yv, &count) != EX_OK ||
+            ex_search_eval(r->s, r->xv, r->yv, &lb, &cb) != EX_OK) {
+            ex_loader_free(l);
+            return cli_fail("search", "evaluation: %s", ex_search_error(r->s));
+        }
+        sum += (double)lb * count;
+        correct += cb;
+        seen += count;
+    }
+    ex_loader_free(l);
+    *loss = seen ? sum / (double)seen : 0;
+    *acc = seen ? (double)correct / (double)seen : 0;
+    return 0;
+}
+
+static int end_epoch(search_run *r, double seconds, double train_loss, double train_acc)
+{
+    double vloss = 0, vacc = 0;
+    int rc = evaluate(r, &vloss, &vacc);
+    if (rc)
+        return rc;
+    ex_genotype g;
+    char text[EX_GENOTYPE_TEXT_MAX], json[EX_GENOTYPE_TEXT_MAX], path[4096], msg[512];
+    if (ex_search_genotype(r->s, &g) != EX_OK)
+        return cli_fail("search", "genotype: %s", ex_search_error(r->s));
+    ex_genotype_format(&g, text, sizeof text);
+    ex_genotype_format_json(&g, json, sizeof json);
+    if (ex_genotype_save_text(run_path(path, sizeof path, r->out, "genotype.txt"), &g, msg,
+                              sizeof msg) != EX_OK ||
+        ex_genotype_save_json(run_path(path, sizeof path, r->out, "genotype.json"), &g, msg,
+                              sizeof msg) != EX_OK)
+        return cli_fail("search", "%s", msg);
+    ex_metrics_epoch e = {.epoch = r->epoch,
+                          .train_loss = train_loss,
+                          .train_acc = train_acc,
+                          .valid_loss = vloss,
+                          .valid_acc = vacc,
+                          .seconds = seconds};
+    snprintf(e.genotype, sizeof e.genotype, "%s", text);
+    ex_metrics_genotype mg = {.epoch = r->epoch};
+    snprintf(mg.text, sizeof mg.text, "%s", text);
+    snprintf(mg.json, sizeof mg.json, "%s", json);
+    if (ex_metrics_write_epoch(r->log, &e, msg, sizeof msg) != EX_OK ||
+        ex_metrics_write_genotype(r->log, &mg, msg, sizeof msg) != EX_OK ||
+        ex_metrics_sync(r->log, msg, sizeof msg) != EX_OK)
+        return cli_fail("search", "metrics: %s", msg);
+    fprintf(stderr,
+            "search epoch %d/%d done in %.0f s | train loss %.4f acc %.4f | valid loss "
+            "%.4f acc %.4f\n%s\n",
+            r->epoch + 1, r->epochs, seconds, train_loss, train_acc, vloss, vacc, text);
+    return 0;
+}
+
+static int run_epochs(search_run *r)
+{
+    int64_t steps = steps_per_epoch(r);
+    if (steps < 1)
+        return cli_fail("search", "the split gives no full batch of %d", r->cfg.batch);
+    for (; r->epoch < r->epochs; r->epoch++, r->step = 0) {
+        float lr = run_cosine(r->lr, r->lr_min, r->epoch, r->epochs);
+        float tau = r->epochs > 1 ? r->cfg.tau_max - (r->cfg.tau_max - r->cfg.tau_min) *
+                                                         (float)r->epoch / (float)(r->epochs - 1)
+                                  : r->cfg.tau_max;
+        double t0 = run_now(), loss = 0, acc = 0;
+        int64_t done = 0;
+        for (; r->step < steps; r->step++, r->global_step++, done++) {
+            if (run_stop_requested()) {
+                int rc = save_checkpoint(r);
+                fprintf(stderr,
+                        "exapt search: interrupted; checkpoint written, continue with "
+                        "--resume %s\n",
+                        r->out);
+                return rc ? rc : 130;
+            }
+            int nt = 0, nv = 0;
+            ex_search_stats st;
+            bool profile = r->profile_every > 0 && r->global_step % r->profile_every == 0;
+            ex_plan_set_profile(ex_search_plan(r->s), profile);
+            if (ex_loader_next(r->train, r->xt, r->yt, &nt) != EX_OK ||
+                ex_loader_next(r->valid, r->xv, r->yv, &nv) != EX_OK)
+                return cli_fail("search", "data loader failed");
+            if (ex_search_step(r->s, r->xt, r->yt, r->xv, r->yv, lr, tau, &st) != EX_OK)
+                return cli_fail("search", "%s", ex_search_error(r->s));
+            loss += st.train_loss;
+            acc += st.train_acc;
+            double el = run_now() - t0, ips = 2.0 * r->cfg.batch * (double)(done + 1) / el;
+            log_step(r, &st, lr, tau, ips, r->step % 10 == 0 || r->step + 1 == steps);
+            if (profile)
+                log_profile(r);
+            if (r->step % 10 == 0 || r->step + 1 == steps) {
+                char fig[160];
+                snprintf(fig, sizeof fig, "train loss %.3f acc %.3f | valid loss %.3f acc %.3f",
+                         st.train_loss, st.train_acc, st.valid_loss, st.valid_acc);
+                double left = (double)(steps - r->step - 1 + (r->epochs - r->epoch - 1) * steps);
+                run_progress("search", r->epoch, r->epochs, r->step + 1, steps, fig, ips,
+                             left * el / (double)(done + 1));
+            }
+        }
+        int rc = end_epoch(r, run_now() - t0, done ? loss / done : 0, done ? acc / done : 0);
+        if (rc)
+            return rc;
+        r->step = steps; /* the epoch is complete: a resume starts the next */
+        int save_epoch = r->epoch;
+        r->epoch++;
+        r->step = 0;
+        rc = save_checkpoint(r);
+        r->epoch = save_epoch;
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static void free_run(search_run *r)
+{
+    char msg[256];
+    if (r->log)
+        ex_metrics_close(r->log, msg, sizeof msg);
+    ex_search_free(r->s);
+    ex_loader_free(r->train);
+    ex_loader_free(r->valid);
+    ex_dataset_free(r->train_set);
+    ex_dataset_free(r->valid_set);
+    ex_backend_close(r->be);
+    free(r->xt);
+    free(r->xv);
+    free(r->yt);
+    free(r->yv);
+}
+
+static int train_found(search_run *r, const search_args *a, const char *backend)
+{
+    train_job j;
+    train_job_default(&j);
+    j.cmd = "search";
+    j.backend = backend;
+    j.be = r->be;
+    j.data_dir = a->data;
+    j.dataset = a->dataset;
+    char out[4096];
+    j.out = run_path(out, sizeof out, r->out, "train");
+    j.epochs = r->train_epochs;
+    /* a network the size of the search's, trained on the whole training set */
+    j.net.channels = 12;
+    j.net.layers = 5;
+    j.net.batch = 64;
+    j.net.auxiliary = false;
+    j.net.seed = r->cfg.seed;
+    j.lr = 0.05f;
+    j.drop_path = 0.0f;
+    j.cutout = 0;
+    if (ex_search_genotype(r->s, &j.genotype) != EX_OK)
+        return cli_fail("search", "genotype: %s", ex_search_error(r->s));
+    double acc = 0;
+    return train_run(&j, &acc);
+}
+
+int cli_search(const cli_global *g, int argc, char **argv)
+{
+    search_args a = {.out = "run", .profile_every = 50};
+    const opt_spec specs[] = {
+        {"--preset", OPT_STRING, &a.preset, 0, 0, NULL},
+        {"--backend", OPT_STRING, &a.backend, 0, 0, NULL},
+        {"--mode", OPT_STRING, &a.mode, 0, 0, NULL},
+        {"--order", OPT_INT, &a.order, 1, 2, &a.set_order},
+        {"--data", OPT_STRING, &a.data, 0, 0, NULL},
+        {"--dataset", OPT_STRING, &a.dataset, 0, 0, NULL},
+        {"--limit", OPT_INT, &a.limit, 0, 1e9, &a.set_limit},
+        {"--train-portion", OPT_FLOAT, &a.portion, 0.01, 0.99, &a.set_portion},
+        {"--epochs", OPT_INT, &a.epochs, 1, 100000, &a.set_epochs},
+        {"--batch", OPT_INT, &a.batch, 2, 65536, &a.set_batch},
+        {"--channels", OPT_INT, &a.channels, 2, 4096, &a.set_channels},
+        {"--layers", OPT_INT, &a.layers, 1, 1000, &a.set_layers},
+        {"--steps", OPT_INT, &a.steps, 1, EX_MAX_STEPS, &a.set_steps},
+        {"--lr", OPT_FLOAT, &a.lr, 0, 10, &a.set_lr},
+        {"--lr-min", OPT_FLOAT, &a.lr_min, 0, 10, &a.set_lr_min},
+        {"--arch-lr", OPT_FLOAT, &a.arch_lr, 0, 10, &a.set_arch_lr},
+        {"--topk", OPT_INT, &a.topk, 1, EX_MAX_CANDIDATES, &a.set_topk},
+        {"--entropy", OPT_FLOAT, &a.entropy, 0, 100, &a.set_entropy},
+        {"--seed", OPT_INT, &a.seed, 0, 2147483647, &a.set_seed},
+        {"--out", OPT_STRING, &a.out, 0, 0, NULL},
+        {"--resume", OPT_STRING, &a.resume, 0, 0, NULL},
+        {"--train-epochs", OPT_INT, &a.train_epochs, 0, 100000, &a.set_train_epochs},
+        {"--profile-every", OPT_INT, &a.profile_every, 0, 1e9, NULL},
+    };
+    int rc =
+        opt_parse("search", search_usage, specs, (int)(sizeof specs / sizeof specs[0]), argc, argv);
+    if (rc)
+        return rc < 0 ? CLI_EXIT_OK : rc;
+    if (a.preset && strcmp(a.preset, "quick") && strcmp(a.preset, "darts"))
+        return cli_usage_error("search", search_usage, "unknown preset '%s'", a.preset);
+    search_run r = {0};
+    preset(&r, a.preset && !strcmp(a.preset, "quick"));
+    if ((rc = apply_args(&r, &a)))
+        return rc;
+    const char *backend = a.backend ? a.backend : g->backend;
+    char msg[512];
+    if (ex_backend_open(backend, &r.be, msg, sizeof msg) != EX_OK)
+        return cli_fail("search", "%s", msg);
+    double peak = 0;
+    cli_measure_peak(r.be, &peak);
+    run_catch_signals();
+    if (!(rc = open_data(&r, &a)) && !(rc = run_mkdir(r.out, "search"))) {
+        if (ex_search_new(&r.cfg, r.be, &r.s, msg, sizeof msg) != EX_OK)
+            rc = cli_fail("search", "%s", msg);
+    }
+    if (!rc && a.resume)
+        rc = resume(&r);
+    if (!rc)
+        rc = open_log(&r, a.resume != NULL);
+    if (!rc) {
+        fprintf(stderr,
+                "search: %s mode, order %d, %lld images (%lld for weights, %lld for "
+                "alpha), %d epochs on %s (%s)\n",
+                ex_search_mode_name(r.cfg.mode), r.cfg.order,
+                (long long)(ex_dataset_count(r.train_set) + ex_dataset_count(r.valid_set)),
+                (long long)ex_dataset_count(r.train_set), (long long)ex_dataset_count(r.valid_set),
+                r.epochs, ex_backend_get_caps(r.be)->name, ex_backend_get_caps(r.be)->device);
+        rc = run_epochs(&r);
+    }
+    if (!rc && r.train_epochs > 0)
+        rc = train_found(&r, &a, backend);
+    free_run(&r);
+    return rc;
+}

@@ -1,0 +1,35 @@
+/* Training a derived network: shared by `exapt train` and `exapt search --preset quick`. */
+#ifndef EXAPT_APPS_TRAIN_RUN_H
+#define EXAPT_APPS_TRAIN_RUN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "exapt/exapt.h"
+#include "exapt/network.h"
+
+typedef struct train_job {
+    const char *cmd;     /* for messages */
+    const char *backend; /* backend name (NULL: EXAPT_BACKEND or auto), when be is NULL */
+    ex_backend *be;      /* an open backend to use, or NULL */
+    const char *data_dir, *dataset;
+    const char *out;    /* output directory */
+    const char *resume; /* directory of an interrupted run, or NULL */
+    int64_t limit;      /* training images used (0: all) */
+    int epochs;
+    float lr, lr_min;
+    float drop_path; /* final drop-path probability, reached linearly */
+    int cutout;
+    ex_network_config net;
+    ex_genotype genotype;
+} train_job;
+
+/** DARTS's evaluation settings. */
+void train_job_default(train_job *j);
+
+/** Trains, evaluates on the test split each epoch and writes weights.safetensors,
+ *  checkpoint.safetensors and metrics.jsonl into j->out. Returns an exit code; when
+ *  test_acc is not NULL, stores the final test accuracy. */
+int train_run(const train_job *j, double *test_acc);
+
+#endif
