@@ -27,12 +27,13 @@ static const char search_usage[] =
     "  --out DIR            where genotype.txt/json, metrics.jsonl, checkpoints go (run)\n"
     "  --resume DIR         continue an interrupted search from its last checkpoint\n"
     "  --train-epochs N     after searching, train the derived network N epochs (quick: 1)\n"
-    "  --profile-every N    profile one step in N (metrics profile records; 0: off)\n";
+    "  --profile-every N    profile one step in N (metrics profile records; 0: off)\n"
+    "  --checkpoint-every N also checkpoint every N steps (default: at each epoch's end)\n";
 
 typedef struct search_args {
     const char *preset, *backend, *mode, *data, *dataset, *out, *resume;
     long order, epochs, batch, channels, layers, steps, topk, seed, limit, train_epochs,
-        profile_every;
+        profile_every, checkpoint_every;
     double portion, lr, lr_min, arch_lr, entropy;
     bool set_order, set_epochs, set_batch, set_channels, set_layers, set_steps, set_topk, set_seed,
         set_limit, set_portion, set_lr, set_lr_min, set_arch_lr, set_entropy, set_train_epochs;
@@ -46,7 +47,7 @@ typedef struct search_run {
     int64_t limit;
     double portion;
     int train_epochs;
-    long profile_every;
+    long profile_every, checkpoint_every;
     const char *out;
     ex_backend *be;
     ex_search *s;
@@ -121,6 +122,7 @@ static int apply_args(search_run *r, const search_args *a)
     if (a->set_train_epochs)
         r->train_epochs = (int)a->train_epochs;
     r->profile_every = a->profile_every;
+    r->checkpoint_every = a->checkpoint_every;
     r->out = a->resume ? a->resume : a->out;
     return 0;
 }
@@ -467,6 +469,16 @@ static int run_epochs(search_run *r)
             log_step(r, &st, lr, tau, ips, r->step % 10 == 0 || r->step + 1 == steps);
             if (profile)
                 log_profile(r);
+            if (r->checkpoint_every > 0 && (r->step + 1) % r->checkpoint_every == 0 &&
+                r->step + 1 < steps) {
+                r->step++;
+                r->global_step++;
+                int rc = save_checkpoint(r);
+                r->step--;
+                r->global_step--;
+                if (rc)
+                    return rc;
+            }
             if (r->step % 10 == 0 || r->step + 1 == steps) {
                 char fig[160];
                 snprintf(fig, sizeof fig, "train loss %.3f acc %.3f | valid loss %.3f acc %.3f",
@@ -562,6 +574,7 @@ int cli_search(const cli_global *g, int argc, char **argv)
         {"--resume", OPT_STRING, &a.resume, 0, 0, NULL},
         {"--train-epochs", OPT_INT, &a.train_epochs, 0, 100000, &a.set_train_epochs},
         {"--profile-every", OPT_INT, &a.profile_every, 0, 1e9, NULL},
+        {"--checkpoint-every", OPT_INT, &a.checkpoint_every, 0, 1e9, NULL},
     };
     int rc =
         opt_parse("search", search_usage, specs, (int)(sizeof specs / sizeof specs[0]), argc, argv);

@@ -100,8 +100,11 @@ ex_status ex_backend_open(const char *name, ex_backend **out, char *msg, size_t 
         ex_status st = EX_ERR_UNSUPPORTED;
         for (size_t i = 0; i < n; i++)
             if (backends[i].automatic &&
-                (st = open_entry(&backends[i], out, msg, msg_len)) == EX_OK)
+                (st = open_entry(&backends[i], out, msg, msg_len)) == EX_OK) {
+                if (msg && msg_len)
+                    msg[0] = '\0'; /* an earlier candidate's failure is no failure of auto */
                 return EX_OK;
+            }
         return st;
     }
     for (size_t i = 0; i < n; i++)

@@ -355,6 +355,11 @@ static ex_status alloc_chunks(ex_plan *p)
         if (st != EX_OK)
             return ex__plan_fail(p, st, "plan: chunk %d of %llu bytes: %s", c,
                                  (unsigned long long)p->chunk_bytes[c], p->f->error(p->impl));
+        /* inputs, parameters and state start at zero, on every backend alike */
+        if (p->chunk_persistent[c] &&
+            (st = p->f->fill(p->impl, p->chunks[c], 0, p->chunk_bytes[c] & ~(uint64_t)3, 0u)) !=
+                EX_OK)
+            return ex__plan_fail(p, st, "plan: zeroing chunk %d: %s", c, p->f->error(p->impl));
     }
     return EX_OK;
 }

@@ -606,6 +606,20 @@ ex_status ex_search_weights(ex_search *s, float *normal, float *reduce)
     return EX_OK;
 }
 
+ex_status ex_search_alphas(ex_search *s, float *normal, float *reduce)
+{
+    if (!s)
+        return EX_ERR_ARG;
+    float *out[2] = {normal, reduce};
+    for (int r = 0; r < 2; r++) {
+        size_t n = (size_t)s->edges * (size_t)s->cfg.ncand * sizeof(float);
+        ex_status st = out[r] ? ex_plan_read(s->plan, s->alpha[r], out[r], n) : EX_OK;
+        if (st != EX_OK)
+            return fail(s, st, "search: %s", ex_plan_error(s->plan));
+    }
+    return EX_OK;
+}
+
 ex_status ex_search_masks(ex_search *s, float *normal, float *reduce)
 {
     if (!s)

@@ -121,6 +121,11 @@ void *ex_backend_impl_of(const ex_backend *be);
 /** Entry points of the backends compiled in; used by the backend table. */
 ex_status ex_cpu_backend_create(int reference, const ex_backend_iface **iface, void **impl,
                                 ex_backend_caps *caps, char *msg, size_t msg_len);
+/** The CUDA backend (compiled in when EXAPT_HAVE_CUDA): the device is EXAPT_CUDA_DEVICE
+ *  (default 0); arg is unused. Fails with EX_ERR_UNSUPPORTED when there is no usable
+ *  device. */
+ex_status ex_cuda_backend_create(int arg, const ex_backend_iface **iface, void **impl,
+                                 ex_backend_caps *caps, char *msg, size_t msg_len);
 
 #ifdef __cplusplus
 }

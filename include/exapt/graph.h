@@ -45,7 +45,8 @@ typedef struct ex_plan_opts {
     uint64_t chunk_limit; /**< largest arena chunk in bytes; 0: the backend's limit */
 } ex_plan_opts;
 
-/** Plans every node built so far for backend be: liveness over the whole graph, memory
+/** Plans every node built so far for backend be (inputs, parameters and state start at
+ *  zero): liveness over the whole graph, memory
  *  reuse, in-place element-wise ops, arena chunks within the backend's limits. The peak
  *  is known before anything runs; a plan that does not fit is refused. Returns the
  *  context's sticky error if one is set. */

@@ -92,6 +92,10 @@ int ex_search_edges(const ex_search *s);
  *  normal and the reduction cells (either may be NULL). */
 ex_status ex_search_weights(ex_search *s, float *normal, float *reduce);
 
+/** Copies the raw architecture parameters alpha ([edges x ncand] row-major) of the
+ *  normal and the reduction cells (either may be NULL). */
+ex_status ex_search_alphas(ex_search *s, float *normal, float *reduce);
+
 /** Copies the masks of the candidates computed in the last step ([edges x ncand], 1 or
  *  0; all ones in darts mode). */
 ex_status ex_search_masks(ex_search *s, float *normal, float *reduce);

@@ -1,0 +1,874 @@
+/* The CUDA backend: device buffers, transfers through pinned staging on a copy stream,
+ * the one switch over ex_op, and the step as a CUDA graph.
+ *
+ * compute() captures a node list into a CUDA graph the first time it sees it and replays
+ * the graph afterwards; the cache is keyed by the list's address and length and checked
+ * against a fingerprint of every node (op, parameters, shapes, strides and resolved
+ * device addresses), so a freed plan whose memory is reused never replays a stale graph.
+ * Gated nodes are skipped on the device: kernels read the gate and return, and cuBLAS
+ * calls sit in a conditional graph node whose condition a one-thread kernel sets from
+ * the gate. Profiling runs eagerly, an event pair around each node, reading gates on the
+ * host. See docs/cuda.md. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda.h"
+
+/* Bytes of each of the two pinned staging buffers. */
+#define CU_STAGE_BYTES ((size_t)8 << 20)
+/* cuBLAS work space: set explicitly so that captured calls never allocate. */
+#define CU_BLAS_WS_BYTES ((size_t)32 << 20)
+/* Node lists whose graphs are kept. */
+#define CU_GRAPHS 8
+
+typedef struct cu_graph {
+    const ex_node_exec *nodes;
+    int64_t count;
+    uint64_t fingerprint;
+    cudaGraphExec_t exec;
+    uint64_t used; /**< tick of the last replay; 0: empty slot */
+} cu_graph;
+
+typedef struct cu_backend {
+    int device;
+    cudaStream_t stream; /**< compute: kernels, cuBLAS, device copies and fills */
+    cudaStream_t copy;   /**< host transfers, ordered against stream with events */
+    cudaStream_t side;   /**< captures the bodies of conditional nodes */
+    cublasHandle_t blas, blas_side;
+    void *blas_ws;
+    cudaEvent_t ev_compute, ev_stage[2];
+    char *stage[2]; /**< pinned */
+    long long *status, *status_host;
+    float *gate_host; /**< pinned: a gate read in profiling mode */
+    char *scratch;
+    size_t scratch_bytes;
+    cu_graph graphs[CU_GRAPHS];
+    uint64_t tick;
+    cudaEvent_t *events; /**< profiling: two per node */
+    int64_t nevents;
+    char msg[512];
+} cu_backend;
+
+static cu_exec exec_of(cu_backend *b)
+{
+    cu_exec e;
+    memset(&e, 0, sizeof e);
+    e.stream = b->stream;
+    e.blas = b->blas;
+    e.status = b->status;
+    e.scratch = b->scratch;
+    e.scratch_bytes = b->scratch_bytes;
+    e.msg = b->msg;
+    e.msg_len = sizeof b->msg;
+    return e;
+}
+
+static ex_status bk_check(cu_backend *b, cudaError_t err, const char *what)
+{
+    cu_exec e = exec_of(b);
+    return cu_check(&e, err, what);
+}
+
+/* Every entry point first makes the backend's device current: the application may use
+ * other devices on the same thread. */
+static ex_status bk_enter(cu_backend *b)
+{
+    b->msg[0] = '\0';
+    return bk_check(b, cudaSetDevice(b->device), "cudaSetDevice");
+}
+
+/* ---- the switch ---- */
+
+static ex_status run_node(cu_exec *e, const ex_node_exec *n)
+{
+    switch (n->op) {
+    case EX_OP_ADD: return cu_add(e, n);
+    case EX_OP_SUB: return cu_sub(e, n);
+    case EX_OP_MUL: return cu_mul(e, n);
+    case EX_OP_SCALE: return cu_scale(e, n);
+    case EX_OP_AXPY: return cu_axpy(e, n);
+    case EX_OP_RELU: return cu_relu(e, n);
+    case EX_OP_RELU_BWD: return cu_relu_bwd(e, n);
+    case EX_OP_FILL: return cu_fill(e, n);
+    case EX_OP_COPY: return cu_copy(e, n);
+    case EX_OP_DROP_PATH: return cu_drop_path(e, n);
+    case EX_OP_SUM: return cu_sum(e, n);
+    case EX_OP_MEAN: return cu_mean(e, n);
+    case EX_OP_MAX: return cu_max(e, n);
+    case EX_OP_MAX_BWD: return cu_max_bwd(e, n);
+    case EX_OP_SOFTMAX: return cu_softmax(e, n);
+    case EX_OP_SOFTMAX_BWD: return cu_softmax_bwd(e, n);
+    case EX_OP_LOG_SOFTMAX: return cu_log_softmax(e, n);
+    case EX_OP_LOG_SOFTMAX_BWD: return cu_log_softmax_bwd(e, n);
+    case EX_OP_CROSS_ENTROPY: return cu_cross_entropy(e, n);
+    case EX_OP_CROSS_ENTROPY_BWD: return cu_cross_entropy_bwd(e, n);
+    case EX_OP_ACCURACY: return cu_accuracy(e, n);
+    case EX_OP_CONV2D: return cu_conv2d(e, n);
+    case EX_OP_CONV2D_BWD_DATA: return cu_conv2d_bwd_data(e, n);
+    case EX_OP_CONV2D_BWD_FILTER: return cu_conv2d_bwd_filter(e, n);
+    case EX_OP_DWCONV2D: return cu_dwconv2d(e, n);
+    case EX_OP_DWCONV2D_BWD_DATA: return cu_dwconv2d_bwd_data(e, n);
+    case EX_OP_DWCONV2D_BWD_FILTER: return cu_dwconv2d_bwd_filter(e, n);
+    case EX_OP_PWCONV: return cu_pwconv(e, n);
+    case EX_OP_PWCONV_BWD_FILTER: return cu_pwconv_bwd_filter(e, n);
+    case EX_OP_MATMUL: return cu_matmul(e, n);
+    case EX_OP_LINEAR: return cu_linear(e, n);
+    case EX_OP_AVG_POOL: return cu_avg_pool(e, n);
+    case EX_OP_AVG_POOL_BWD: return cu_avg_pool_bwd(e, n);
+    case EX_OP_MAX_POOL: return cu_max_pool(e, n);
+    case EX_OP_MAX_POOL_BWD: return cu_max_pool_bwd(e, n);
+    case EX_OP_GLOBAL_AVG_POOL: return cu_global_avg_pool(e, n);
+    case EX_OP_BN_STATS: return cu_bn_stats(e, n);
+    case EX_OP_BN_APPLY: return cu_bn_apply(e, n);
+    case EX_OP_BN_BWD_REDUCE: return cu_bn_bwd_reduce(e, n);
+    case EX_OP_BN_BWD_DATA: return cu_bn_bwd_data(e, n);
+    case EX_OP_MIXED_SUM: return cu_mixed_sum(e, n);
+    case EX_OP_MIXED_SUM_BWD_W: return cu_mixed_sum_bwd_w(e, n);
+    case EX_OP_GUMBEL_SOFTMAX: return cu_gumbel_softmax(e, n);
+    case EX_OP_GUMBEL_SOFTMAX_BWD: return cu_gumbel_softmax_bwd(e, n);
+    case EX_OP_HARDMAX_ST: return cu_hardmax_st(e, n);
+    case EX_OP_ENTROPY: return cu_entropy(e, n);
+    case EX_OP_ENTROPY_BWD: return cu_entropy_bwd(e, n);
+    case EX_OP_TOPK_MASK: return cu_topk_mask(e, n);
+    case EX_OP_SGD: return cu_sgd(e, n);
+    case EX_OP_ADAM: return cu_adam(e, n);
+    case EX_OP_GRAD_NORM: return cu_grad_norm(e, n);
+    case EX_OP_CLIP: return cu_clip(e, n);
+    case EX_OP_RAND_UNIFORM: return cu_rand_uniform(e, n);
+    case EX_OP_RAND_NORMAL: return cu_rand_normal(e, n);
+    case EX_OP_COUNT: break;
+    }
+    return cu_fail(e, EX_ERR_UNSUPPORTED, "cuda: op %d is not in the catalogue", (int)n->op);
+}
+
+/* Ops that may call cuBLAS: a gated one runs inside a conditional graph node. */
+static int uses_blas(ex_op op)
+{
+    return op == EX_OP_PWCONV || op == EX_OP_PWCONV_BWD_FILTER || op == EX_OP_MATMUL ||
+           op == EX_OP_LINEAR;
+}
+
+/* ---- gates ---- */
+
+static ex_status gate_check(cu_exec *e, const ex_node_exec *n)
+{
+    const ex_tdesc *g = n->gate;
+    if (g && (!cu_valid(g, EX_F32) || n->gate_index < 0 || n->gate_index >= cu_numel(g)))
+        return cu_fail(e, EX_ERR_ARG, "%s: gate must be f32 with index %lld inside it",
+                       ex_op_name(n->op), (long long)n->gate_index);
+    return EX_OK;
+}
+
+static const float *gate_ptr(const ex_node_exec *n)
+{
+    return n->gate ? cu_f32(n->gate) + cu_at(n->gate, n->gate_index) : NULL;
+}
+
+__global__ void set_condition_kernel(cudaGraphConditionalHandle h, const float *gate)
+{
+    cudaGraphSetConditional(h, *gate != 0.0f);
+}
+
+/* Appends to the graph being captured on b->stream a kernel that reads the gate and an
+ * "if" node after it, and captures the node's work into the body on b->side. */
+static ex_status run_conditional(cu_backend *b, cu_exec *e, const ex_node_exec *n)
+{
+    cudaStreamCaptureStatus cs;
+    cudaGraph_t graph;
+    const cudaGraphNode_t *deps = NULL;
+    const cudaGraphEdgeData *edges = NULL;
+    size_t ndeps = 0;
+    cudaGraphConditionalHandle h;
+    ex_status st = cu_check(e, cudaStreamGetCaptureInfo(b->stream, &cs, NULL, &graph), "capture");
+    if (st == EX_OK)
+        st = cu_check(e, cudaGraphConditionalHandleCreate(&h, graph, 0, 0), "conditional handle");
+    if (st != EX_OK)
+        return st;
+    set_condition_kernel<<<1, 1, 0, b->stream>>>(h, e->gate);
+    st = cu_launched(e, "gate condition");
+    if (st == EX_OK)
+        st = cu_check(e,
+                      cudaStreamGetCaptureInfo(b->stream, &cs, NULL, &graph, &deps, &edges, &ndeps),
+                      "capture");
+    cudaGraphNodeParams p = {cudaGraphNodeTypeConditional, {0, 0, 0}, {{0}}, 0};
+    p.conditional.handle = h;
+    p.conditional.type = cudaGraphCondTypeIf;
+    p.conditional.size = 1;
+    cudaGraphNode_t node;
+    if (st == EX_OK)
+        st =
+            cu_check(e, cudaGraphAddNode(&node, graph, deps, edges, ndeps, &p), "conditional node");
+    if (st == EX_OK)
+        st = cu_check(e,
+                      cudaStreamUpdateCaptureDependencies(b->stream, &node, NULL, 1,
+                                                          cudaStreamSetCaptureDependencies),
+                      "capture dependencies");
+    if (st == EX_OK)
+        st = cu_check(e,
+                      cudaStreamBeginCaptureToGraph(b->side, p.conditional.phGraph_out[0], NULL,
+                                                    NULL, 0, cudaStreamCaptureModeThreadLocal),
+                      "conditional body");
+    if (st != EX_OK)
+        return st;
+    cu_exec body = *e;
+    body.stream = b->side;
+    body.blas = b->blas_side;
+    st = run_node(&body, n);
+    cudaGraph_t g;
+    ex_status end = cu_check(e, cudaStreamEndCapture(b->side, &g), "conditional body");
+    return st != EX_OK ? st : end;
+}
+
+/* ---- scratch and the sizing pass ---- */
+
+static void graphs_clear(cu_backend *b)
+{
+    for (int i = 0; i < CU_GRAPHS; i++) {
+        if (b->graphs[i].used)
+            cudaGraphExecDestroy(b->graphs[i].exec);
+        memset(&b->graphs[i], 0, sizeof b->graphs[i]);
+    }
+}
+
+/* Graphs hold the scratch's address, so a new scratch drops them. */
+static ex_status scratch_reserve(cu_backend *b, size_t need)
+{
+    if (need <= b->scratch_bytes)
+        return EX_OK;
+    ex_status st = bk_check(b, cudaStreamSynchronize(b->stream), "cudaStreamSynchronize");
+    if (st != EX_OK)
+        return st;
+    graphs_clear(b);
+    cudaFree(b->scratch);
+    b->scratch = NULL;
+    b->scratch_bytes = 0;
+    size_t bytes = need + need / 4;
+    void *p = NULL;
+    st = bk_check(b, cudaMalloc(&p, bytes), "scratch");
+    if (st != EX_OK)
+        return st;
+    b->scratch = (char *)p;
+    b->scratch_bytes = bytes;
+    return EX_OK;
+}
+
+/* Checks every node as the CPU backend would and sizes the scratch. */
+static ex_status size_pass(cu_backend *b, const ex_node_exec *nodes, int64_t count)
+{
+    cu_exec e = exec_of(b);
+    e.dry = 1;
+    for (int64_t i = 0; i < count; i++) {
+        e.node = i;
+        ex_status st = gate_check(&e, &nodes[i]);
+        if (st == EX_OK)
+            st = run_node(&e, &nodes[i]);
+        if (st != EX_OK)
+            return st;
+    }
+    return scratch_reserve(b, e.need);
+}
+
+/* ---- the graph cache ---- */
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    return h * 0xFF51AFD7ED558CCDull;
+}
+
+static uint64_t mix_desc(uint64_t h, const ex_tdesc *t)
+{
+    h = mix(h, (uint64_t)t->dtype * 8 + (uint64_t)t->ndim);
+    for (int d = 0; d < t->ndim && d < EX_MAX_DIMS; d++)
+        h = mix(mix(h, (uint64_t)t->ne[d]), (uint64_t)t->st[d]);
+    return mix(h, t->buf ? (uint64_t)(uintptr_t)cu_ptr(t) : 0);
+}
+
+/* Everything a captured graph depends on. */
+static uint64_t fingerprint(const ex_node_exec *nodes, int64_t count)
+{
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (int64_t i = 0; i < count; i++) {
+        const ex_node_exec *n = &nodes[i];
+        h = mix(mix(h, (uint64_t)n->op), (uint64_t)n->nsrc);
+        for (int k = 0; k < EX_NODE_IPARAMS; k++)
+            h = mix(h, (uint32_t)n->ip[k]);
+        uint32_t f[EX_NODE_FPARAMS];
+        memcpy(f, n->fp, sizeof f);
+        for (int k = 0; k < EX_NODE_FPARAMS; k++)
+            h = mix(h, f[k]);
+        h = mix_desc(h, &n->dst);
+        for (int k = 0; k < n->nsrc; k++)
+            h = mix_desc(h, &n->src[k]);
+        h = n->gate ? mix(mix_desc(h, n->gate), (uint64_t)n->gate_index) : mix(h, 1);
+    }
+    return h;
+}
+
+static cu_graph *graph_slot(cu_backend *b, const ex_node_exec *nodes, int64_t count)
+{
+    cu_graph *lru = &b->graphs[0];
+    for (int i = 0; i < CU_GRAPHS; i++) {
+        cu_graph *g = &b->graphs[i];
+        if (g->used && g->nodes == nodes && g->count == count)
+            return g;
+        if (g->used < lru->used)
+            lru = g;
+    }
+    return lru;
+}
+
+/* Captures the node list on b->stream and instantiates it. */
+static ex_status capture(cu_backend *b, const ex_node_exec *nodes, int64_t count,
+                         cudaGraphExec_t *out)
+{
+    cu_exec e = exec_of(b);
+    ex_status st = cu_check(&e, cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal),
+                            "cudaStreamBeginCapture");
+    if (st != EX_OK)
+        return st;
+    for (int64_t i = 0; i < count && st == EX_OK; i++) {
+        const ex_node_exec *n = &nodes[i];
+        e.node = i;
+        e.gate = gate_ptr(n);
+        st = n->gate && uses_blas(n->op) ? run_conditional(b, &e, n) : run_node(&e, n);
+    }
+    cudaGraph_t graph = NULL;
+    cudaError_t err = cudaStreamEndCapture(b->stream, &graph);
+    if (st == EX_OK)
+        st = cu_check(&e, err, "cudaStreamEndCapture");
+    if (st == EX_OK)
+        st = cu_check(&e, cudaGraphInstantiate(out, graph, 0), "cudaGraphInstantiate");
+    if (graph)
+        cudaGraphDestroy(graph);
+    cudaGetLastError(); /* a failed capture leaves nothing sticky behind */
+    return st;
+}
+
+static ex_status graph_for(cu_backend *b, const ex_node_exec *nodes, int64_t count,
+                           cudaGraphExec_t *out)
+{
+    uint64_t fp = fingerprint(nodes, count);
+    cu_graph *g = graph_slot(b, nodes, count);
+    if (g->used && g->nodes == nodes && g->count == count && g->fingerprint == fp) {
+        g->used = ++b->tick;
+        *out = g->exec;
+        return EX_OK;
+    }
+    ex_status st = size_pass(b, nodes, count);
+    if (st != EX_OK)
+        return st;
+    g = graph_slot(b, nodes, count); /* the sizing pass may have dropped every graph */
+    if (g->used)
+        cudaGraphExecDestroy(g->exec);
+    memset(g, 0, sizeof *g);
+    cudaGraphExec_t exec;
+    st = capture(b, nodes, count, &exec);
+    if (st != EX_OK)
+        return st;
+    g->nodes = nodes;
+    g->count = count;
+    g->fingerprint = fp;
+    g->exec = exec;
+    g->used = ++b->tick;
+    *out = exec;
+    return EX_OK;
+}
+
+/* ---- the status words ---- */
+
+static ex_status status_reset(cu_backend *b)
+{
+    return bk_check(b,
+                    cudaMemsetAsync(b->status, 0, CU_STATUS_WORDS * sizeof(long long), b->stream),
+                    "cudaMemsetAsync");
+}
+
+/* Waits for the step and turns what a kernel reported into a status and a message. */
+static ex_status status_read(cu_backend *b, const ex_node_exec *nodes, int64_t count)
+{
+    ex_status st =
+        bk_check(b,
+                 cudaMemcpyAsync(b->status_host, b->status, CU_STATUS_WORDS * sizeof(long long),
+                                 cudaMemcpyDeviceToHost, b->stream),
+                 "cudaMemcpyAsync");
+    if (st == EX_OK)
+        st = bk_check(b, cudaStreamSynchronize(b->stream), "the step");
+    if (st != EX_OK)
+        return st;
+    const long long *s = b->status_host;
+    if (s[0] == CU_STATUS_OK)
+        return EX_OK;
+    const ex_node_exec *n = s[1] >= 0 && s[1] < count ? &nodes[s[1]] : NULL;
+    const char *op = n ? ex_op_name(n->op) : "?";
+    if (s[0] == CU_STATUS_LABEL && n) {
+        long long k = n->src[0].ndim > 0 ? (long long)n->src[0].ne[n->src[0].ndim - 1] : 0;
+        snprintf(b->msg, sizeof b->msg, "%s: label %lld of row %lld is outside [0, %lld)", op, s[3],
+                 s[2], k);
+        return EX_ERR_ARG;
+    }
+    if (s[0] == CU_STATUS_SHAPE) {
+        snprintf(b->msg, sizeof b->msg, "%s: candidate %lld is not f32 of %s's shape", op, s[2],
+                 n && n->op == EX_OP_MIXED_SUM ? "dst" : "dy");
+        return EX_ERR_SHAPE;
+    }
+    snprintf(b->msg, sizeof b->msg, "cuda: node %lld reported status %lld", s[1], s[0]);
+    return EX_ERR_DEVICE;
+}
+
+/* ---- profiling: eager, timed node by node ---- */
+
+static ex_status events_reserve(cu_backend *b, int64_t n)
+{
+    if (n <= b->nevents)
+        return EX_OK;
+    cudaEvent_t *ev = (cudaEvent_t *)realloc(b->events, sizeof *ev * (size_t)n);
+    if (!ev) {
+        snprintf(b->msg, sizeof b->msg, "cuda: out of host memory for %lld events", (long long)n);
+        return EX_ERR_NOMEM;
+    }
+    b->events = ev;
+    for (; b->nevents < n; b->nevents++) {
+        ex_status st = bk_check(b, cudaEventCreate(&b->events[b->nevents]), "cudaEventCreate");
+        if (st != EX_OK)
+            return st;
+    }
+    return EX_OK;
+}
+
+/* Reads a gate on the host, after everything queued before it. */
+static ex_status gate_read(cu_backend *b, const ex_node_exec *n, int *off)
+{
+    ex_status st = bk_check(b,
+                            cudaMemcpyAsync(b->gate_host, gate_ptr(n), sizeof(float),
+                                            cudaMemcpyDeviceToHost, b->stream),
+                            "reading a gate");
+    if (st == EX_OK)
+        st = bk_check(b, cudaStreamSynchronize(b->stream), "reading a gate");
+    *off = st == EX_OK && *b->gate_host == 0.0f;
+    return st;
+}
+
+/* Node by node, each between two events; a gated node whose gate is 0 is not run and
+ * gets node_ms -1. */
+static ex_status run_profiled(cu_backend *b, const ex_node_exec *nodes, int64_t count,
+                              double *node_ms)
+{
+    ex_status st = size_pass(b, nodes, count);
+    if (st == EX_OK)
+        st = events_reserve(b, 2 * count);
+    if (st == EX_OK)
+        st = status_reset(b);
+    cu_exec e = exec_of(b);
+    for (int64_t i = 0; i < count && st == EX_OK; i++) {
+        const ex_node_exec *n = &nodes[i];
+        int off = 0;
+        node_ms[i] = -1.0;
+        if (n->gate && (st = gate_read(b, n, &off)) != EX_OK)
+            break;
+        if (off)
+            continue;
+        node_ms[i] = 0.0; /* ran: timed below */
+        e.node = i;
+        st = bk_check(b, cudaEventRecord(b->events[2 * i], b->stream), "cudaEventRecord");
+        if (st == EX_OK)
+            st = run_node(&e, n);
+        if (st == EX_OK)
+            st = bk_check(b, cudaEventRecord(b->events[2 * i + 1], b->stream), "cudaEventRecord");
+    }
+    if (st == EX_OK)
+        st = status_read(b, nodes, count);
+    for (int64_t i = 0; i < count && st == EX_OK; i++) {
+        float ms = 0.0f;
+        if (node_ms[i] < 0.0)
+            continue;
+        st = bk_check(b, cudaEventElapsedTime(&ms, b->events[2 * i], b->events[2 * i + 1]),
+                      "cudaEventElapsedTime");
+        node_ms[i] = ms;
+    }
+    return st;
+}
+
+static ex_status cuda_compute(void *impl, const ex_node_exec *nodes, int64_t count, double *node_ms)
+{
+    cu_backend *b = (cu_backend *)impl;
+    ex_status st = bk_enter(b);
+    if (st != EX_OK || count <= 0)
+        return st;
+    if (node_ms)
+        return run_profiled(b, nodes, count, node_ms);
+    cudaGraphExec_t exec;
+    st = graph_for(b, nodes, count, &exec);
+    if (st == EX_OK)
+        st = status_reset(b);
+    if (st == EX_OK)
+        st = bk_check(b, cudaGraphLaunch(exec, b->stream), "cudaGraphLaunch");
+    if (st == EX_OK)
+        st = status_read(b, nodes, count);
+    return st;
+}
+
+/* ---- buffers and transfers ---- */
+
+static ex_status cuda_buffer_alloc(void *impl, uint64_t bytes, ex_buffer **out)
+{
+    cu_backend *b = (cu_backend *)impl;
+    ex_status st = bk_enter(b);
+    if (st != EX_OK)
+        return st;
+    cu_buffer *buf = (cu_buffer *)calloc(1, sizeof *buf);
+    if (!buf) {
+        snprintf(b->msg, sizeof b->msg, "cuda: out of host memory");
+        return EX_ERR_NOMEM;
+    }
+    cudaError_t err = cudaMalloc(&buf->ptr, bytes ? bytes : 256);
+    if (err != cudaSuccess) {
+        free(buf);
+        cudaGetLastError();
+        snprintf(b->msg, sizeof b->msg, "cuda: cannot allocate %llu bytes: %s",
+                 (unsigned long long)bytes, cudaGetErrorString(err));
+        return err == cudaErrorMemoryAllocation ? EX_ERR_NOMEM : EX_ERR_DEVICE;
+    }
+    buf->bytes = bytes;
+    *out = (ex_buffer *)buf;
+    return EX_OK;
+}
+
+static void cuda_buffer_free(void *impl, ex_buffer *buf)
+{
+    cu_backend *b = (cu_backend *)impl;
+    if (!buf)
+        return;
+    if (bk_enter(b) == EX_OK)
+        cudaFree(((cu_buffer *)buf)->ptr); /* waits for work that may still use it */
+    free(buf);
+}
+
+static ex_status check_range(cu_backend *b, ex_buffer *buf, uint64_t off, uint64_t n)
+{
+    cu_buffer *c = (cu_buffer *)buf;
+    if (c && off <= c->bytes && n <= c->bytes - off)
+        return EX_OK;
+    snprintf(b->msg, sizeof b->msg, "cuda: bytes [%llu, +%llu) outside a buffer of %llu",
+             (unsigned long long)off, (unsigned long long)n,
+             (unsigned long long)(c ? c->bytes : 0));
+    return EX_ERR_ARG;
+}
+
+/* The copy stream waits for the compute work queued so far. */
+static ex_status copy_after_compute(cu_backend *b)
+{
+    ex_status st = bk_check(b, cudaEventRecord(b->ev_compute, b->stream), "cudaEventRecord");
+    if (st == EX_OK)
+        st = bk_check(b, cudaStreamWaitEvent(b->copy, b->ev_compute, 0), "cudaStreamWaitEvent");
+    return st;
+}
+
+/* Host to device through the two staging buffers: the host fills one while the other's
+ * copy runs. Returns once the data is on the device. */
+static ex_status cuda_upload(void *impl, ex_buffer *buf, uint64_t off, const void *src, uint64_t n)
+{
+    cu_backend *b = (cu_backend *)impl;
+    ex_status st = bk_enter(b);
+    if (st == EX_OK)
+        st = check_range(b, buf, off, n);
+    if (st != EX_OK || n == 0)
+        return st;
+    char *dst = (char *)((cu_buffer *)buf)->ptr + off;
+    st = copy_after_compute(b);
+    for (uint64_t done = 0, i = 0; st == EX_OK && done < n; i++) {
+        int s = (int)(i & 1);
+        size_t len = n - done < CU_STAGE_BYTES ? (size_t)(n - done) : CU_STAGE_BYTES;
+        st = bk_check(b, cudaEventSynchronize(b->ev_stage[s]), "upload");
+        if (st != EX_OK)
+            break;
+        memcpy(b->stage[s], (const char *)src + done, len);
+        st = bk_check(
+            b, cudaMemcpyAsync(dst + done, b->stage[s], len, cudaMemcpyHostToDevice, b->copy),
+            "upload");
+        if (st == EX_OK)
+            st = bk_check(b, cudaEventRecord(b->ev_stage[s], b->copy), "upload");
+        done += len;
+    }
+    ex_status sync = bk_check(b, cudaStreamSynchronize(b->copy), "upload");
+    return st != EX_OK ? st : sync;
+}
+
+/* Device to host: chunk i lands in staging buffer i % 2 while chunk i − 1 is copied out. */
+static ex_status cuda_download(void *impl, ex_buffer *buf, uint64_t off, void *dst, uint64_t n)
+{
+    cu_backend *b = (cu_backend *)impl;
+    ex_status st = bk_enter(b);
+    if (st == EX_OK)
+        st = check_range(b, buf, off, n);
+    if (st != EX_OK || n == 0)
+        return st;
+    const char *src = (const char *)((cu_buffer *)buf)->ptr + off;
+    uint64_t chunks = (n + CU_STAGE_BYTES - 1) / CU_STAGE_BYTES;
+    st = copy_after_compute(b);
+    for (uint64_t i = 0; st == EX_OK && i <= chunks; i++) {
+        if (i < chunks) {
+            uint64_t at = i * CU_STAGE_BYTES;
+            size_t len = n - at < CU_STAGE_BYTES ? (size_t)(n - at) : CU_STAGE_BYTES;
+            int s = (int)(i & 1);
+            st = bk_check(
+                b, cudaMemcpyAsync(b->stage[s], src + at, len, cudaMemcpyDeviceToHost, b->copy),
+                "download");
+            if (st == EX_OK)
+                st = bk_check(b, cudaEventRecord(b->ev_stage[s], b->copy), "download");
+        }
+        if (st == EX_OK && i > 0) {
+            uint64_t at = (i - 1) * CU_STAGE_BYTES;
+            size_t len = n - at < CU_STAGE_BYTES ? (size_t)(n - at) : CU_STAGE_BYTES;
+            int s = (int)((i - 1) & 1);
+            st = bk_check(b, cudaEventSynchronize(b->ev_stage[s]), "download");
+            if (st == EX_OK)
+                memcpy((char *)dst + at, b->stage[s], len);
+        }
+    }
+    ex_status sync = bk_check(b, cudaStreamSynchronize(b->copy), "download");
+    return st != EX_OK ? st : sync;
+}
+
+/* On the compute stream, in order with the nodes; overlapping ranges of one buffer go
+ * through a temporary copy (cudaMemcpy does not promise memmove's semantics). */
+static ex_status cuda_copy(void *impl, ex_buffer *dst, uint64_t doff, ex_buffer *src, uint64_t soff,
+                           uint64_t n)
+{
+    cu_backend *b = (cu_backend *)impl;
+    ex_status st = bk_enter(b);
+    if (st == EX_OK)
+        st = check_range(b, dst, doff, n);
+    if (st == EX_OK)
+        st = check_range(b, src, soff, n);
+    if (st != EX_OK || n == 0)
+        return st;
+    char *d = (char *)((cu_buffer *)dst)->ptr + doff;
+    const char *s = (const char *)((cu_buffer *)src)->ptr + soff;
+    if (d + n <= s || s + n <= d)
+        return bk_check(b, cudaMemcpyAsync(d, s, n, cudaMemcpyDeviceToDevice, b->stream), "copy");
+    void *tmp = NULL;
+    st = bk_check(b, cudaMallocAsync(&tmp, n, b->stream), "copy");
+    if (st != EX_OK)
+        return st;
+    st = bk_check(b, cudaMemcpyAsync(tmp, s, n, cudaMemcpyDeviceToDevice, b->stream), "copy");
+    if (st == EX_OK)
+        st = bk_check(b, cudaMemcpyAsync(d, tmp, n, cudaMemcpyDeviceToDevice, b->stream), "copy");
+    ex_status fr = bk_check(b, cudaFreeAsync(tmp, b->stream), "copy");
+    return st != EX_OK ? st : fr;
+}
+
+static ex_status cuda_fill(void *impl, ex_buffer *buf, uint64_t off, uint64_t n, uint32_t pattern)
+{
+    cu_backend *b = (cu_backend *)impl;
+    ex_status st = bk_enter(b);
+    if (st == EX_OK)
+        st = check_range(b, buf, off, n);
+    if (st != EX_OK)
+        return st;
+    if (off % 4 != 0) {
+        snprintf(b->msg, sizeof b->msg, "cuda: fill at byte %llu is not 4-byte aligned",
+                 (unsigned long long)off);
+        return EX_ERR_ARG;
+    }
+    cu_exec e = exec_of(b);
+    return cu_fill_words(&e, (char *)((cu_buffer *)buf)->ptr + off, n / 4, pattern);
+}
+
+static ex_status cuda_synchronize(void *impl)
+{
+    cu_backend *b = (cu_backend *)impl;
+    ex_status st = bk_enter(b);
+    if (st == EX_OK)
+        st = bk_check(b, cudaStreamSynchronize(b->stream), "cudaStreamSynchronize");
+    return st;
+}
+
+static const char *cuda_error(void *impl)
+{
+    return ((cu_backend *)impl)->msg;
+}
+
+/* Frees whatever was made; safe on a half-built backend. */
+static void cuda_close(void *impl)
+{
+    cu_backend *b = (cu_backend *)impl;
+    if (!b)
+        return;
+    cudaSetDevice(b->device);
+    if (b->stream)
+        cudaStreamSynchronize(b->stream);
+    graphs_clear(b);
+    for (int64_t i = 0; i < b->nevents; i++)
+        cudaEventDestroy(b->events[i]);
+    free(b->events);
+    cudaFree(b->scratch);
+    cudaFree(b->status);
+    cudaFree(b->blas_ws);
+    cudaFreeHost(b->status_host);
+    cudaFreeHost(b->gate_host);
+    for (int s = 0; s < 2; s++) {
+        cudaFreeHost(b->stage[s]);
+        if (b->ev_stage[s])
+            cudaEventDestroy(b->ev_stage[s]);
+    }
+    if (b->ev_compute)
+        cudaEventDestroy(b->ev_compute);
+    if (b->blas)
+        cublasDestroy(b->blas);
+    if (b->blas_side)
+        cublasDestroy(b->blas_side);
+    if (b->side)
+        cudaStreamDestroy(b->side);
+    if (b->copy)
+        cudaStreamDestroy(b->copy);
+    if (b->stream)
+        cudaStreamDestroy(b->stream);
+    cudaGetLastError();
+    free(b);
+}
+
+static const ex_backend_iface cuda_iface = {
+    cuda_close,    cuda_error, cuda_buffer_alloc, cuda_buffer_free, cuda_upload,
+    cuda_download, cuda_copy,  cuda_fill,         cuda_compute,     cuda_synchronize,
+};
+
+/* ---- opening ---- */
+
+static void put(char *msg, size_t len, const char *text, const char *detail)
+{
+    if (msg && len)
+        snprintf(msg, len, "%s%s", text, detail);
+}
+
+/* The device index from EXAPT_CUDA_DEVICE (default 0). */
+static ex_status device_index(int count, int *dev, char *msg, size_t len)
+{
+    const char *s = getenv("EXAPT_CUDA_DEVICE");
+    *dev = 0;
+    if (!s || !*s)
+        return EX_OK;
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    if (*end != '\0' || v < 0) {
+        if (msg && len)
+            snprintf(msg, len, "cuda: EXAPT_CUDA_DEVICE='%s' is not a device index", s);
+        return EX_ERR_ARG;
+    }
+    if (v >= count) {
+        if (msg && len)
+            snprintf(msg, len, "cuda: EXAPT_CUDA_DEVICE=%ld, but there %s %d device%s", v,
+                     count == 1 ? "is" : "are", count, count == 1 ? "" : "s");
+        return EX_ERR_UNSUPPORTED;
+    }
+    *dev = (int)v;
+    return EX_OK;
+}
+
+static ex_status blas_open(cu_backend *b, cublasHandle_t *h, cudaStream_t s)
+{
+    cu_exec e = exec_of(b);
+    ex_status st = cu_blas_check(&e, cublasCreate(h), "cublasCreate");
+    if (st == EX_OK)
+        st = cu_blas_check(&e, cublasSetStream(*h, s), "cublasSetStream");
+    /* after cublasSetStream, which resets it */
+    if (st == EX_OK)
+        st = cu_blas_check(&e, cublasSetWorkspace(*h, b->blas_ws, CU_BLAS_WS_BYTES),
+                           "cublasSetWorkspace");
+    return st;
+}
+
+/* Streams, handles, pinned staging and the status words. */
+static ex_status backend_init(cu_backend *b)
+{
+    void *p = NULL;
+    ex_status st = bk_check(b, cudaSetDevice(b->device), "cudaSetDevice");
+    if (st == EX_OK)
+        st = bk_check(b, cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking), "stream");
+    if (st == EX_OK)
+        st = bk_check(b, cudaStreamCreateWithFlags(&b->copy, cudaStreamNonBlocking), "stream");
+    if (st == EX_OK)
+        st = bk_check(b, cudaStreamCreateWithFlags(&b->side, cudaStreamNonBlocking), "stream");
+    if (st == EX_OK)
+        st = bk_check(b, cudaEventCreateWithFlags(&b->ev_compute, cudaEventDisableTiming), "event");
+    for (int s = 0; s < 2 && st == EX_OK; s++) {
+        st =
+            bk_check(b, cudaEventCreateWithFlags(&b->ev_stage[s], cudaEventDisableTiming), "event");
+        if (st == EX_OK &&
+            (st = bk_check(b, cudaHostAlloc(&p, CU_STAGE_BYTES, 0), "staging")) == EX_OK)
+            b->stage[s] = (char *)p;
+    }
+    if (st == EX_OK && (st = bk_check(b, cudaHostAlloc(&p, 64, 0), "pinned")) == EX_OK)
+        b->status_host = (long long *)p;
+    if (st == EX_OK && (st = bk_check(b, cudaHostAlloc(&p, 64, 0), "pinned")) == EX_OK)
+        b->gate_host = (float *)p;
+    if (st == EX_OK && (st = bk_check(b, cudaMalloc(&p, 64), "status")) == EX_OK)
+        b->status = (long long *)p;
+    if (st == EX_OK &&
+        (st = bk_check(b, cudaMalloc(&b->blas_ws, CU_BLAS_WS_BYTES), "cuBLAS")) == EX_OK)
+        st = blas_open(b, &b->blas, b->stream);
+    if (st == EX_OK)
+        st = blas_open(b, &b->blas_side, b->side);
+    return st;
+}
+
+/* The build's kernels must have code this device can run (machine code or PTX). */
+static ex_status device_runs_build(cu_backend *b, const cudaDeviceProp *prop)
+{
+    cudaFuncAttributes attr;
+    cudaError_t err = cudaFuncGetAttributes(&attr, set_condition_kernel);
+    if (err == cudaSuccess)
+        return EX_OK;
+    cudaGetLastError();
+    snprintf(b->msg, sizeof b->msg, "cuda: this build has no code for %s (sm_%d%d): %s", prop->name,
+             prop->major, prop->minor, cudaGetErrorString(err));
+    return EX_ERR_UNSUPPORTED;
+}
+
+ex_status ex_cuda_backend_create(int arg, const ex_backend_iface **iface, void **impl,
+                                 ex_backend_caps *caps, char *msg, size_t msg_len)
+{
+    (void)arg; /* the device comes from EXAPT_CUDA_DEVICE */
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count < 1) {
+        cudaGetLastError();
+        put(msg, msg_len, "cuda: no usable CUDA device: ",
+            err != cudaSuccess ? cudaGetErrorString(err) : "none found");
+        return EX_ERR_UNSUPPORTED;
+    }
+    int dev = 0;
+    ex_status st = device_index(count, &dev, msg, msg_len);
+    if (st != EX_OK)
+        return st;
+    cu_backend *b = (cu_backend *)calloc(1, sizeof *b);
+    if (!b) {
+        put(msg, msg_len, "cuda: out of host memory", "");
+        return EX_ERR_NOMEM;
+    }
+    b->device = dev;
+    cudaDeviceProp prop;
+    st = bk_check(b, cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
+    if (st == EX_OK)
+        st = backend_init(b);
+    if (st == EX_OK)
+        st = device_runs_build(b, &prop);
+    if (st != EX_OK) {
+        put(msg, msg_len, b->msg, "");
+        cuda_close(b);
+        return st;
+    }
+    memset(caps, 0, sizeof *caps);
+    snprintf(caps->name, sizeof caps->name, "cuda");
+    snprintf(caps->device, sizeof caps->device, "%.96s (sm_%d%d, device %d)", prop.name, prop.major,
+             prop.minor, dev);
+    caps->memory_bytes = prop.totalGlobalMem;
+    caps->max_alloc_bytes = prop.totalGlobalMem;
+    caps->max_binding_bytes = prop.totalGlobalMem;
+    caps->features = EX_FEAT_TIMESTAMPS;
+    caps->threads = 0;
+    *iface = &cuda_iface;
+    *impl = b;
+    return EX_OK;
+}

@@ -1,0 +1,364 @@
+/* Batch norm 2d: statistics (with the running-statistics update), apply, and the two
+ * backward passes.
+ *
+ * Per-channel sums run in double as on the CPU: one block per (n, c) plane reduces it
+ * with a fixed tree into a partial, and one thread per channel adds its partials over n
+ * in index order (and finishes the statistics). No atomics, so results are repeatable.
+ * Apply and backward-data are element-wise with the CPU fast path's float arithmetic. */
+#include "cuda/cuda.h"
+
+/** x's shape and M = N*H*W, the count behind every per-channel statistic. */
+typedef struct bn_geom {
+    int64_t n, c, h, w, m;
+} bn_geom;
+
+/** A per-channel vector: a [C] tensor or one row of a [2, C] one. */
+typedef struct bn_vec {
+    float *p;
+    int64_t s;
+} bn_vec;
+
+static bn_vec bn_vec_of(const ex_tdesc *t)
+{
+    bn_vec v = {cu_f32(t), t->st[0]};
+    return v;
+}
+
+static bn_vec bn_row(const ex_tdesc *t, int r)
+{
+    bn_vec v = {cu_f32(t) + r * t->st[0], t->st[1]};
+    return v;
+}
+
+static bn_vec bn_none(void)
+{
+    bn_vec v = {NULL, 0};
+    return v;
+}
+
+/** Everything a batch-norm kernel reads besides x and dy. */
+typedef struct bn_args {
+    bn_geom g = {};
+    cu_t4 x, dy, out;      /**< out: y, dx, or unused */
+    bn_vec mean, inv;      /**< stats rows */
+    bn_vec gamma, beta;    /**< p NULL when absent */
+    bn_vec red0, red1;     /**< BN_BWD_DATA's reductions */
+    bn_vec rm, rv, d0, d1; /**< BN_STATS: running statistics and dst rows */
+    int train;
+    double eps, mom;
+} bn_args;
+
+static ex_status bn_check_4d(cu_exec *e, const ex_tdesc *t, const ex_tdesc *x, const char *name,
+                             const char *what)
+{
+    int ok = t->dtype == EX_F32 && t->ndim == 4 && t->buf != NULL;
+    for (int d = 0; d < 4 && ok; d++)
+        ok = t->ne[d] == x->ne[d];
+    if (!ok)
+        return cu_fail(e, EX_ERR_SHAPE, "%s: %s must be an f32 tensor of x's shape", name, what);
+    return EX_OK;
+}
+
+static ex_status bn_check_c(cu_exec *e, const ex_tdesc *t, int64_t rows, int64_t c,
+                            const char *name, const char *what)
+{
+    int ok = t->dtype == EX_F32 && t->buf != NULL &&
+             (rows == 1 ? t->ndim == 1 && t->ne[0] == c
+                        : t->ndim == 2 && t->ne[0] == rows && t->ne[1] == c);
+    if (!ok)
+        return cu_fail(e, EX_ERR_SHAPE, "%s: %s must be an f32 [%s%lld] tensor", name, what,
+                       rows == 1 ? "" : "2, ", (long long)c);
+    return EX_OK;
+}
+
+/** Checks the source count and x (source 0), and fills g. */
+static ex_status bn_begin(cu_exec *e, const ex_node_exec *nd, int nmin, int nmax, const char *name,
+                          bn_geom *g)
+{
+    if (nd->nsrc < nmin || nd->nsrc > nmax || nd->src == NULL)
+        return cu_fail(e, EX_ERR_ARG, "%s: unexpected source count %d", name, nd->nsrc);
+    const ex_tdesc *x = &nd->src[0];
+    if (x->dtype != EX_F32 || x->ndim != 4 || x->buf == NULL)
+        return cu_fail(e, EX_ERR_ARG, "%s: x must be a 4-d f32 tensor", name);
+    g->n = x->ne[0];
+    g->c = x->ne[1];
+    g->h = x->ne[2];
+    g->w = x->ne[3];
+    g->m = x->ne[0] * x->ne[2] * x->ne[3];
+    return EX_OK;
+}
+
+__device__ __forceinline__ float bn_get(bn_vec v, int64_t c)
+{
+    return v.p[c * v.s];
+}
+
+__device__ __forceinline__ void bn_set(bn_vec v, int64_t c, float x)
+{
+    v.p[c * v.s] = x;
+}
+
+__device__ __forceinline__ float bn_px(const cu_t4 &t, int64_t nb, int64_t c, int64_t i, int64_t w)
+{
+    return ((const float *)t.p)[nb * t.st[0] + c * t.st[1] + i / w * t.st[2] + i % w * t.st[3]];
+}
+
+/* ---- per-plane partials ---- */
+
+/* Block p reduces plane (n, c) = (p / C, p % C). stats: sum and sum of squares of x;
+ * otherwise Σ dy·x̂ and Σ dy with x̂ = (x − mean)·invstd. */
+__global__ void bn_plane_kernel(bn_args a, int stats, double *part, const float *gate)
+{
+    __shared__ double sh[32];
+    if (cu_gated_off(gate))
+        return;
+    int64_t p = blockIdx.x, nb = p / a.g.c, c = p % a.g.c, hw = a.g.h * a.g.w;
+    float mean = stats ? 0.0f : bn_get(a.mean, c), inv = stats ? 0.0f : bn_get(a.inv, c);
+    double s1 = 0.0, s2 = 0.0;
+    for (int64_t i = threadIdx.x; i < hw; i += blockDim.x) {
+        float v = bn_px(a.x, nb, c, i, a.g.w);
+        if (stats) {
+            s1 += v;
+            s2 += (double)v * v;
+        } else {
+            float d = bn_px(a.dy, nb, c, i, a.g.w);
+            s1 += (double)d * ((v - mean) * inv);
+            s2 += d;
+        }
+    }
+    s1 = cu_block_sum(s1, sh);
+    s2 = cu_block_sum(s2, sh);
+    if (threadIdx.x == 0) {
+        part[2 * p] = s1;
+        part[2 * p + 1] = s2;
+    }
+}
+
+/* Channel c's statistics from its partials (or, in eval, from the running ones), and in
+ * training the running statistics moved towards the batch's (variance unbiased). */
+__global__ void bn_stats_kernel(bn_args a, const double *part, const float *gate)
+{
+    if (cu_gated_off(gate))
+        return;
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < a.g.c;
+         c += (int64_t)gridDim.x * blockDim.x) {
+        double mean, var;
+        if (a.train) {
+            double s = 0.0, q = 0.0;
+            for (int64_t nb = 0; nb < a.g.n; nb++) {
+                s += part[2 * (nb * a.g.c + c)];
+                q += part[2 * (nb * a.g.c + c) + 1];
+            }
+            mean = s / (double)a.g.m;
+            var = q / (double)a.g.m - mean * mean;
+            var = var > 0.0 ? var : 0.0;
+        } else {
+            mean = bn_get(a.rm, c);
+            var = bn_get(a.rv, c);
+        }
+        bn_set(a.d0, c, (float)mean);
+        bn_set(a.d1, c, (float)(1.0 / sqrt(var + a.eps)));
+        if (!a.train)
+            continue;
+        double unbiased = var * (double)a.g.m / (double)(a.g.m - 1);
+        bn_set(a.rm, c, (float)((1.0 - a.mom) * bn_get(a.rm, c) + a.mom * mean));
+        bn_set(a.rv, c, (float)((1.0 - a.mom) * bn_get(a.rv, c) + a.mom * unbiased));
+    }
+}
+
+CU_OP(bn_stats)
+{
+    bn_geom g = {};
+    ex_status st = bn_begin(e, n, 3, 3, "bn_stats", &g);
+    if (st == EX_OK)
+        st = bn_check_c(e, &n->src[1], 1, g.c, "bn_stats", "running_mean");
+    if (st == EX_OK)
+        st = bn_check_c(e, &n->src[2], 1, g.c, "bn_stats", "running_var");
+    if (st == EX_OK)
+        st = bn_check_c(e, &n->dst, 2, g.c, "bn_stats", "dst");
+    if (st != EX_OK)
+        return st;
+    int train = n->ip[0] != 0;
+    if (train && g.m < 2)
+        return cu_fail(e, EX_ERR_SHAPE,
+                       "bn_stats: training needs more than one value per channel (N*H*W = %lld)",
+                       (long long)g.m);
+    int64_t planes = g.n * g.c;
+    void *ws = NULL;
+    if (train)
+        st = cu_scratch(e, sizeof(double) * 2 * (size_t)planes, &ws);
+    if (st != EX_OK || e->dry)
+        return st;
+    bn_args a = {};
+    a.g = g;
+    a.x = cu_t4_of(&n->src[0]);
+    a.rm = bn_vec_of(&n->src[1]);
+    a.rv = bn_vec_of(&n->src[2]);
+    a.d0 = bn_row(&n->dst, 0);
+    a.d1 = bn_row(&n->dst, 1);
+    a.train = train;
+    a.eps = n->fp[0];
+    a.mom = n->fp[1];
+    if (train) {
+        if (planes > 0x7fffffff)
+            return cu_fail(e, EX_ERR_UNSUPPORTED, "bn_stats: %lld planes exceed the grid",
+                           (long long)planes);
+        bn_plane_kernel<<<(unsigned)planes, CU_THREADS, 0, e->stream>>>(a, 1, (double *)ws,
+                                                                        e->gate);
+    }
+    bn_stats_kernel<<<cu_blocks(g.c, CU_THREADS), CU_THREADS, 0, e->stream>>>(a, (const double *)ws,
+                                                                              e->gate);
+    return cu_launched(e, "bn_stats");
+}
+
+/* ---- apply ---- */
+
+__global__ void bn_apply_kernel(bn_args a, const float *gate)
+{
+    if (cu_gated_off(gate))
+        return;
+    int64_t hw = a.g.h * a.g.w, total = a.g.n * a.g.c * hw;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i % hw, c = i / hw % a.g.c, nb = i / (hw * a.g.c);
+        float inv = bn_get(a.inv, c), gm = a.gamma.p ? bn_get(a.gamma, c) : 1.0f;
+        float bt = a.beta.p ? bn_get(a.beta, c) : 0.0f;
+        float k = inv * gm, b = bt - bn_get(a.mean, c) * k;
+        float *y = (float *)a.out.p + nb * a.out.st[0] + c * a.out.st[1] + r / a.g.w * a.out.st[2] +
+                   r % a.g.w * a.out.st[3];
+        *y = bn_px(a.x, nb, c, r, a.g.w) * k + b;
+    }
+}
+
+CU_OP(bn_apply)
+{
+    bn_geom g = {};
+    ex_status st = bn_begin(e, n, 2, 4, "bn_apply", &g);
+    if (st == EX_OK && n->nsrc == 3)
+        st = cu_fail(e, EX_ERR_ARG, "bn_apply: gamma and beta come together");
+    if (st == EX_OK)
+        st = bn_check_c(e, &n->src[1], 2, g.c, "bn_apply", "stats");
+    for (int i = 2; i < n->nsrc && st == EX_OK; i++)
+        st = bn_check_c(e, &n->src[i], 1, g.c, "bn_apply", i == 2 ? "gamma" : "beta");
+    if (st == EX_OK)
+        st = bn_check_4d(e, &n->dst, &n->src[0], "bn_apply", "dst");
+    if (st != EX_OK || e->dry)
+        return st;
+    bn_args a = {};
+    a.g = g;
+    a.x = cu_t4_of(&n->src[0]);
+    a.out = cu_t4_of(&n->dst);
+    a.mean = bn_row(&n->src[1], 0);
+    a.inv = bn_row(&n->src[1], 1);
+    a.gamma = n->nsrc == 4 ? bn_vec_of(&n->src[2]) : bn_none();
+    a.beta = n->nsrc == 4 ? bn_vec_of(&n->src[3]) : bn_none();
+    int64_t total = g.n * g.c * g.h * g.w;
+    bn_apply_kernel<<<cu_blocks(total, CU_THREADS), CU_THREADS, 0, e->stream>>>(a, e->gate);
+    return cu_launched(e, "bn_apply");
+}
+
+/* ---- backward ---- */
+
+__global__ void bn_reduce_kernel(bn_args a, const double *part, const float *gate)
+{
+    if (cu_gated_off(gate))
+        return;
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < a.g.c;
+         c += (int64_t)gridDim.x * blockDim.x) {
+        double sxh = 0.0, sdy = 0.0;
+        for (int64_t nb = 0; nb < a.g.n; nb++) {
+            sxh += part[2 * (nb * a.g.c + c)];
+            sdy += part[2 * (nb * a.g.c + c) + 1];
+        }
+        bn_set(a.d0, c, (float)sxh);
+        bn_set(a.d1, c, (float)sdy);
+    }
+}
+
+CU_OP(bn_bwd_reduce)
+{
+    bn_geom g = {};
+    ex_status st = bn_begin(e, n, 3, 3, "bn_bwd_reduce", &g);
+    if (st == EX_OK)
+        st = bn_check_c(e, &n->src[1], 2, g.c, "bn_bwd_reduce", "stats");
+    if (st == EX_OK)
+        st = bn_check_4d(e, &n->src[2], &n->src[0], "bn_bwd_reduce", "dy");
+    if (st == EX_OK)
+        st = bn_check_c(e, &n->dst, 2, g.c, "bn_bwd_reduce", "dst");
+    int64_t planes = g.n * g.c;
+    void *ws = NULL;
+    if (st == EX_OK)
+        st = cu_scratch(e, sizeof(double) * 2 * (size_t)planes, &ws);
+    if (st != EX_OK || e->dry)
+        return st;
+    if (planes > 0x7fffffff)
+        return cu_fail(e, EX_ERR_UNSUPPORTED, "bn_bwd_reduce: %lld planes exceed the grid",
+                       (long long)planes);
+    bn_args a = {};
+    a.g = g;
+    a.x = cu_t4_of(&n->src[0]);
+    a.dy = cu_t4_of(&n->src[2]);
+    a.mean = bn_row(&n->src[1], 0);
+    a.inv = bn_row(&n->src[1], 1);
+    a.d0 = bn_row(&n->dst, 0);
+    a.d1 = bn_row(&n->dst, 1);
+    if (planes > 0)
+        bn_plane_kernel<<<(unsigned)planes, CU_THREADS, 0, e->stream>>>(a, 0, (double *)ws,
+                                                                        e->gate);
+    bn_reduce_kernel<<<cu_blocks(g.c, CU_THREADS), CU_THREADS, 0, e->stream>>>(
+        a, (const double *)ws, e->gate);
+    return cu_launched(e, "bn_bwd_reduce");
+}
+
+/* dx = k (dy − c1 − x̂ c2) with k = invstd·gamma, c1 = red1 / M, c2 = red0 / M in
+ * training; c1 = c2 = 0 in eval. */
+__global__ void bn_bwd_data_kernel(bn_args a, const float *gate)
+{
+    if (cu_gated_off(gate))
+        return;
+    int64_t hw = a.g.h * a.g.w, total = a.g.n * a.g.c * hw;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i % hw, c = i / hw % a.g.c, nb = i / (hw * a.g.c);
+        float mean = bn_get(a.mean, c), inv = bn_get(a.inv, c);
+        float k = (float)((double)inv * (a.gamma.p ? bn_get(a.gamma, c) : 1.0f));
+        float c1 = a.train ? (float)(bn_get(a.red1, c) / (double)a.g.m) : 0.0f;
+        float c2 = a.train ? (float)(bn_get(a.red0, c) / (double)a.g.m) : 0.0f;
+        float x = bn_px(a.x, nb, c, r, a.g.w), d = bn_px(a.dy, nb, c, r, a.g.w);
+        float *dx = (float *)a.out.p + nb * a.out.st[0] + c * a.out.st[1] +
+                    r / a.g.w * a.out.st[2] + r % a.g.w * a.out.st[3];
+        *dx = k * (d - c1 - (x - mean) * inv * c2);
+    }
+}
+
+CU_OP(bn_bwd_data)
+{
+    bn_geom g = {};
+    ex_status st = bn_begin(e, n, 4, 5, "bn_bwd_data", &g);
+    if (st == EX_OK)
+        st = bn_check_c(e, &n->src[1], 2, g.c, "bn_bwd_data", "stats");
+    if (st == EX_OK)
+        st = bn_check_4d(e, &n->src[2], &n->src[0], "bn_bwd_data", "dy");
+    if (st == EX_OK)
+        st = bn_check_c(e, &n->src[3], 2, g.c, "bn_bwd_data", "red");
+    if (st == EX_OK && n->nsrc == 5)
+        st = bn_check_c(e, &n->src[4], 1, g.c, "bn_bwd_data", "gamma");
+    if (st == EX_OK)
+        st = bn_check_4d(e, &n->dst, &n->src[0], "bn_bwd_data", "dst");
+    if (st != EX_OK || e->dry)
+        return st;
+    bn_args a = {};
+    a.g = g;
+    a.x = cu_t4_of(&n->src[0]);
+    a.dy = cu_t4_of(&n->src[2]);
+    a.out = cu_t4_of(&n->dst);
+    a.mean = bn_row(&n->src[1], 0);
+    a.inv = bn_row(&n->src[1], 1);
+    a.red0 = bn_row(&n->src[3], 0);
+    a.red1 = bn_row(&n->src[3], 1);
+    a.gamma = n->nsrc == 5 ? bn_vec_of(&n->src[4]) : bn_none();
+    a.train = n->ip[0] != 0;
+    int64_t total = g.n * g.c * g.h * g.w;
+    bn_bwd_data_kernel<<<cu_blocks(total, CU_THREADS), CU_THREADS, 0, e->stream>>>(a, e->gate);
+    return cu_launched(e, "bn_bwd_data");
+}

@@ -1,0 +1,372 @@
+/* The CUDA backend's internals: buffers, what a node's host function needs to launch its
+ * kernels, tensors as kernels take them, device helpers shared by the kernel families, and
+ * one host function per op. Included by the .cu files of cuda/ only.
+ *
+ * Every op runs in two passes over the same host function. The sizing pass (dry) checks
+ * the node exactly as the CPU backend does and asks for scratch memory; it launches
+ * nothing. The launch pass then enqueues kernels on e->stream, which may be capturing
+ * into a CUDA graph: so no host function may allocate, copy synchronously or read device
+ * memory while launching. */
+#ifndef EXAPT_CUDA_CUDA_H
+#define EXAPT_CUDA_CUDA_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "exapt/backend.h"
+
+/** A device allocation. ex_buffer handles of this backend point to one. */
+typedef struct cu_buffer {
+    void *ptr;
+    uint64_t bytes;
+} cu_buffer;
+
+/** Threads per block of every kernel that does not say otherwise. */
+#define CU_THREADS 256
+/** Elements one block reduces into one partial: fixed, so sums do not depend on the grid. */
+#define CU_CHUNK 4096
+
+/** Device status words, written by kernels that find bad data (a label out of range, an
+ *  active mixed-sum candidate of the wrong shape) and read back by compute() after the
+ *  step: [0] code, [1] node index, [2] row (label) or candidate (shape), [3] the label. */
+#define CU_STATUS_WORDS 4
+enum cu_status_code { CU_STATUS_OK = 0, CU_STATUS_LABEL = 1, CU_STATUS_SHAPE = 2 };
+
+/** What a node's host function needs. */
+typedef struct cu_exec {
+    cudaStream_t stream; /**< where the node's work goes (may be capturing) */
+    cublasHandle_t blas; /**< bound to stream */
+    const float *gate;   /**< the node's gate element, or NULL: kernels return when it is 0 */
+    long long *status;   /**< device status words */
+    int64_t node;        /**< the node's index in the list (for status reports) */
+    int dry;             /**< sizing pass: check and ask for scratch, launch nothing */
+    char *scratch;       /**< device work space shared by all nodes (run one at a time) */
+    size_t scratch_bytes;
+    size_t need; /**< the most scratch any node asked for (sizing pass) */
+    char *msg;   /**< where a failure's message goes */
+    size_t msg_len;
+} cu_exec;
+
+/** A tensor as kernels take it: element 0 and the shape padded on the left to 4 dims
+ *  (size 1, stride 0), in elements. */
+typedef struct cu_t4 {
+    char *p;
+    int64_t ne[4];
+    int64_t st[4];
+} cu_t4;
+
+/* ---- host helpers (util.cu) ---- */
+
+/** Writes a message for the failing node and returns st. */
+ex_status cu_fail(const cu_exec *e, ex_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/** EX_OK, or the CUDA error as a status with a message naming what failed. */
+ex_status cu_check(const cu_exec *e, cudaError_t err, const char *what);
+/** Checks the launches just made (cudaGetLastError). */
+ex_status cu_launched(const cu_exec *e, const char *what);
+/** EX_OK, or the cuBLAS error as a status with a message. */
+ex_status cu_blas_check(const cu_exec *e, cublasStatus_t s, const char *what);
+/** Asks for bytes of scratch: *out is the scratch (NULL in the sizing pass). */
+ex_status cu_scratch(cu_exec *e, size_t bytes, void **out);
+
+/** Device address of t's element 0. */
+static inline char *cu_ptr(const ex_tdesc *t)
+{
+    return (char *)((cu_buffer *)t->buf)->ptr + t->offset;
+}
+static inline float *cu_f32(const ex_tdesc *t)
+{
+    return (float *)cu_ptr(t);
+}
+
+/** Shape and strides padded on the left to 4 dims (size 1, stride 0). */
+static inline void cu_shape4(const ex_tdesc *t, int64_t ne[4], int64_t st[4])
+{
+    int pad = 4 - t->ndim;
+    for (int d = 0; d < 4; d++) {
+        ne[d] = d < pad ? 1 : t->ne[d - pad];
+        st[d] = d < pad ? 0 : t->st[d - pad];
+    }
+}
+
+static inline cu_t4 cu_t4_of(const ex_tdesc *t)
+{
+    cu_t4 v;
+    v.p = cu_ptr(t);
+    cu_shape4(t, v.ne, v.st);
+    return v;
+}
+
+/** Element offset of the row-major logical index i of t (host side). */
+static inline int64_t cu_at(const ex_tdesc *t, int64_t i)
+{
+    int64_t off = 0;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        off += (i % t->ne[d]) * t->st[d];
+        i /= t->ne[d];
+    }
+    return off;
+}
+
+static inline int64_t cu_numel(const ex_tdesc *t)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++)
+        n *= t->ne[d];
+    return n;
+}
+
+/** Whether t is 1 to 4 dims of dtype dt in a buffer. */
+static inline int cu_valid(const ex_tdesc *t, ex_dtype dt)
+{
+    return t->ndim >= 1 && t->ndim <= 4 && t->dtype == dt && t->buf != NULL;
+}
+
+/** Strides of t read as the padded shape ne (a size-1 dim broadcasts); 0 when it does
+ *  not fit. */
+static inline int cu_align(const ex_tdesc *t, const int64_t ne[4], int64_t st[4])
+{
+    int64_t tne[4];
+    if (t->ndim < 1 || t->ndim > 4 || t->buf == NULL)
+        return 0;
+    cu_shape4(t, tne, st);
+    for (int d = 0; d < 4; d++) {
+        if (tne[d] == ne[d])
+            continue;
+        if (tne[d] != 1)
+            return 0;
+        st[d] = 0;
+    }
+    return 1;
+}
+
+/** Whether a written tensor of padded shape ne never writes one element twice. */
+static inline int cu_dst_ok(const int64_t ne[4], const int64_t st[4])
+{
+    for (int d = 0; d < 4; d++)
+        if (ne[d] > 1 && st[d] == 0)
+            return 0;
+    return 1;
+}
+
+/** Blocks for a grid-stride loop over n items. */
+static inline unsigned cu_blocks(int64_t n, int threads)
+{
+    int64_t b = (n + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : b > (1 << 20) ? (1 << 20) : b);
+}
+
+/** Kernels over (n, c) planes: planes along grid x, positions inside a plane along grid y
+ *  (32-bit: the host checks that a plane holds fewer than 2^30 elements), both
+ *  grid-stride. */
+#define CU_PLANE_LOOP(planes) for (int64_t plane = blockIdx.x; plane < (planes); plane += gridDim.x)
+#define CU_POS_LOOP(p, count)                                                                      \
+    for (int p = blockIdx.y * blockDim.x + threadIdx.x; p < (count); p += gridDim.y * blockDim.x)
+
+/** The grid of a plane kernel. */
+static inline dim3 cu_plane_grid(int64_t planes, int64_t positions)
+{
+    int64_t tiles = (positions + CU_THREADS - 1) / CU_THREADS;
+    unsigned gx = (unsigned)(planes < 0x7fffffff ? (planes > 0 ? planes : 1) : 0x7fffffff);
+    unsigned gy = (unsigned)(tiles < 65535 ? (tiles > 0 ? tiles : 1) : 65535);
+    return dim3(gx, gy);
+}
+
+/* ---- device helpers ---- */
+
+/** Whether the node's gate says skip; every thread of every kernel asks first. */
+__device__ __forceinline__ bool cu_gated_off(const float *gate)
+{
+    return gate != NULL && *gate == 0.0f;
+}
+
+/** Offset of the row-major logical index i in a padded 4-d shape. */
+__device__ __forceinline__ int64_t cu_off4(const int64_t *ne, const int64_t *st, int64_t i)
+{
+    int64_t i3 = i % ne[3];
+    i /= ne[3];
+    int64_t i2 = i % ne[2];
+    i /= ne[2];
+    int64_t i1 = i % ne[1];
+    return (i / ne[1]) * st[0] + i1 * st[1] + i2 * st[2] + i3 * st[3];
+}
+
+/** The coordinates of the row-major logical index i in a padded 4-d shape. */
+__device__ __forceinline__ void cu_coords4(const int64_t *ne, int64_t i, int64_t *c)
+{
+    c[3] = i % ne[3];
+    i /= ne[3];
+    c[2] = i % ne[2];
+    i /= ne[2];
+    c[1] = i % ne[1];
+    c[0] = i / ne[1];
+}
+
+__device__ __forceinline__ int64_t cu_dot4(const int64_t *c, const int64_t *st)
+{
+    return c[0] * st[0] + c[1] * st[1] + c[2] * st[2] + c[3] * st[3];
+}
+
+/** Whether strides st walk the padded shape ne densely in row-major order (host). */
+static inline int cu_dense4(const int64_t ne[4], const int64_t st[4])
+{
+    int64_t s = 1;
+    for (int d = 3; d >= 0; d--) {
+        if (ne[d] != 1 && st[d] != s)
+            return 0;
+        s *= ne[d];
+    }
+    return 1;
+}
+
+/** Offset of row r (the three outer dims) of a padded 4-d shape. */
+__device__ __forceinline__ int64_t cu_row_off(const int64_t *ne, const int64_t *st, int64_t r)
+{
+    return (r / (ne[1] * ne[2])) * st[0] + ((r / ne[2]) % ne[1]) * st[1] + (r % ne[2]) * st[2];
+}
+
+template <typename T> __device__ __forceinline__ T cu_warp_sum(T v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/** NaN wins, so a poisoned or diverged input shows in a maximum. */
+__device__ __forceinline__ double cu_max2(double a, double b)
+{
+    return (b > a || b != b) ? b : a;
+}
+
+/** Sum over the block (blockDim.x a multiple of 32, at most 1024) in a fixed tree; every
+ *  thread gets the result. sh holds 32 values. */
+template <typename T> __device__ T cu_block_sum(T v, T *sh)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = cu_warp_sum(v);
+    __syncthreads(); /* sh may still be read by a previous call */
+    if (lane == 0)
+        sh[warp] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : (T)0;
+    return cu_warp_sum(v);
+}
+
+/** Maximum over the block, NaN winning; as cu_block_sum. */
+__device__ inline double cu_block_max(double v, double *sh)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = 16; o > 0; o >>= 1)
+        v = cu_max2(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();
+    if (lane == 0)
+        sh[warp] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : -INFINITY;
+    for (int o = 16; o > 0; o >>= 1)
+        v = cu_max2(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* The first index of the row's maximum as the CPU's scan finds it: a number beats NaN,
+ * a larger number beats a smaller one, and on a tie (or two NaNs) the lower index wins. */
+__device__ __forceinline__ void cu_argmax_merge(float *bv, int64_t *bi, float v, int64_t i)
+{
+    bool bnan = *bv != *bv, vnan = v != v;
+    bool take = (bnan && !vnan) || (!bnan && !vnan && (v > *bv || (v == *bv && i < *bi))) ||
+                (bnan && vnan && i < *bi);
+    if (take) {
+        *bv = v;
+        *bi = i;
+    }
+}
+
+/** The row's first argmax for one warp; every lane gets it. */
+__device__ inline int64_t cu_row_argmax(const float *x, int64_t s, int64_t k, int lane)
+{
+    float bv = x[0];
+    int64_t bi = 0;
+    for (int64_t j = lane; j < k; j += 32)
+        cu_argmax_merge(&bv, &bi, x[j * s], j);
+    for (int o = 16; o > 0; o >>= 1) {
+        float v = __shfl_xor_sync(0xffffffffu, bv, o);
+        int64_t i = __shfl_xor_sync(0xffffffffu, bi, o);
+        cu_argmax_merge(&bv, &bi, v, i);
+    }
+    return bi;
+}
+
+/* ---- one host function per op; backend.cu holds the switch ---- */
+#define CU_OP(name) ex_status cu_##name(cu_exec *e, const ex_node_exec *n)
+/* elementwise.cu */
+CU_OP(add);
+CU_OP(sub);
+CU_OP(mul);
+CU_OP(scale);
+CU_OP(axpy);
+CU_OP(relu);
+CU_OP(relu_bwd);
+CU_OP(fill);
+CU_OP(copy);
+CU_OP(drop_path);
+/* reduce.cu */
+CU_OP(sum);
+CU_OP(mean);
+CU_OP(max);
+CU_OP(max_bwd);
+/* softmax.cu */
+CU_OP(softmax);
+CU_OP(softmax_bwd);
+CU_OP(log_softmax);
+CU_OP(log_softmax_bwd);
+CU_OP(cross_entropy);
+CU_OP(cross_entropy_bwd);
+CU_OP(accuracy);
+/* conv.cu */
+CU_OP(conv2d);
+CU_OP(conv2d_bwd_data);
+CU_OP(conv2d_bwd_filter);
+CU_OP(dwconv2d);
+CU_OP(dwconv2d_bwd_data);
+CU_OP(dwconv2d_bwd_filter);
+/* gemm.cu */
+CU_OP(pwconv);
+CU_OP(pwconv_bwd_filter);
+CU_OP(matmul);
+CU_OP(linear);
+/* pool.cu */
+CU_OP(avg_pool);
+CU_OP(avg_pool_bwd);
+CU_OP(max_pool);
+CU_OP(max_pool_bwd);
+CU_OP(global_avg_pool);
+/* batchnorm.cu */
+CU_OP(bn_stats);
+CU_OP(bn_apply);
+CU_OP(bn_bwd_reduce);
+CU_OP(bn_bwd_data);
+/* nas.cu */
+CU_OP(mixed_sum);
+CU_OP(mixed_sum_bwd_w);
+CU_OP(gumbel_softmax);
+CU_OP(gumbel_softmax_bwd);
+CU_OP(hardmax_st);
+CU_OP(entropy);
+CU_OP(entropy_bwd);
+CU_OP(topk_mask);
+/* optim.cu */
+CU_OP(sgd);
+CU_OP(adam);
+CU_OP(grad_norm);
+CU_OP(clip);
+/* random.cu */
+CU_OP(rand_uniform);
+CU_OP(rand_normal);
+
+/** Fills n 32-bit words at p with pattern on stream (the backend's fill). */
+ex_status cu_fill_words(cu_exec *e, void *p, uint64_t n, uint32_t pattern);
+
+#endif

@@ -1,0 +1,255 @@
+/* Optimizer kernels: SGD, ADAM, GRAD_NORM, CLIP.
+ *
+ * SGD and ADAM write the parameter through dst (which is src[0]) and their moments through
+ * their own source descriptors; each thread reads its element of every operand before it
+ * writes, so the in-place update is safe. Scalars (lr, Adam's {lr, t}, the norm) are read
+ * on the device, so a schedule changes them without a re-capture. GRAD_NORM sums squares
+ * in fixed chunks of CU_CHUNK elements per tensor, each chunk a block's fixed tree, and
+ * one block adds the chunk partials in a fixed order: the norm is repeatable. */
+#include <string.h>
+
+#include "cuda/cuda.h"
+
+#define OPT_MAX_OPS 5
+
+/** dst and the sources it updates from, aligned to dst's padded shape. */
+typedef struct opt_args {
+    int nop;
+    int dense; /**< every operand row-major dense: element i is at i */
+    int64_t ne[4], numel;
+    int64_t st[OPT_MAX_OPS][4];
+    float *p[OPT_MAX_OPS];
+    const float *s0, *s1; /**< scalars: lr (SGD), lr and t (ADAM), norm (CLIP) */
+    float f[4];           /**< the node's float parameters */
+    int nesterov;
+} opt_args;
+
+static int opt_dense(const int64_t ne[4], const int64_t st[4])
+{
+    int64_t s = 1;
+    for (int d = 3; d >= 0; d--) {
+        if (ne[d] != 1 && st[d] != s)
+            return 0;
+        s *= ne[d];
+    }
+    return 1;
+}
+
+/* Operand 0 is dst; operands 1..nalign are sources 0..nalign−1, of dst's shape exactly.
+ * Bit k of written marks operand k as updated: it must not broadcast (stride 0). */
+static ex_status opt_setup(cu_exec *e, const ex_node_exec *n, const char *op, int nsrc, int nalign,
+                           unsigned written, opt_args *o)
+{
+    if (n->nsrc != nsrc || n->src == NULL)
+        return cu_fail(e, EX_ERR_ARG, "%s: %d sources, expected %d", op, n->nsrc, nsrc);
+    if (!cu_valid(&n->dst, EX_F32))
+        return cu_fail(e, EX_ERR_ARG, "%s: dst must be f32 with 1 to 4 dims", op);
+    memset(o, 0, sizeof *o);
+    cu_shape4(&n->dst, o->ne, o->st[0]);
+    o->nop = 1 + nalign;
+    o->numel = o->ne[0] * o->ne[1] * o->ne[2] * o->ne[3];
+    o->p[0] = cu_f32(&n->dst);
+    o->dense = opt_dense(o->ne, o->st[0]);
+    for (int i = 0; i < nalign; i++) {
+        const ex_tdesc *t = &n->src[i];
+        int64_t tne[4];
+        int ok = cu_valid(t, EX_F32);
+        if (ok) {
+            cu_shape4(t, tne, o->st[1 + i]);
+            for (int d = 0; d < 4; d++)
+                ok = ok && tne[d] == o->ne[d];
+        }
+        if (!ok)
+            return cu_fail(e, EX_ERR_SHAPE, "%s: source %d is not f32 of dst's shape", op, i);
+        o->p[1 + i] = cu_f32(t);
+        o->dense = o->dense && opt_dense(o->ne, o->st[1 + i]);
+    }
+    for (int k = 0; k < o->nop; k++)
+        if (((written >> k) & 1) && !cu_dst_ok(o->ne, o->st[k]))
+            return cu_fail(e, EX_ERR_ARG, "%s: an updated tensor broadcasts", op);
+    for (int k = 0; k < 4; k++)
+        o->f[k] = n->fp[k];
+    return EX_OK;
+}
+
+/* A small f32 source read by logical index (lr, hyper, norm): where element i lies. */
+static ex_status opt_scalars(cu_exec *e, const char *op, const ex_tdesc *t, int count,
+                             const float **p0, const float **p1)
+{
+    if (!cu_valid(t, EX_F32) || cu_numel(t) != count)
+        return cu_fail(e, EX_ERR_SHAPE, "%s: expected an f32 source of %d element(s)", op, count);
+    *p0 = cu_f32(t) + cu_at(t, 0);
+    if (p1)
+        *p1 = cu_f32(t) + cu_at(t, 1);
+    return EX_OK;
+}
+
+enum opt_kind { OPT_SGD, OPT_ADAM, OPT_CLIP };
+
+template <int K> __global__ void opt_kernel(opt_args a, const float *gate)
+{
+    __shared__ float bc[2];
+    if (cu_gated_off(gate))
+        return;
+    if (K == OPT_ADAM && threadIdx.x == 0) {
+        /* Bias corrections in double: β^t for large t is far below f32 resolution of 1. */
+        double t = *a.s1;
+        bc[0] = (float)(1.0 - pow((double)a.f[0], t));
+        bc[1] = (float)(1.0 - pow((double)a.f[1], t));
+    }
+    __syncthreads();
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < a.numel;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t f[OPT_MAX_OPS];
+        for (int k = 0; k < OPT_MAX_OPS; k++)
+            f[k] = a.dense ? i : k < a.nop ? cu_off4(a.ne, a.st[k], i) : 0;
+        if (K == OPT_SGD) {
+            float lr = *a.s0, mu = a.f[0], wd = a.f[1];
+            float p = a.p[1][f[1]], g = a.p[2][f[2]] + wd * p;
+            float m = mu * a.p[3][f[3]] + g;
+            a.p[3][f[3]] = m;
+            a.p[0][f[0]] = p - lr * (a.nesterov ? g + mu * m : m);
+        } else if (K == OPT_ADAM) {
+            float lr = *a.s0, b1 = a.f[0], b2 = a.f[1], eps = a.f[2], wd = a.f[3];
+            float p = a.p[1][f[1]], g = a.p[2][f[2]] + wd * p;
+            float m = b1 * a.p[3][f[3]] + (1.0f - b1) * g;
+            float v = b2 * a.p[4][f[4]] + (1.0f - b2) * g * g;
+            a.p[3][f[3]] = m;
+            a.p[4][f[4]] = v;
+            a.p[0][f[0]] = p - lr * (m / bc[0]) / (sqrtf(v / bc[1]) + eps);
+        } else {
+            float c = fminf(1.0f, a.f[0] / (*a.s0 + 1e-6f));
+            a.p[0][f[0]] = a.p[1][f[1]] * c;
+        }
+    }
+}
+
+template <int K> static ex_status opt_launch(cu_exec *e, const opt_args *o, const char *op)
+{
+    if (e->dry)
+        return EX_OK;
+    opt_kernel<K><<<cu_blocks(o->numel, CU_THREADS), CU_THREADS, 0, e->stream>>>(*o, e->gate);
+    return cu_launched(e, op);
+}
+
+CU_OP(sgd)
+{
+    opt_args o;
+    ex_status st = opt_setup(e, n, "sgd", 4, 3, 1u | 1u << 3, &o);
+    if (st == EX_OK)
+        st = opt_scalars(e, "sgd", &n->src[3], 1, &o.s0, NULL);
+    if (st != EX_OK)
+        return st;
+    o.nesterov = n->ip[0] != 0;
+    return opt_launch<OPT_SGD>(e, &o, "sgd");
+}
+
+CU_OP(adam)
+{
+    opt_args o;
+    ex_status st = opt_setup(e, n, "adam", 5, 4, 1u | 1u << 3 | 1u << 4, &o);
+    if (st == EX_OK)
+        st = opt_scalars(e, "adam", &n->src[4], 2, &o.s0, &o.s1);
+    if (st != EX_OK)
+        return st;
+    return opt_launch<OPT_ADAM>(e, &o, "adam");
+}
+
+CU_OP(clip)
+{
+    opt_args o;
+    ex_status st = opt_setup(e, n, "clip", 2, 1, 1u, &o);
+    if (st == EX_OK)
+        st = opt_scalars(e, "clip", &n->src[1], 1, &o.s0, NULL);
+    if (st != EX_OK)
+        return st;
+    return opt_launch<OPT_CLIP>(e, &o, "clip");
+}
+
+/* ---- GRAD_NORM ---- */
+
+/* Tensors per launch: their descriptors travel as kernel parameters. */
+#define NORM_BATCH 16
+
+/** Up to NORM_BATCH tensors; chunk c of the launch belongs to the last tensor t with
+ *  first[t] <= c, and its partial goes to part[base + c]. */
+typedef struct norm_args {
+    int nt;
+    cu_t4 t[NORM_BATCH];
+    int64_t numel[NORM_BATCH];
+    int64_t first[NORM_BATCH + 1];
+    int64_t base;
+} norm_args;
+
+__global__ void norm_chunk_kernel(norm_args a, double *part, const float *gate)
+{
+    __shared__ double sh[32];
+    if (cu_gated_off(gate))
+        return;
+    int64_t c = blockIdx.x;
+    int t = 0;
+    while (t + 1 < a.nt && a.first[t + 1] <= c)
+        t++;
+    const cu_t4 &x = a.t[t];
+    int64_t k0 = (c - a.first[t]) * CU_CHUNK, m = a.numel[t];
+    int64_t k1 = k0 + CU_CHUNK < m ? k0 + CU_CHUNK : m;
+    double acc = 0.0;
+    for (int64_t k = k0 + threadIdx.x; k < k1; k += blockDim.x) {
+        double v = ((const float *)x.p)[cu_off4(x.ne, x.st, k)];
+        acc += v * v;
+    }
+    acc = cu_block_sum(acc, sh);
+    if (threadIdx.x == 0)
+        part[a.base + c] = acc;
+}
+
+__global__ void norm_sum_kernel(const double *part, int64_t count, float *dst, const float *gate)
+{
+    __shared__ double sh[32];
+    if (cu_gated_off(gate))
+        return;
+    double acc = 0.0;
+    for (int64_t i = threadIdx.x; i < count; i += blockDim.x)
+        acc += part[i];
+    acc = cu_block_sum(acc, sh);
+    if (threadIdx.x == 0)
+        *dst = (float)sqrt(acc);
+}
+
+CU_OP(grad_norm)
+{
+    if (n->nsrc < 0 || (n->nsrc > 0 && n->src == NULL))
+        return cu_fail(e, EX_ERR_ARG, "grad_norm: %d sources", n->nsrc);
+    if (!cu_valid(&n->dst, EX_F32) || cu_numel(&n->dst) != 1)
+        return cu_fail(e, EX_ERR_SHAPE, "grad_norm: dst must be one f32 element");
+    int64_t chunks = 0;
+    for (int i = 0; i < n->nsrc; i++) {
+        if (!cu_valid(&n->src[i], EX_F32))
+            return cu_fail(e, EX_ERR_ARG, "grad_norm: source %d must be f32 with 1 to 4 dims", i);
+        chunks += (cu_numel(&n->src[i]) + CU_CHUNK - 1) / CU_CHUNK;
+    }
+    void *ws = NULL;
+    ex_status st = cu_scratch(e, sizeof(double) * (size_t)(chunks + 1), &ws);
+    if (st != EX_OK || e->dry)
+        return st;
+    int64_t base = 0;
+    for (int i0 = 0; i0 < n->nsrc; i0 += NORM_BATCH) {
+        norm_args a;
+        memset(&a, 0, sizeof a);
+        a.base = base;
+        for (int i = i0; i < n->nsrc && a.nt < NORM_BATCH; i++, a.nt++) {
+            a.t[a.nt] = cu_t4_of(&n->src[i]);
+            a.numel[a.nt] = cu_numel(&n->src[i]);
+            a.first[a.nt + 1] = a.first[a.nt] + (a.numel[a.nt] + CU_CHUNK - 1) / CU_CHUNK;
+        }
+        int64_t cnt = a.first[a.nt];
+        if (cnt > 0x7fffffff)
+            return cu_fail(e, EX_ERR_UNSUPPORTED, "grad_norm: too many chunks");
+        if (cnt > 0)
+            norm_chunk_kernel<<<(unsigned)cnt, CU_THREADS, 0, e->stream>>>(a, (double *)ws,
+                                                                           e->gate);
+        base += cnt;
+    }
+    norm_sum_kernel<<<1, 1024, 0, e->stream>>>((const double *)ws, base, cu_f32(&n->dst), e->gate);
+    return cu_launched(e, "grad_norm");
+}

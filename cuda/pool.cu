@@ -1,0 +1,335 @@
+/* Average, max and global average pooling with their backward passes.
+ *
+ * Windows are clipped to the input: padding never counts, neither in an average nor as
+ * a maximum. Blocks work on one (n, c) plane at a time (32-bit index arithmetic inside
+ * it). Forward kernels give each output to one thread, which walks its window in
+ * row-major order as the CPU backend does. Backward kernels give each input element to
+ * one thread, which gathers from the outputs whose windows hold it, in output order:
+ * the CPU backend scatters in that same order, so no atomics are needed and the sums
+ * come out the same. Max pooling's backward first stores each window's first maximum, so
+ * the gather compares indices instead of searching every window again. */
+#include "cuda/cuda.h"
+
+typedef struct pool_geom {
+    int64_t n, c, h, w, ho, wo;
+    int64_t kh, kw, sh, sw, ph, pw;
+} pool_geom;
+
+static ex_status pool_check_types(cu_exec *e, const ex_node_exec *nd, int nsrc, const char *name)
+{
+    if (nd->nsrc != nsrc || nd->src == NULL)
+        return cu_fail(e, EX_ERR_ARG, "%s: expected %d sources, got %d", name, nsrc, nd->nsrc);
+    for (int i = 0; i <= nsrc; i++) {
+        const ex_tdesc *t = i < nsrc ? &nd->src[i] : &nd->dst;
+        if (t->dtype != EX_F32 || t->ndim != 4 || t->buf == NULL)
+            return cu_fail(e, EX_ERR_ARG, "%s: operand %d must be a 4-d f32 tensor", name, i);
+    }
+    return EX_OK;
+}
+
+/** Reads the geometry of input in and output out and checks that they agree. Padding must
+ *  stay below the window, so that every window holds at least one input element. */
+static ex_status pool_geom_of(cu_exec *e, const ex_node_exec *nd, const ex_tdesc *in,
+                              const ex_tdesc *out, const char *name, pool_geom *g)
+{
+    const int32_t *ip = nd->ip;
+    if (ip[0] < 1 || ip[1] < 1 || ip[2] < 1 || ip[3] < 1 || ip[4] < 0 || ip[5] < 0 ||
+        ip[4] >= ip[0] || ip[5] >= ip[1])
+        return cu_fail(e, EX_ERR_ARG, "%s: bad geometry kernel %dx%d stride %dx%d pad %dx%d", name,
+                       ip[0], ip[1], ip[2], ip[3], ip[4], ip[5]);
+    g->n = in->ne[0];
+    g->c = in->ne[1];
+    g->h = in->ne[2];
+    g->w = in->ne[3];
+    g->kh = ip[0];
+    g->kw = ip[1];
+    g->sh = ip[2];
+    g->sw = ip[3];
+    g->ph = ip[4];
+    g->pw = ip[5];
+    int64_t sh = g->h + 2 * g->ph - g->kh, sw = g->w + 2 * g->pw - g->kw;
+    g->ho = sh < 0 ? -1 : sh / g->sh + 1;
+    g->wo = sw < 0 ? -1 : sw / g->sw + 1;
+    if (g->ho < 1 || g->wo < 1 || out->ne[0] != g->n || out->ne[1] != g->c || out->ne[2] != g->ho ||
+        out->ne[3] != g->wo)
+        return cu_fail(e, EX_ERR_SHAPE,
+                       "%s: input [%lld,%lld,%lld,%lld] and output [%lld,%lld,%lld,%lld] do "
+                       "not fit kernel %dx%d stride %dx%d pad %dx%d",
+                       name, (long long)in->ne[0], (long long)in->ne[1], (long long)in->ne[2],
+                       (long long)in->ne[3], (long long)out->ne[0], (long long)out->ne[1],
+                       (long long)out->ne[2], (long long)out->ne[3], ip[0], ip[1], ip[2], ip[3],
+                       ip[4], ip[5]);
+    return EX_OK;
+}
+
+static ex_status pool_same_shape(cu_exec *e, const ex_tdesc *a, const ex_tdesc *b, const char *name)
+{
+    for (int d = 0; d < 4; d++)
+        if (a->ne[d] != b->ne[d])
+            return cu_fail(e, EX_ERR_SHAPE, "%s: x and dx differ in dimension %d", name, d);
+    return EX_OK;
+}
+
+/** The in-plane geometry in 32 bits (the host checks that it fits) and the plane counts. */
+typedef struct pool_g32 {
+    int h, w, ho, wo, kh, kw, sh, sw, ph, pw;
+    int64_t planes, c;
+} pool_g32;
+
+static ex_status pool_g32_of(cu_exec *e, const pool_geom *g, const char *name, pool_g32 *r)
+{
+    const int64_t lim = (int64_t)1 << 30;
+    if (g->h * g->w >= lim || g->ho * g->wo >= lim || g->kh * g->kw >= lim)
+        return cu_fail(e, EX_ERR_UNSUPPORTED, "%s: planes of 2^30 elements or more", name);
+    pool_g32 v = {(int)g->h,  (int)g->w,  (int)g->ho, (int)g->wo, (int)g->kh,  (int)g->kw,
+                  (int)g->sh, (int)g->sw, (int)g->ph, (int)g->pw, g->n * g->c, g->c};
+    *r = v;
+    return EX_OK;
+}
+
+/** The input rows (or columns) [*a, *b) of output o's window, clipped to [0, in). */
+__device__ __forceinline__ void pool_span(int o, int s, int p, int k, int in, int *a, int *b)
+{
+    int lo = o * s - p, hi = o * s - p + k;
+    *a = lo < 0 ? 0 : lo;
+    *b = hi > in ? in : hi;
+}
+
+/** The outputs [*a, *b] whose windows along one axis hold input i. */
+__device__ __forceinline__ void pool_outs(int i, int s, int p, int k, int out, int *a, int *b)
+{
+    int lo = i + p - k + 1, hi = (i + p) / s;
+    *a = lo <= 0 ? 0 : (lo + s - 1) / s;
+    *b = hi < out - 1 ? hi : out - 1;
+}
+
+/** Whether v replaces best as the window maximum: the first maximum wins, and a NaN wins
+ *  once and then stays, so NaNs propagate. */
+__device__ __forceinline__ bool pool_better(float v, float best)
+{
+    return v > best || (v != v && best == best);
+}
+
+/** One (n, c) plane of an operand: element (0, 0) and the row and column strides. */
+typedef struct pool_plane {
+    float *p;
+    int64_t sr, sc;
+} pool_plane;
+
+__device__ __forceinline__ pool_plane plane_of(const cu_t4 &t, int64_t plane, int64_t c)
+{
+    pool_plane v = {(float *)t.p + plane / c * t.st[0] + plane % c * t.st[1], t.st[2], t.st[3]};
+    return v;
+}
+
+/** The first maximum of output (oh, ow)'s window and where it lies (ih * w + iw). */
+__device__ float max_window(const pool_g32 &g, const pool_plane &x, int oh, int ow, int *at)
+{
+    int h0, h1, w0, w1;
+    pool_span(oh, g.sh, g.ph, g.kh, g.h, &h0, &h1);
+    pool_span(ow, g.sw, g.pw, g.kw, g.w, &w0, &w1);
+    float best = -INFINITY;
+    *at = h0 * g.w + w0;
+    for (int ih = h0; ih < h1; ih++)
+        for (int iw = w0; iw < w1; iw++) {
+            float v = x.p[ih * x.sr + iw * x.sc];
+            if (pool_better(v, best)) {
+                best = v;
+                *at = ih * g.w + iw;
+            }
+        }
+    return best;
+}
+
+/* MAX: max pooling, else average. */
+template <int MAX> __global__ void pool_fwd_kernel(pool_g32 g, cu_t4 x, cu_t4 y, const float *gate)
+{
+    if (cu_gated_off(gate))
+        return;
+    CU_PLANE_LOOP(g.planes)
+    {
+        pool_plane xp = plane_of(x, plane, g.c), yp = plane_of(y, plane, g.c);
+        CU_POS_LOOP(p, g.ho * g.wo)
+        {
+            int oh = p / g.wo, ow = p % g.wo;
+            float *out = yp.p + oh * yp.sr + ow * yp.sc;
+            if (MAX) {
+                int at;
+                *out = max_window(g, xp, oh, ow, &at);
+                continue;
+            }
+            int h0, h1, w0, w1;
+            pool_span(oh, g.sh, g.ph, g.kh, g.h, &h0, &h1);
+            pool_span(ow, g.sw, g.pw, g.kw, g.w, &w0, &w1);
+            float acc = 0.0f;
+            for (int ih = h0; ih < h1; ih++)
+                for (int iw = w0; iw < w1; iw++)
+                    acc += xp.p[ih * xp.sr + iw * xp.sc];
+            *out = acc / (float)((h1 - h0) * (w1 - w0));
+        }
+    }
+}
+
+/* Max pooling's backward, pass 1: where each window's first maximum lies (the in-plane
+ * index ih * w + iw), one int per output. */
+__global__ void max_at_kernel(pool_g32 g, cu_t4 x, int *at, const float *gate)
+{
+    if (cu_gated_off(gate))
+        return;
+    CU_PLANE_LOOP(g.planes)
+    {
+        pool_plane xp = plane_of(x, plane, g.c);
+        CU_POS_LOOP(p, g.ho * g.wo)
+        {
+            int a;
+            max_window(g, xp, p / g.wo, p % g.wo, &a);
+            at[plane * g.ho * g.wo + p] = a;
+        }
+    }
+}
+
+/* dx of one input element: the dy of every window holding it, in output order; average
+ * pooling spreads each dy evenly, max pooling (at not NULL) routes it to the window's
+ * first maximum. */
+__global__ void pool_bwd_kernel(pool_g32 g, const int *at, cu_t4 dy, cu_t4 dx, const float *gate)
+{
+    if (cu_gated_off(gate))
+        return;
+    CU_PLANE_LOOP(g.planes)
+    {
+        pool_plane dp = plane_of(dy, plane, g.c), op = plane_of(dx, plane, g.c);
+        const int *ap = at ? at + plane * g.ho * g.wo : NULL;
+        CU_POS_LOOP(p, g.h * g.w)
+        {
+            int ih = p / g.w, iw = p % g.w, oh0, oh1, ow0, ow1;
+            pool_outs(ih, g.sh, g.ph, g.kh, g.ho, &oh0, &oh1);
+            pool_outs(iw, g.sw, g.pw, g.kw, g.wo, &ow0, &ow1);
+            float acc = 0.0f;
+            for (int oh = oh0; oh <= oh1; oh++)
+                for (int ow = ow0; ow <= ow1; ow++) {
+                    float d = dp.p[oh * dp.sr + ow * dp.sc];
+                    if (ap) {
+                        if (ap[oh * g.wo + ow] == p)
+                            acc += d;
+                        continue;
+                    }
+                    int h0, h1, w0, w1;
+                    pool_span(oh, g.sh, g.ph, g.kh, g.h, &h0, &h1);
+                    pool_span(ow, g.sw, g.pw, g.kw, g.w, &w0, &w1);
+                    acc += d / (float)((h1 - h0) * (w1 - w0));
+                }
+            op.p[ih * op.sr + iw * op.sc] = acc;
+        }
+    }
+}
+
+static ex_status pool_fwd(cu_exec *e, const ex_node_exec *n, int max, const char *name)
+{
+    pool_geom g;
+    pool_g32 g32;
+    ex_status st = pool_check_types(e, n, 1, name);
+    if (st == EX_OK)
+        st = pool_geom_of(e, n, &n->src[0], &n->dst, name, &g);
+    if (st == EX_OK)
+        st = pool_g32_of(e, &g, name, &g32);
+    if (st != EX_OK || e->dry)
+        return st;
+    dim3 grid = cu_plane_grid(g32.planes, (int64_t)g32.ho * g32.wo);
+    cu_t4 x = cu_t4_of(&n->src[0]), y = cu_t4_of(&n->dst);
+    if (max)
+        pool_fwd_kernel<1><<<grid, CU_THREADS, 0, e->stream>>>(g32, x, y, e->gate);
+    else
+        pool_fwd_kernel<0><<<grid, CU_THREADS, 0, e->stream>>>(g32, x, y, e->gate);
+    return cu_launched(e, name);
+}
+
+CU_OP(avg_pool)
+{
+    return pool_fwd(e, n, 0, "avg_pool");
+}
+
+CU_OP(max_pool)
+{
+    return pool_fwd(e, n, 1, "max_pool");
+}
+
+CU_OP(avg_pool_bwd)
+{
+    pool_geom g;
+    pool_g32 g32;
+    ex_status st = pool_check_types(e, n, 1, "avg_pool_bwd");
+    if (st == EX_OK)
+        st = pool_geom_of(e, n, &n->dst, &n->src[0], "avg_pool_bwd", &g);
+    if (st == EX_OK)
+        st = pool_g32_of(e, &g, "avg_pool_bwd", &g32);
+    if (st != EX_OK || e->dry)
+        return st;
+    pool_bwd_kernel<<<cu_plane_grid(g32.planes, (int64_t)g32.h * g32.w), CU_THREADS, 0,
+                      e->stream>>>(g32, NULL, cu_t4_of(&n->src[0]), cu_t4_of(&n->dst), e->gate);
+    return cu_launched(e, "avg_pool_bwd");
+}
+
+CU_OP(max_pool_bwd)
+{
+    pool_geom g;
+    pool_g32 g32;
+    ex_status st = pool_check_types(e, n, 2, "max_pool_bwd");
+    if (st == EX_OK)
+        st = pool_geom_of(e, n, &n->src[0], &n->src[1], "max_pool_bwd", &g);
+    if (st == EX_OK)
+        st = pool_same_shape(e, &n->src[0], &n->dst, "max_pool_bwd");
+    if (st == EX_OK)
+        st = pool_g32_of(e, &g, "max_pool_bwd", &g32);
+    void *ws = NULL;
+    if (st == EX_OK)
+        st = cu_scratch(e, sizeof(int) * (size_t)(g32.planes * g32.ho * g32.wo), &ws);
+    if (st != EX_OK || e->dry)
+        return st;
+    max_at_kernel<<<cu_plane_grid(g32.planes, (int64_t)g32.ho * g32.wo), CU_THREADS, 0,
+                    e->stream>>>(g32, cu_t4_of(&n->src[0]), (int *)ws, e->gate);
+    pool_bwd_kernel<<<cu_plane_grid(g32.planes, (int64_t)g32.h * g32.w), CU_THREADS, 0,
+                      e->stream>>>(g32, (const int *)ws, cu_t4_of(&n->src[1]), cu_t4_of(&n->dst),
+                                   e->gate);
+    return cu_launched(e, "max_pool_bwd");
+}
+
+/* One warp per (n, c) plane: Σ in double through a fixed tree, times 1 / (H W). */
+__global__ void gap_kernel(cu_t4 x, cu_t4 y, int64_t planes, double inv, const float *gate)
+{
+    if (cu_gated_off(gate))
+        return;
+    int lane = threadIdx.x & 31;
+    int64_t p = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (p >= planes)
+        return;
+    pool_plane xp = plane_of(x, p, x.ne[1]), yp = plane_of(y, p, x.ne[1]);
+    int64_t hw = x.ne[2] * x.ne[3];
+    double acc = 0.0;
+    for (int64_t i = lane; i < hw; i += 32)
+        acc += xp.p[i / x.ne[3] * xp.sr + i % x.ne[3] * xp.sc];
+    acc = cu_warp_sum(acc);
+    if (lane == 0)
+        *yp.p = (float)(acc * inv);
+}
+
+CU_OP(global_avg_pool)
+{
+    ex_status st = pool_check_types(e, n, 1, "global_avg_pool");
+    if (st != EX_OK)
+        return st;
+    const ex_tdesc *x = &n->src[0], *y = &n->dst;
+    if (y->ne[0] != x->ne[0] || y->ne[1] != x->ne[1] || y->ne[2] != 1 || y->ne[3] != 1 ||
+        x->ne[2] * x->ne[3] < 1)
+        return cu_fail(
+            e, EX_ERR_SHAPE, "global_avg_pool: x [%lld,%lld,%lld,%lld] -> y [%lld,%lld,%lld,%lld]",
+            (long long)x->ne[0], (long long)x->ne[1], (long long)x->ne[2], (long long)x->ne[3],
+            (long long)y->ne[0], (long long)y->ne[1], (long long)y->ne[2], (long long)y->ne[3]);
+    if (e->dry)
+        return EX_OK;
+    int64_t planes = x->ne[0] * x->ne[1], per = CU_THREADS / 32;
+    double inv = 1.0 / (double)(x->ne[2] * x->ne[3]);
+    unsigned blocks = (unsigned)((planes + per - 1) / per);
+    gap_kernel<<<blocks ? blocks : 1, CU_THREADS, 0, e->stream>>>(cu_t4_of(x), cu_t4_of(y), planes,
+                                                                  inv, e->gate);
+    return cu_launched(e, "global_avg_pool");
+}
