@@ -56,6 +56,7 @@ typedef struct search_run {
     ex_metrics_writer *log;
     int epoch;
     int64_t step, global_step;
+    double syncs_per_step; /* the device waits of the host in the last epoch's steps */
     float *xt, *xv;
     int32_t *yt, *yv;
 } search_run;
@@ -428,8 +429,9 @@ static int end_epoch(search_run *r, double seconds, double train_loss, double tr
         return cli_fail("search", "metrics: %s", msg);
     fprintf(stderr,
             "search epoch %d/%d done in %.0f s | train loss %.4f acc %.4f | valid loss "
-            "%.4f acc %.4f\n%s\n",
-            r->epoch + 1, r->epochs, seconds, train_loss, train_acc, vloss, vacc, text);
+            "%.4f acc %.4f | %.1f host synchronizations per step\n%s\n",
+            r->epoch + 1, r->epochs, seconds, train_loss, train_acc, vloss, vacc, r->syncs_per_step,
+            text);
     return 0;
 }
 
@@ -445,6 +447,7 @@ static int run_epochs(search_run *r)
                                   : r->cfg.tau_max;
         double t0 = run_now(), loss = 0, acc = 0;
         int64_t done = 0;
+        r->syncs_per_step = 0;
         for (; r->step < steps; r->step++, r->global_step++, done++) {
             if (run_stop_requested()) {
                 int rc = save_checkpoint(r);
@@ -461,8 +464,12 @@ static int run_epochs(search_run *r)
             if (ex_loader_next(r->train, r->xt, r->yt, &nt) != EX_OK ||
                 ex_loader_next(r->valid, r->xv, r->yv, &nv) != EX_OK)
                 return cli_fail("search", "data loader failed");
+            uint64_t syncs = ex_backend_host_syncs(r->be);
             if (ex_search_step(r->s, r->xt, r->yt, r->xv, r->yv, lr, tau, &st) != EX_OK)
                 return cli_fail("search", "%s", ex_search_error(r->s));
+            r->syncs_per_step +=
+                ((double)(ex_backend_host_syncs(r->be) - syncs) - r->syncs_per_step) /
+                (double)(done + 1);
             loss += st.train_loss;
             acc += st.train_acc;
             double el = run_now() - t0, ips = 2.0 * r->cfg.batch * (double)(done + 1) / el;

@@ -127,6 +127,11 @@ const ex_backend_caps *ex_backend_get_caps(const ex_backend *be)
     return be ? &be->caps : NULL;
 }
 
+uint64_t ex_backend_host_syncs(const ex_backend *be)
+{
+    return be && be->iface->host_syncs ? be->iface->host_syncs(be->impl) : 0;
+}
+
 const ex_backend_iface *ex_backend_iface_of(const ex_backend *be)
 {
     return be ? be->iface : NULL;

@@ -467,7 +467,7 @@ static void conv_fast_bwd_filter(const cpu_exec *e, const conv_geom *g, const co
     conv_pack_w(g, dw, ws->wm, 0);
 }
 
-/* ---- fast depthwise: row loops over (n, c) planes ---- */
+/* ---- depthwise, general: tap by tap over whole rows, any strides and filter size ---- */
 
 static void dw_axpy(float *restrict y, int64_t ys, const float *restrict x, int64_t xs, float a,
                     int64_t cnt)
@@ -543,19 +543,6 @@ static void dw_fwd_plane(const conv_geom *g, const float *xp, const int64_t *xs,
         }
 }
 
-static void dw_fast_fwd(const cpu_exec *e, const conv_geom *g, const conv_t4 *x, const conv_t4 *w,
-                        const conv_t4 *y)
-{
-    (void)e; /* read by the OpenMP pragma only */
-    int64_t planes = g->n * g->ci;
-#pragma omp parallel for schedule(static) num_threads(conv_threads(e))
-    for (int64_t p = 0; p < planes; p++) {
-        int64_t nb = p / g->ci, c = p % g->ci;
-        dw_fwd_plane(g, conv_plane(x, nb, c), x->st, conv_plane(y, nb, c), y->st,
-                     conv_plane(w, c, 0), w->st);
-    }
-}
-
 /** Scatters one dy plane back through the filter: each dx element receives its terms in
  *  the fixed (kh, kw, oh) order. */
 static void dw_bwd_data_plane(const conv_geom *g, const float *dyp, const int64_t *ds, float *dxp,
@@ -572,19 +559,6 @@ static void dw_bwd_data_plane(const conv_geom *g, const float *dyp, const int64_
                         dyp + oh * ds[2] + t.ow0 * ds[3], ds[3], wv, t.ow1 - t.ow0);
             }
         }
-}
-
-static void dw_fast_bwd_data(const cpu_exec *e, const conv_geom *g, const conv_t4 *dy,
-                             const conv_t4 *w, const conv_t4 *dx)
-{
-    (void)e; /* read by the OpenMP pragma only */
-    int64_t planes = g->n * g->ci;
-#pragma omp parallel for schedule(static) num_threads(conv_threads(e))
-    for (int64_t p = 0; p < planes; p++) {
-        int64_t nb = p / g->ci, c = p % g->ci;
-        dw_bwd_data_plane(g, conv_plane(dy, nb, c), dy->st, conv_plane(dx, nb, c), dx->st,
-                          conv_plane(w, c, 0), w->st);
-    }
 }
 
 /** The filter gradient of one (n, c) plane: part[kh*Kw + kw]. */
@@ -604,22 +578,437 @@ static void dw_bwd_filter_plane(const conv_geom *g, const float *xp, const int64
         }
 }
 
-/** Per-plane partial sums in parallel, then each filter tap sums its planes over n in
- *  index order: no result depends on how planes were spread over threads. */
-static ex_status dw_fast_bwd_filter(const cpu_exec *e, const conv_geom *g, const conv_t4 *x,
-                                    const conv_t4 *dy, const conv_t4 *dw)
+/* ---- depthwise, fast: tap lists over unit-stride rows ---- */
+
+/** Largest filter side of the tap-list path; larger filters run the general loops. */
+#define DW_KMAX 7
+#define DW_TMAX (DW_KMAX * DW_KMAX)
+/** Vectors of accumulators per block of the correlation kernel: each waits on its last
+ *  addition once per tap, so eight keep the adder busy. */
+#define DW_NV 8
+/** Vectors of float lanes in the filter gradient's dot products, for the same reason. */
+#define DW_NL 4
+
+/** One plane's correlation out[q][r] = sum over taps (a, b) in that order of
+ *  w[a * nc + b] * src[q * steph + roff[a]][r * stepw + coff[b]], where a tap whose source
+ *  lies outside src is left out. The forward pass is one; the backward data pass is one
+ *  per residue class of the stride. */
+typedef struct dw_corr {
+    float *out;
+    int64_t ors, ocs, oh, ow; /* row step, column step, rows, columns */
+    const float *src;
+    int64_t srs, scs, sh, sw;
+    int64_t steph, stepw; /* src rows (columns) per out row (column) */
+    int nr, nc;
+    int64_t roff[DW_KMAX], coff[DW_KMAX];
+    float w[DW_TMAX];
+} dw_corr;
+
+/** The taps of one stretch of outputs, each a pointer to its source for the first output. */
+typedef struct dw_taps {
+    int n;
+    const float *p[DW_TMAX];
+    float w[DW_TMAX];
+} dw_taps;
+
+static int64_t dw_floordiv(int64_t a, int64_t b)
 {
-    int64_t planes = g->n * g->ci, kk = g->kh * g->kw;
-    double *part = malloc((size_t)(planes * kk) * sizeof(double) + 1);
-    if (!part)
-        return cpu_fail(e, EX_ERR_NOMEM, "dwconv2d_bwd_filter: no memory for partial sums");
+    return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+/** The outputs [*lo, *hi) of n at which every offset off[0..k) reaches into [0, in) with
+ *  src index o * step + off; an empty span is [0, 0). */
+static void dw_span(const int64_t *off, int k, int64_t step, int64_t in, int64_t n, int64_t *lo,
+                    int64_t *hi)
+{
+    int64_t mn = 0, mx = 0;
+    for (int i = 0; i < k; i++) {
+        mn = i == 0 || off[i] < mn ? off[i] : mn;
+        mx = i == 0 || off[i] > mx ? off[i] : mx;
+    }
+    int64_t a = dw_floordiv(step - 1 - mn, step), b = dw_floordiv(in - 1 - mx, step) + 1;
+    a = a < 0 ? 0 : a;
+    b = b > n ? n : b;
+    *lo = a < b ? a : 0;
+    *hi = a < b ? b : 0;
+}
+
+/* Four-float vectors. With gcc and clang they are the compilers' vector extension: the
+ * lane loops of plain C leave gcc 12 splitting accumulators into scalars. Elsewhere they are
+ * plain structs, and the same code runs element by element. */
+#if defined(__GNUC__) || defined(__clang__)
+typedef float dw_v4 __attribute__((vector_size(16)));
+static inline dw_v4 dw_splat(float w)
+{
+    return (dw_v4){w, w, w, w};
+}
+static inline dw_v4 dw_madd(dw_v4 a, dw_v4 w, dw_v4 x)
+{
+    return a + w * x;
+}
+#else
+typedef struct dw_v4 {
+    float f[4];
+} dw_v4;
+static inline dw_v4 dw_splat(float w)
+{
+    return (dw_v4){{w, w, w, w}};
+}
+static inline dw_v4 dw_madd(dw_v4 a, dw_v4 w, dw_v4 x)
+{
+    for (int j = 0; j < 4; j++)
+        a.f[j] += w.f[j] * x.f[j];
+    return a;
+}
+#endif
+
+/** p[0], p[s], p[2s], p[3s]. */
+static inline dw_v4 dw_ld(const float *p, int64_t s)
+{
+    dw_v4 v;
+    if (s == 1) {
+        memcpy(&v, p, sizeof v);
+        return v;
+    }
+    float f[4] = {p[0], p[s], p[2 * s], p[3 * s]};
+    memcpy(&v, f, sizeof v);
+    return v;
+}
+
+static inline void dw_st(float *p, int64_t s, dw_v4 v)
+{
+    float f[4];
+    memcpy(s == 1 ? p : f, &v, sizeof v);
+    for (int j = 0; s != 1 && j < 4; j++)
+        p[j * s] = f[j];
+}
+
+/** Outputs [i, i + 4 * nv) of the kernel below, their accumulators held in registers over
+ *  the taps. */
+static inline void dw_block(float *out, int64_t ocs, int64_t i, int nv, const dw_taps *t,
+                            int64_t scs)
+{
+    dw_v4 acc[DW_NV];
+    for (int v = 0; v < nv; v++)
+        acc[v] = dw_splat(0.0f);
+    for (int k = 0; k < t->n; k++) {
+        const float *p = t->p[k] + i * scs;
+        dw_v4 w = dw_splat(t->w[k]);
+        for (int v = 0; v < nv; v++)
+            acc[v] = dw_madd(acc[v], w, dw_ld(p + 4 * v * scs, scs));
+    }
+    for (int v = 0; v < nv; v++)
+        dw_st(out + (i + 4 * v) * ocs, ocs, acc[v]);
+}
+
+/** out[i * ocs] = sum over the taps, in order, of w * p[i * scs], i < n. Inlined with
+ *  constant steps so that the loads and stores are plain vector moves. */
+static inline void dw_kern(float *out, int64_t ocs, int64_t n, const dw_taps *t, int64_t scs)
+{
+    int64_t i = 0;
+    for (; i + 4 * DW_NV <= n; i += 4 * DW_NV)
+        dw_block(out, ocs, i, DW_NV, t, scs);
+    for (; i + 8 <= n; i += 8)
+        dw_block(out, ocs, i, 2, t, scs);
+    for (; i + 4 <= n; i += 4)
+        dw_block(out, ocs, i, 1, t, scs);
+    for (; i < n; i++) {
+        float acc = 0.0f;
+        for (int k = 0; k < t->n; k++)
+            acc += t->w[k] * t->p[k][i * scs];
+        out[i * ocs] = acc;
+    }
+}
+
+static void dw_kern_any(float *out, int64_t ocs, int64_t n, const dw_taps *t, int64_t scs)
+{
+    if (ocs == 1 && scs == 1)
+        dw_kern(out, 1, n, t, 1);
+    else if (ocs == 1 && scs == 2)
+        dw_kern(out, 1, n, t, 2);
+    else if (ocs == 2 && scs == 1)
+        dw_kern(out, 2, n, t, 1);
+    else
+        dw_kern(out, ocs, n, t, scs);
+}
+
+/** The taps of out row q whose source rows lie inside src, every column offset of each,
+ *  pointing at the sources of output column r. */
+static void dw_taps_of(const dw_corr *c, int64_t q, int64_t r, dw_taps *t)
+{
+    t->n = 0;
+    for (int a = 0; a < c->nr; a++) {
+        int64_t ih = q * c->steph + c->roff[a];
+        if (ih < 0 || ih >= c->sh)
+            continue;
+        for (int b = 0; b < c->nc; b++) {
+            t->p[t->n] = c->src + ih * c->srs + (r * c->stepw + c->coff[b]) * c->scs;
+            t->w[t->n++] = c->w[a * c->nc + b];
+        }
+    }
+}
+
+/** Output (q, r) with a bounds test per tap, summed in the kernel's tap order. */
+static float dw_point(const dw_corr *c, int64_t q, int64_t r)
+{
+    float acc = 0.0f;
+    for (int a = 0; a < c->nr; a++) {
+        int64_t ih = q * c->steph + c->roff[a];
+        if (ih < 0 || ih >= c->sh)
+            continue;
+        for (int b = 0; b < c->nc; b++) {
+            int64_t iw = r * c->stepw + c->coff[b];
+            if (iw >= 0 && iw < c->sw)
+                acc += c->w[a * c->nc + b] * c->src[ih * c->srs + iw * c->scs];
+        }
+    }
+    return acc;
+}
+
+/** Whether consecutive out rows continue each other in memory and so do their sources: then
+ *  the interior rows run as one stretch through the border columns between them. */
+static int dw_flat(const dw_corr *c)
+{
+    return c->ocs == 1 && c->scs == 1 && c->stepw == 1 && c->ors == c->ow &&
+           c->steph * c->srs == c->ors;
+}
+
+/** The taps of output column r whose source columns lie inside src, every row offset of
+ *  each, pointing at the sources of output row q. */
+static void dw_col_taps(const dw_corr *c, int64_t q, int64_t r, dw_taps *t)
+{
+    t->n = 0;
+    for (int a = 0; a < c->nr; a++)
+        for (int b = 0; b < c->nc; b++) {
+            int64_t iw = r * c->stepw + c->coff[b];
+            if (iw < 0 || iw >= c->sw)
+                continue;
+            t->p[t->n] = c->src + (q * c->steph + c->roff[a]) * c->srs + iw * c->scs;
+            t->w[t->n++] = c->w[a * c->nc + b];
+        }
+}
+
+/** Border column r: its interior rows [rlo, rhi) down the column by the kernel, the rest
+ *  output by output. */
+static void dw_border_col(const dw_corr *c, int64_t r, int64_t rlo, int64_t rhi)
+{
+    for (int64_t q = 0; q < rlo; q++)
+        c->out[q * c->ors + r * c->ocs] = dw_point(c, q, r);
+    if (rhi > rlo) {
+        dw_taps t;
+        dw_col_taps(c, rlo, r, &t);
+        dw_kern(c->out + rlo * c->ors + r * c->ocs, c->ors, rhi - rlo, &t, c->steph * c->srs);
+    }
+    for (int64_t q = rhi > rlo ? rhi : 0; q < c->oh; q++)
+        c->out[q * c->ors + r * c->ocs] = dw_point(c, q, r);
+}
+
+/** The interior columns row by row (the interior rows as one stretch when flat), then the
+ *  border columns, which also rewrites what a flat stretch left there. */
+static void dw_corr_run(const dw_corr *c)
+{
+    int64_t rlo, rhi, clo, chi;
+    dw_span(c->roff, c->nr, c->steph, c->sh, c->oh, &rlo, &rhi);
+    dw_span(c->coff, c->nc, c->stepw, c->sw, c->ow, &clo, &chi);
+    int flat = dw_flat(c) && rhi > rlo;
+    dw_taps t;
+    for (int64_t q = 0; q < c->oh && chi > clo;) {
+        int64_t rows = flat && q == rlo ? rhi - rlo : 1;
+        dw_taps_of(c, q, clo, &t);
+        dw_kern_any(c->out + q * c->ors + clo * c->ocs, c->ocs, (rows - 1) * c->ors + chi - clo, &t,
+                    c->stepw * c->scs);
+        q += rows;
+    }
+    for (int64_t r = 0; r < clo; r++)
+        dw_border_col(c, r, rlo, rhi);
+    for (int64_t r = chi > clo ? chi : 0; r < c->ow; r++)
+        dw_border_col(c, r, rlo, rhi);
+}
+
+/** Whether the tap-list path takes these planes: unit column strides, a small filter. */
+static int dw_fast_ok(const conv_geom *g, const conv_t4 *a, const conv_t4 *b)
+{
+    return a->st[3] == 1 && b->st[3] == 1 && g->kh <= DW_KMAX && g->kw <= DW_KMAX;
+}
+
+static void dw_fwd_corr(const conv_geom *g, const conv_t4 *x, const conv_t4 *w, const conv_t4 *y,
+                        int64_t nb, int64_t ch)
+{
+    dw_corr c = {.out = conv_plane(y, nb, ch),
+                 .ors = y->st[2],
+                 .ocs = 1,
+                 .oh = g->ho,
+                 .ow = g->wo,
+                 .src = conv_plane(x, nb, ch),
+                 .srs = x->st[2],
+                 .scs = 1,
+                 .sh = g->h,
+                 .sw = g->w,
+                 .steph = g->sh,
+                 .stepw = g->sw,
+                 .nr = (int)g->kh,
+                 .nc = (int)g->kw};
+    const float *wp = conv_plane(w, ch, 0);
+    for (int a = 0; a < c.nr; a++) {
+        c.roff[a] = a * g->dh - g->ph;
+        for (int b = 0; b < c.nc; b++)
+            c.w[a * c.nc + b] = wp[a * w->st[2] + b * w->st[3]];
+    }
+    for (int b = 0; b < c.nc; b++)
+        c.coff[b] = b * g->dw - g->pw;
+    dw_corr_run(&c);
+}
+
+/** The taps k of one dimension that reach input residue class r of stride s, in order, with
+ *  their offsets into the output gradient: output o = i' + off for input i = r + s * i'. */
+static int dw_class_taps(int64_t r, int64_t s, int64_t p, int64_t k, int64_t d, int64_t *off,
+                         int *tap)
+{
+    int n = 0;
+    for (int i = 0; i < k; i++) {
+        int64_t v = r + p - i * d;
+        if (v % s == 0) {
+            off[n] = v / s;
+            tap[n++] = i;
+        }
+    }
+    return n;
+}
+
+/** dx at rows rh + sh * i and columns rw + sw * j: a stride-1 correlation of dy with the
+ *  taps that reach that residue class. */
+static void dw_bwd_class(const conv_geom *g, const conv_t4 *dy, const conv_t4 *w, const conv_t4 *dx,
+                         int64_t nb, int64_t ch, int64_t rh, int64_t rw)
+{
+    dw_corr c = {.out = conv_plane(dx, nb, ch) + rh * dx->st[2] + rw,
+                 .ors = g->sh * dx->st[2],
+                 .ocs = g->sw,
+                 .oh = (g->h - rh + g->sh - 1) / g->sh,
+                 .ow = (g->w - rw + g->sw - 1) / g->sw,
+                 .src = conv_plane(dy, nb, ch),
+                 .srs = dy->st[2],
+                 .scs = 1,
+                 .sh = g->ho,
+                 .sw = g->wo,
+                 .steph = 1,
+                 .stepw = 1};
+    int th[DW_KMAX], tw[DW_KMAX];
+    c.nr = dw_class_taps(rh, g->sh, g->ph, g->kh, g->dh, c.roff, th);
+    c.nc = dw_class_taps(rw, g->sw, g->pw, g->kw, g->dw, c.coff, tw);
+    const float *wp = conv_plane(w, ch, 0);
+    for (int a = 0; a < c.nr; a++)
+        for (int b = 0; b < c.nc; b++)
+            c.w[a * c.nc + b] = wp[th[a] * w->st[2] + tw[b] * w->st[3]];
+    dw_corr_run(&c);
+}
+
+static void dw_bwd_corr(const conv_geom *g, const conv_t4 *dy, const conv_t4 *w, const conv_t4 *dx,
+                        int64_t nb, int64_t ch)
+{
+    for (int64_t rh = 0; rh < g->sh && rh < g->h; rh++)
+        for (int64_t rw = 0; rw < g->sw && rw < g->w; rw++)
+            dw_bwd_class(g, dy, w, dx, nb, ch, rh, rw);
+}
+
+/** Lanes [0, 4 * nv) of the dot product's accumulators += d[i + l] * x[(i + l) * xcs]. */
+static inline void dw_lanes(dw_v4 *acc, int nv, const float *d, const float *x, int64_t xcs,
+                            int64_t i)
+{
+    for (int v = 0; v < nv; v++)
+        acc[v] = dw_madd(acc[v], dw_ld(d + i + 4 * v, 1), dw_ld(x + (i + 4 * v) * xcs, xcs));
+}
+
+/** Sum of d[q][i] * x[q][i * xcs] over rows q < rows and i < n: float lanes that run on
+ *  over the rows (a fixed order, whatever the alignment), each row's tail in double. */
+static inline double dw_tap_sum(const float *d, int64_t drs, const float *x, int64_t xrs,
+                                int64_t xcs, int64_t rows, int64_t n)
+{
+    dw_v4 acc[DW_NL];
+    for (int v = 0; v < DW_NL; v++)
+        acc[v] = dw_splat(0.0f);
+    double tail = 0.0;
+    for (int64_t q = 0; q < rows; q++) {
+        const float *dr = d + q * drs, *xr = x + q * xrs;
+        int64_t i = 0;
+        for (; i + 4 * DW_NL <= n; i += 4 * DW_NL)
+            dw_lanes(acc, DW_NL, dr, xr, xcs, i);
+        for (; i + 4 <= n; i += 4)
+            dw_lanes(acc, 1, dr, xr, xcs, i);
+        for (; i < n; i++)
+            tail += (double)dr[i] * xr[i * xcs];
+    }
+    float lane[4 * DW_NL];
+    memcpy(lane, acc, sizeof lane);
+    for (int l = 0; l < 4 * DW_NL; l++)
+        tail += lane[l];
+    return tail;
+}
+
+static double dw_tap_sum_any(const float *d, int64_t drs, const float *x, int64_t xrs, int64_t xcs,
+                             int64_t rows, int64_t n)
+{
+    if (xcs == 1)
+        return dw_tap_sum(d, drs, x, xrs, 1, rows, n);
+    if (xcs == 2)
+        return dw_tap_sum(d, drs, x, xrs, 2, rows, n);
+    return dw_tap_sum(d, drs, x, xrs, xcs, rows, n);
+}
+
+/** The filter gradient of one (n, c) plane, part[kh * Kw + kw], each tap over the outputs
+ *  its source lies under (taps[], from dw_tap_of). */
+static void dw_filter_fast_plane(const conv_geom *g, const dw_tap *taps, const float *xp,
+                                 const int64_t *xs, const float *dyp, const int64_t *ds,
+                                 double *part)
+{
+    for (int64_t k = 0; k < g->kh * g->kw; k++) {
+        const dw_tap *t = &taps[k];
+        part[k] = dw_tap_sum_any(dyp + t->oh0 * ds[2] + t->ow0, ds[2], xp + t->ih0 * xs[2] + t->iw0,
+                                 g->sh * xs[2], g->sw, t->oh1 - t->oh0, t->ow1 - t->ow0);
+    }
+}
+
+/* ---- depthwise drivers: one (n, c) plane per task, one thread per plane ---- */
+
+static void dw_fast_fwd(const cpu_exec *e, const conv_geom *g, const conv_t4 *x, const conv_t4 *w,
+                        const conv_t4 *y)
+{
+    (void)e; /* read by the OpenMP pragma only */
+    int64_t planes = g->n * g->ci;
+    int fast = dw_fast_ok(g, x, y);
 #pragma omp parallel for schedule(static) num_threads(conv_threads(e))
     for (int64_t p = 0; p < planes; p++) {
         int64_t nb = p / g->ci, c = p % g->ci;
-        dw_bwd_filter_plane(g, conv_plane(x, nb, c), x->st, conv_plane(dy, nb, c), dy->st,
-                            part + p * kk);
+        if (fast)
+            dw_fwd_corr(g, x, w, y, nb, c);
+        else
+            dw_fwd_plane(g, conv_plane(x, nb, c), x->st, conv_plane(y, nb, c), y->st,
+                         conv_plane(w, c, 0), w->st);
     }
-    int64_t taps = g->ci * kk;
+}
+
+static void dw_fast_bwd_data(const cpu_exec *e, const conv_geom *g, const conv_t4 *dy,
+                             const conv_t4 *w, const conv_t4 *dx)
+{
+    (void)e; /* read by the OpenMP pragma only */
+    int64_t planes = g->n * g->ci;
+    int fast = dw_fast_ok(g, dy, dx);
+#pragma omp parallel for schedule(static) num_threads(conv_threads(e))
+    for (int64_t p = 0; p < planes; p++) {
+        int64_t nb = p / g->ci, c = p % g->ci;
+        if (fast)
+            dw_bwd_corr(g, dy, w, dx, nb, c);
+        else
+            dw_bwd_data_plane(g, conv_plane(dy, nb, c), dy->st, conv_plane(dx, nb, c), dx->st,
+                              conv_plane(w, c, 0), w->st);
+    }
+}
+
+/** Each filter tap's sum over n of its per-plane partials, in index order. */
+static void dw_filter_combine(const cpu_exec *e, const conv_geom *g, const double *part,
+                              const conv_t4 *dw)
+{
+    (void)e; /* read by the OpenMP pragma only */
+    int64_t kk = g->kh * g->kw, taps = g->ci * kk;
 #pragma omp parallel for schedule(static) num_threads(conv_threads(e))
     for (int64_t t = 0; t < taps; t++) {
         int64_t c = t / kk, k = t % kk;
@@ -628,7 +1017,37 @@ static ex_status dw_fast_bwd_filter(const cpu_exec *e, const conv_geom *g, const
             acc += part[(nb * g->ci + c) * kk + k];
         conv_plane(dw, c, 0)[k / g->kw * dw->st[2] + k % g->kw * dw->st[3]] = (float)acc;
     }
+}
+
+/** Per-plane partial sums in parallel, then combined over n in index order: no result
+ *  depends on how planes were spread over threads. */
+static ex_status dw_fast_bwd_filter(const cpu_exec *e, const conv_geom *g, const conv_t4 *x,
+                                    const conv_t4 *dy, const conv_t4 *dw)
+{
+    int64_t planes = g->n * g->ci, kk = g->kh * g->kw;
+    double *part = malloc((size_t)(planes * kk) * sizeof(double) + 1);
+    dw_tap *taps = malloc((size_t)kk * sizeof(dw_tap) + 1);
+    if (!part || !taps) {
+        free(part);
+        free(taps);
+        return cpu_fail(e, EX_ERR_NOMEM, "dwconv2d_bwd_filter: no memory for partial sums");
+    }
+    for (int64_t k = 0; k < kk; k++)
+        taps[k] = dw_tap_of(g, k / g->kw, k % g->kw);
+    int fast = dw_fast_ok(g, x, dy);
+#pragma omp parallel for schedule(static) num_threads(conv_threads(e))
+    for (int64_t p = 0; p < planes; p++) {
+        int64_t nb = p / g->ci, c = p % g->ci;
+        if (fast)
+            dw_filter_fast_plane(g, taps, conv_plane(x, nb, c), x->st, conv_plane(dy, nb, c),
+                                 dy->st, part + p * kk);
+        else
+            dw_bwd_filter_plane(g, conv_plane(x, nb, c), x->st, conv_plane(dy, nb, c), dy->st,
+                                part + p * kk);
+    }
+    dw_filter_combine(e, g, part, dw);
     free(part);
+    free(taps);
     return EX_OK;
 }
 

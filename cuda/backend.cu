@@ -37,8 +37,10 @@ typedef struct cu_backend {
     cudaStream_t side;   /**< captures the bodies of conditional nodes */
     cublasHandle_t blas, blas_side;
     void *blas_ws;
-    cudaEvent_t ev_compute, ev_stage[2];
-    char *stage[2]; /**< pinned */
+    cudaEvent_t ev_compute, ev_copy, ev_stage[2];
+    char *stage[2];       /**< pinned */
+    size_t stage_used[2]; /**< bytes of each staging buffer given to uploads in flight */
+    int stage_cur;
     long long *status, *status_host;
     float *gate_host; /**< pinned: a gate read in profiling mode */
     char *scratch;
@@ -47,8 +49,22 @@ typedef struct cu_backend {
     uint64_t tick;
     cudaEvent_t *events; /**< profiling: two per node */
     int64_t nevents;
+    uint64_t host_syncs; /**< times the host waited for the device */
     char msg[512];
 } cu_backend;
+
+/* Every wait of the host for the device goes through these two, so they can be counted. */
+static cudaError_t wait_stream(cu_backend *b, cudaStream_t s)
+{
+    b->host_syncs++;
+    return cudaStreamSynchronize(s);
+}
+
+static cudaError_t wait_event(cu_backend *b, cudaEvent_t e)
+{
+    b->host_syncs++;
+    return cudaEventSynchronize(e);
+}
 
 static cu_exec exec_of(cu_backend *b)
 {
@@ -236,7 +252,7 @@ static ex_status scratch_reserve(cu_backend *b, size_t need)
 {
     if (need <= b->scratch_bytes)
         return EX_OK;
-    ex_status st = bk_check(b, cudaStreamSynchronize(b->stream), "cudaStreamSynchronize");
+    ex_status st = bk_check(b, wait_stream(b, b->stream), "cudaStreamSynchronize");
     if (st != EX_OK)
         return st;
     graphs_clear(b);
@@ -394,7 +410,7 @@ static ex_status status_read(cu_backend *b, const ex_node_exec *nodes, int64_t c
                                  cudaMemcpyDeviceToHost, b->stream),
                  "cudaMemcpyAsync");
     if (st == EX_OK)
-        st = bk_check(b, cudaStreamSynchronize(b->stream), "the step");
+        st = bk_check(b, wait_stream(b, b->stream), "the step");
     if (st != EX_OK)
         return st;
     const long long *s = b->status_host;
@@ -445,7 +461,7 @@ static ex_status gate_read(cu_backend *b, const ex_node_exec *n, int *off)
                                             cudaMemcpyDeviceToHost, b->stream),
                             "reading a gate");
     if (st == EX_OK)
-        st = bk_check(b, cudaStreamSynchronize(b->stream), "reading a gate");
+        st = bk_check(b, wait_stream(b, b->stream), "reading a gate");
     *off = st == EX_OK && *b->gate_host == 0.0f;
     return st;
 }
@@ -490,6 +506,8 @@ static ex_status run_profiled(cu_backend *b, const ex_node_exec *nodes, int64_t 
     return st;
 }
 
+static ex_status compute_after_copy(cu_backend *b);
+
 static ex_status cuda_compute(void *impl, const ex_node_exec *nodes, int64_t count, double *node_ms)
 {
     cu_backend *b = (cu_backend *)impl;
@@ -497,9 +515,11 @@ static ex_status cuda_compute(void *impl, const ex_node_exec *nodes, int64_t cou
     if (st != EX_OK || count <= 0)
         return st;
     if (node_ms)
-        return run_profiled(b, nodes, count, node_ms);
+        return (st = compute_after_copy(b)) != EX_OK ? st : run_profiled(b, nodes, count, node_ms);
     cudaGraphExec_t exec;
-    st = graph_for(b, nodes, count, &exec);
+    st = compute_after_copy(b);
+    if (st == EX_OK)
+        st = graph_for(b, nodes, count, &exec);
     if (st == EX_OK)
         st = status_reset(b);
     if (st == EX_OK)
@@ -557,6 +577,15 @@ static ex_status check_range(cu_backend *b, ex_buffer *buf, uint64_t off, uint64
 }
 
 /* The copy stream waits for the compute work queued so far. */
+/* Work on the compute stream waits for the uploads queued before it. */
+static ex_status compute_after_copy(cu_backend *b)
+{
+    ex_status st = bk_check(b, cudaEventRecord(b->ev_copy, b->copy), "cudaEventRecord");
+    if (st == EX_OK)
+        st = bk_check(b, cudaStreamWaitEvent(b->stream, b->ev_copy, 0), "cudaStreamWaitEvent");
+    return st;
+}
+
 static ex_status copy_after_compute(cu_backend *b)
 {
     ex_status st = bk_check(b, cudaEventRecord(b->ev_compute, b->stream), "cudaEventRecord");
@@ -565,8 +594,10 @@ static ex_status copy_after_compute(cu_backend *b)
     return st;
 }
 
-/* Host to device through the two staging buffers: the host fills one while the other's
- * copy runs. Returns once the data is on the device. */
+/* Host to device through the two staging buffers, without waiting for the device: the
+ * data is copied into pinned memory and its transfer queued; a staging buffer is only
+ * reused once its transfers are done, and the compute stream waits for the copy stream
+ * before it next runs. */
 static ex_status cuda_upload(void *impl, ex_buffer *buf, uint64_t off, const void *src, uint64_t n)
 {
     cu_backend *b = (cu_backend *)impl;
@@ -577,22 +608,28 @@ static ex_status cuda_upload(void *impl, ex_buffer *buf, uint64_t off, const voi
         return st;
     char *dst = (char *)((cu_buffer *)buf)->ptr + off;
     st = copy_after_compute(b);
-    for (uint64_t done = 0, i = 0; st == EX_OK && done < n; i++) {
-        int s = (int)(i & 1);
-        size_t len = n - done < CU_STAGE_BYTES ? (size_t)(n - done) : CU_STAGE_BYTES;
-        st = bk_check(b, cudaEventSynchronize(b->ev_stage[s]), "upload");
-        if (st != EX_OK)
-            break;
-        memcpy(b->stage[s], (const char *)src + done, len);
-        st = bk_check(
-            b, cudaMemcpyAsync(dst + done, b->stage[s], len, cudaMemcpyHostToDevice, b->copy),
-            "upload");
+    for (uint64_t done = 0; st == EX_OK && done < n;) {
+        int s = b->stage_cur;
+        size_t used = b->stage_used[s], room = used < CU_STAGE_BYTES ? CU_STAGE_BYTES - used : 0;
+        if (room < n - done && used > 0) {
+            s = b->stage_cur ^= 1;
+            st = bk_check(b, wait_event(b, b->ev_stage[s]), "upload");
+            b->stage_used[s] = 0;
+            room = CU_STAGE_BYTES;
+            if (st != EX_OK)
+                break;
+        }
+        size_t len = n - done < room ? (size_t)(n - done) : room;
+        char *slot = b->stage[s] + b->stage_used[s];
+        memcpy(slot, (const char *)src + done, len);
+        st = bk_check(b, cudaMemcpyAsync(dst + done, slot, len, cudaMemcpyHostToDevice, b->copy),
+                      "upload");
         if (st == EX_OK)
             st = bk_check(b, cudaEventRecord(b->ev_stage[s], b->copy), "upload");
+        b->stage_used[s] += (len + 255) & ~(size_t)255;
         done += len;
     }
-    ex_status sync = bk_check(b, cudaStreamSynchronize(b->copy), "upload");
-    return st != EX_OK ? st : sync;
+    return st;
 }
 
 /* Device to host: chunk i lands in staging buffer i % 2 while chunk i − 1 is copied out. */
@@ -622,12 +659,13 @@ static ex_status cuda_download(void *impl, ex_buffer *buf, uint64_t off, void *d
             uint64_t at = (i - 1) * CU_STAGE_BYTES;
             size_t len = n - at < CU_STAGE_BYTES ? (size_t)(n - at) : CU_STAGE_BYTES;
             int s = (int)((i - 1) & 1);
-            st = bk_check(b, cudaEventSynchronize(b->ev_stage[s]), "download");
+            st = bk_check(b, wait_event(b, b->ev_stage[s]), "download");
             if (st == EX_OK)
                 memcpy((char *)dst + at, b->stage[s], len);
         }
     }
-    ex_status sync = bk_check(b, cudaStreamSynchronize(b->copy), "download");
+    ex_status sync = bk_check(b, wait_stream(b, b->copy), "download");
+    b->stage_used[0] = b->stage_used[1] = 0; /* every transfer is done, uploads included */
     return st != EX_OK ? st : sync;
 }
 
@@ -642,6 +680,8 @@ static ex_status cuda_copy(void *impl, ex_buffer *dst, uint64_t doff, ex_buffer 
         st = check_range(b, dst, doff, n);
     if (st == EX_OK)
         st = check_range(b, src, soff, n);
+    if (st == EX_OK)
+        st = compute_after_copy(b);
     if (st != EX_OK || n == 0)
         return st;
     char *d = (char *)((cu_buffer *)dst)->ptr + doff;
@@ -672,6 +712,8 @@ static ex_status cuda_fill(void *impl, ex_buffer *buf, uint64_t off, uint64_t n,
                  (unsigned long long)off);
         return EX_ERR_ARG;
     }
+    if ((st = compute_after_copy(b)) != EX_OK)
+        return st;
     cu_exec e = exec_of(b);
     return cu_fill_words(&e, (char *)((cu_buffer *)buf)->ptr + off, n / 4, pattern);
 }
@@ -681,7 +723,10 @@ static ex_status cuda_synchronize(void *impl)
     cu_backend *b = (cu_backend *)impl;
     ex_status st = bk_enter(b);
     if (st == EX_OK)
-        st = bk_check(b, cudaStreamSynchronize(b->stream), "cudaStreamSynchronize");
+        st = bk_check(b, wait_stream(b, b->stream), "cudaStreamSynchronize");
+    if (st == EX_OK)
+        st = bk_check(b, wait_stream(b, b->copy), "cudaStreamSynchronize");
+    b->stage_used[0] = b->stage_used[1] = 0;
     return st;
 }
 
@@ -698,7 +743,7 @@ static void cuda_close(void *impl)
         return;
     cudaSetDevice(b->device);
     if (b->stream)
-        cudaStreamSynchronize(b->stream);
+        wait_stream(b, b->stream);
     graphs_clear(b);
     for (int64_t i = 0; i < b->nevents; i++)
         cudaEventDestroy(b->events[i]);
@@ -715,6 +760,8 @@ static void cuda_close(void *impl)
     }
     if (b->ev_compute)
         cudaEventDestroy(b->ev_compute);
+    if (b->ev_copy)
+        cudaEventDestroy(b->ev_copy);
     if (b->blas)
         cublasDestroy(b->blas);
     if (b->blas_side)
@@ -729,9 +776,15 @@ static void cuda_close(void *impl)
     free(b);
 }
 
+static uint64_t cuda_host_syncs(void *impl)
+{
+    return ((cu_backend *)impl)->host_syncs;
+}
+
 static const ex_backend_iface cuda_iface = {
     cuda_close,    cuda_error, cuda_buffer_alloc, cuda_buffer_free, cuda_upload,
     cuda_download, cuda_copy,  cuda_fill,         cuda_compute,     cuda_synchronize,
+    cuda_host_syncs,
 };
 
 /* ---- opening ---- */
@@ -792,6 +845,8 @@ static ex_status backend_init(cu_backend *b)
         st = bk_check(b, cudaStreamCreateWithFlags(&b->side, cudaStreamNonBlocking), "stream");
     if (st == EX_OK)
         st = bk_check(b, cudaEventCreateWithFlags(&b->ev_compute, cudaEventDisableTiming), "event");
+    if (st == EX_OK)
+        st = bk_check(b, cudaEventCreateWithFlags(&b->ev_copy, cudaEventDisableTiming), "event");
     for (int s = 0; s < 2 && st == EX_OK; s++) {
         st =
             bk_check(b, cudaEventCreateWithFlags(&b->ev_stage[s], cudaEventDisableTiming), "event");

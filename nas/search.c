@@ -24,7 +24,9 @@ struct ex_search {
     ex_tensor *xt, *yt, *xv, *yv, *xe, *ye;
     ex_tensor *lr, *ahyper, *counter, *tau, *ones;
     ex_tensor *loss_t, *acc_t, *loss_v, *acc_v, *loss_e, *acc_e;
-    ex_tensor *mask[2]; /* masks of the weight step, kept */
+    ex_tensor *report, *report_e; /* the step's and the evaluation's figures, packed so
+                                     one transfer reads them */
+    ex_tensor *mask[2];           /* masks of the weight step, kept */
     int64_t steps_done;
     char msg[512];
 };
@@ -127,17 +129,19 @@ static ex_status check_config(const ex_search_config *c, char *msg, size_t len)
 
 /* ---- graph building ---- */
 
-/* Architecture weights and candidate masks of both cell kinds, as the mode draws them. */
+/* Architecture weights and candidate masks of both cell kinds, as the mode draws them.
+ * Evaluation draws no noise: gdas takes each edge's most likely candidate. */
 static void arch_weights(ex_search *s, ex_tensor *w[2], ex_tensor *m[2], bool eval)
 {
     for (int r = 0; r < 2; r++) {
         ex_tensor *a = s->alpha[r];
-        if (eval || s->cfg.mode == EX_SEARCH_DARTS) {
+        if (s->cfg.mode == EX_SEARCH_DARTS) {
             w[r] = ex_softmax(s->ctx, a);
             m[r] = s->ones;
         } else if (s->cfg.mode == EX_SEARCH_GDAS) {
-            w[r] = ex_gumbel_softmax(s->ctx, a, s->tau, s->counter, true);
-            m[r] = w[r]; /* one-hot: only the sampled candidate runs */
+            w[r] = eval ? ex_hardmax_st(s->ctx, a)
+                        : ex_gumbel_softmax(s->ctx, a, s->tau, s->counter, true);
+            m[r] = w[r]; /* one-hot: only the chosen candidate runs */
         } else {
             w[r] = ex_softmax(s->ctx, a);
             m[r] = ex_topk_mask(s->ctx, w[r], s->cfg.topk_k, s->cfg.topk_threshold);
@@ -157,7 +161,7 @@ static ex_tensor *forward(ex_search *s, ex_tensor *x, ex_tensor *const *subst, b
     if (!first)
         nas_net_rebuild(&s->net, subst);
     s->net.train = !eval;
-    bool gated = !eval && s->cfg.mode != EX_SEARCH_DARTS;
+    bool gated = s->cfg.mode != EX_SEARCH_DARTS;
     ex_tensor *logits = nas_supernet_forward(&s->net, &s->cfg, x, w, m, gated);
     if (first) {
         s->net.built = true;
@@ -357,6 +361,16 @@ static ex_status make_momentum(ex_search *s)
     return EX_OK;
 }
 
+/* One kept vector of n one-element figures. */
+static ex_tensor *pack(ex_ctx *ctx, int n, ex_tensor *const *figures)
+{
+    int64_t len = n;
+    ex_tensor *v = ex_keep(ctx, ex_fill(ctx, 1, &len, 0.0f));
+    for (int i = 0; i < n; i++)
+        ex_copy_into(ctx, figures[i], ex_slice(ctx, v, 0, i, 1));
+    return v;
+}
+
 /* Stage 0: the architecture step, then the weight step. Stage 1: evaluation. */
 static ex_status build(ex_search *s)
 {
@@ -367,14 +381,14 @@ static ex_status build(ex_search *s)
     weight_step(s);
     for (int r = 0; r < 2; r++)
         ex_keep(ctx, s->mask[r]);
-    ex_keep(ctx, s->loss_t);
-    ex_keep(ctx, s->acc_t);
-    ex_keep(ctx, s->loss_v);
-    ex_keep(ctx, s->acc_v);
+    ex_tensor *figures[4] = {s->loss_t, s->acc_t, s->loss_v, s->acc_v};
+    s->report = pack(ctx, 4, figures);
     ex_ctx_begin_stage(ctx);
     ex_tensor *logits = forward(s, s->xe, NULL, true);
-    s->loss_e = ex_keep(ctx, ex_cross_entropy(ctx, logits, s->ye));
-    s->acc_e = ex_keep(ctx, ex_accuracy(ctx, logits, s->ye));
+    s->loss_e = ex_cross_entropy(ctx, logits, s->ye);
+    s->acc_e = ex_accuracy(ctx, logits, s->ye);
+    ex_tensor *eval[2] = {s->loss_e, s->acc_e};
+    s->report_e = pack(ctx, 2, eval);
     return ex_ctx_status(ctx);
 }
 
@@ -508,9 +522,9 @@ static ex_status write_batch(ex_search *s, ex_tensor *x, const float *xv, ex_ten
     return st == EX_OK ? EX_OK : fail(s, st, "search: %s", ex_plan_error(s->plan));
 }
 
-static ex_status read_scalar(ex_search *s, ex_tensor *t, float *v)
+static ex_status read_figures(ex_search *s, ex_tensor *t, float *v, int n)
 {
-    ex_status st = ex_plan_read(s->plan, t, v, sizeof *v);
+    ex_status st = ex_plan_read(s->plan, t, v, (size_t)n * sizeof *v);
     return st == EX_OK ? EX_OK : fail(s, st, "search: %s", ex_plan_error(s->plan));
 }
 
@@ -540,13 +554,12 @@ ex_status ex_search_step(ex_search *s, const float *train_x, const int32_t *trai
         return s->msg[0] ? st : fail(s, st, "search: %s", ex_plan_error(s->plan));
     s->steps_done++;
     ex_search_stats r = {0};
-    st = read_scalar(s, s->loss_t, &r.train_loss);
-    if (st == EX_OK)
-        st = read_scalar(s, s->acc_t, &r.train_acc);
-    if (st == EX_OK)
-        st = read_scalar(s, s->loss_v, &r.valid_loss);
-    if (st == EX_OK)
-        st = read_scalar(s, s->acc_v, &r.valid_acc);
+    float f[4];
+    st = read_figures(s, s->report, f, 4);
+    r.train_loss = f[0];
+    r.train_acc = f[1];
+    r.valid_loss = f[2];
+    r.valid_acc = f[3];
     r.train_acc /= (float)s->cfg.batch;
     r.valid_acc /= (float)s->cfg.batch;
     r.step_ms = now_ms() - t0;
@@ -562,15 +575,13 @@ ex_status ex_search_eval(ex_search *s, const float *x, const int32_t *y, float *
     ex_status st = write_batch(s, s->xe, x, s->ye, y);
     if (st == EX_OK && (st = ex_plan_run_stage(s->plan, 1)) != EX_OK)
         return fail(s, st, "search: %s", ex_plan_error(s->plan));
-    float l = 0, c = 0;
+    float f[2] = {0, 0};
     if (st == EX_OK)
-        st = read_scalar(s, s->loss_e, &l);
-    if (st == EX_OK)
-        st = read_scalar(s, s->acc_e, &c);
+        st = read_figures(s, s->report_e, f, 2);
     if (st == EX_OK && loss)
-        *loss = l;
+        *loss = f[0];
     if (st == EX_OK && correct)
-        *correct = (int)c;
+        *correct = (int)f[1];
     return st;
 }
 

@@ -46,8 +46,8 @@ typedef struct ex_node_exec {
     float fp[EX_NODE_FPARAMS];
     const ex_tdesc *gate; /**< NULL, or an f32 mask: skip the node when gate[gate_index] == 0 */
     int64_t gate_index;
-    int32_t tag[3];        /**< cell, edge, candidate (-1: none) */
-    uint64_t bytes_read;   /**< bytes this node's sources occupy */
+    int32_t tag[3];      /**< cell, edge, candidate (-1: none) */
+    uint64_t bytes_read; /**< bytes this node's sources occupy */
     uint64_t bytes_written;
     uint64_t min_bytes; /**< the least traffic the best algorithm must move */
     uint64_t flops;
@@ -87,6 +87,9 @@ typedef struct ex_backend_iface {
     /** Runs nodes in order. When node_ms is not NULL, stores each node's time (ms). */
     ex_status (*compute)(void *impl, const ex_node_exec *nodes, int64_t n, double *node_ms);
     ex_status (*synchronize)(void *impl);
+    /** Times the host has waited for the device so far (NULL: the backend runs on the
+     *  host and never waits). */
+    uint64_t (*host_syncs)(void *impl);
 } ex_backend_iface;
 
 /** An open backend. */
@@ -107,6 +110,10 @@ const ex_backend_caps *ex_backend_get_caps(const ex_backend *be);
 /** Measures the peak device copy bandwidth (GB/s) with n-byte copies and stores it in
  *  the capabilities. */
 ex_status ex_backend_measure_bandwidth(ex_backend *be, uint64_t bytes, double *gbs);
+
+/** How many times the host has waited for the device since the backend opened: read it
+ *  around a step to count the step's synchronizations. 0 for host backends. */
+uint64_t ex_backend_host_syncs(const ex_backend *be);
 
 /** The names of the backends compiled in, NULL-terminated, in "auto" order. */
 const char *const *ex_backend_list(void);

@@ -81,8 +81,9 @@ ex_status ex_search_step(ex_search *s, const float *train_x, const int32_t *trai
                          const float *valid_x, const int32_t *valid_y, float lr, float tau,
                          ex_search_stats *st);
 
-/** Evaluates the supernet (batch norm in eval mode, all candidates weighted by softmax)
- *  on one batch of config.eval_batch images: mean loss and number correct. */
+/** Evaluates the supernet on one batch of config.eval_batch images, batch norm in eval
+ *  mode: mean loss and number correct. darts weighs every candidate by softmax(alpha),
+ *  top-k the top-k candidates, gdas takes each edge's most likely one. */
 ex_status ex_search_eval(ex_search *s, const float *x, const int32_t *y, float *loss, int *correct);
 
 /** Number of edges of one cell: sum over steps of (2 + step). */

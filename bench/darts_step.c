@@ -1,0 +1,457 @@
+/* bench_darts_step: the DARTS search step of exapt, timed, with the files a PyTorch
+ * reference (bench/darts_step.py) needs to repeat the same step: the batch, the
+ * weights and alpha before the step, everything after it, and the step's figures.
+ *
+ *   bench_darts_step --backend cuda --input 32x32x3 --batch 64 --channels 16 --layers 8
+ *                    --iters 20 --out DIR
+ *
+ * writes DIR/batch.bin, DIR/init.safetensors, DIR/step1.safetensors, DIR/step1.json and
+ * DIR/exapt.json (docs/bench.md, "DARTS search step against PyTorch"). */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, gmtime_r, mkdir */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "exapt/exapt.h"
+#include "exapt/search.h"
+
+#define WARMUP 3
+#define STEP_LR 0.025f /* DARTS's initial weight learning rate */
+#define STEP_TAU 1.0f  /* ignored in darts mode */
+#define DATA_SEED 0x5eedda7aULL
+#define TWO_PI 6.283185307179586
+
+typedef struct opts {
+    const char *backend, *out, *input;
+    int height, width, in_channels;
+    int batch, channels, layers, iters;
+} opts;
+
+typedef struct batch {
+    float *train_x, *valid_x;
+    int32_t *train_y, *valid_y;
+    size_t pixels; /* floats of one x array */
+    int n;
+} batch;
+
+typedef struct timing {
+    double *ms;
+    double median, min, mean;
+    double syncs_per_step;
+} timing;
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: bench_darts_step [--backend NAME] [--input HxWxC] [--batch N] "
+               "[--channels C]\n"
+               "                        [--layers L] [--iters N] --out DIR\n"
+               "defaults: --backend auto --input 32x32x3 --batch 64 --channels 16 "
+               "--layers 8 --iters 20\n");
+}
+
+/* ---- arguments ---- */
+
+static int parse_int(const char *s, int lo, int hi, int *v)
+{
+    char *end = NULL;
+    errno = 0;
+    long x = strtol(s, &end, 10);
+    if (errno || end == s || *end || x < lo || x > hi)
+        return -1;
+    *v = (int)x;
+    return 0;
+}
+
+static int parse_input(const char *s, opts *o)
+{
+    char tail;
+    if (sscanf(s, "%dx%dx%d%c", &o->height, &o->width, &o->in_channels, &tail) != 3)
+        return -1;
+    bool ok = o->height >= 4 && o->height <= 4096 && o->width >= 4 && o->width <= 4096 &&
+              o->in_channels >= 1 && o->in_channels <= 64;
+    return ok ? 0 : -1;
+}
+
+static int parse_option(const char *key, const char *val, opts *o)
+{
+    if (!strcmp(key, "--backend"))
+        o->backend = val;
+    else if (!strcmp(key, "--out"))
+        o->out = val;
+    else if (!strcmp(key, "--input"))
+        return (o->input = val, parse_input(val, o));
+    else if (!strcmp(key, "--batch"))
+        return parse_int(val, 2, 65536, &o->batch);
+    else if (!strcmp(key, "--channels"))
+        return parse_int(val, 2, 4096, &o->channels);
+    else if (!strcmp(key, "--layers"))
+        return parse_int(val, 1, 64, &o->layers);
+    else if (!strcmp(key, "--iters"))
+        return parse_int(val, 1, 100000, &o->iters);
+    else
+        return -1;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, opts *o)
+{
+    *o = (opts){"auto", NULL, "32x32x3", 32, 32, 3, 64, 16, 8, 20};
+    for (int i = 1; i < argc; i++) {
+        if (i + 1 >= argc || parse_option(argv[i], argv[i + 1], o)) {
+            fprintf(stderr, "bench_darts_step: bad or incomplete option '%s'\n", argv[i]);
+            return -1;
+        }
+        i++;
+    }
+    if (!o->out) {
+        fprintf(stderr, "bench_darts_step: --out DIR is required\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the batch: fixed pseudo-random images ~ N(0, 1) and labels in [0, classes) ---- */
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in (0, 1): never 0, so the logarithm below is finite. */
+static double uniform(uint64_t *s)
+{
+    return ((double)(splitmix64(s) >> 11) + 0.5) * 0x1.0p-53;
+}
+
+static void fill_normal(float *x, size_t n, uint64_t *s)
+{
+    for (size_t i = 0; i < n; i += 2) {
+        double r = sqrt(-2.0 * log(uniform(s))), t = TWO_PI * uniform(s);
+        x[i] = (float)(r * cos(t));
+        if (i + 1 < n)
+            x[i + 1] = (float)(r * sin(t));
+    }
+}
+
+static void fill_labels(int32_t *y, int n, int classes, uint64_t *s)
+{
+    for (int i = 0; i < n; i++)
+        y[i] = (int32_t)(splitmix64(s) % (uint64_t)classes);
+}
+
+static void batch_free(batch *b)
+{
+    free(b->train_x);
+    free(b->valid_x);
+    free(b->train_y);
+    free(b->valid_y);
+}
+
+static int batch_make(const ex_search_config *c, batch *b)
+{
+    b->n = c->batch;
+    b->pixels = (size_t)c->batch * (size_t)c->in_channels * (size_t)c->height * (size_t)c->width;
+    b->train_x = malloc(b->pixels * sizeof *b->train_x);
+    b->valid_x = malloc(b->pixels * sizeof *b->valid_x);
+    b->train_y = malloc((size_t)b->n * sizeof *b->train_y);
+    b->valid_y = malloc((size_t)b->n * sizeof *b->valid_y);
+    if (!b->train_x || !b->valid_x || !b->train_y || !b->valid_y)
+        return -1;
+    uint64_t s = DATA_SEED;
+    fill_normal(b->train_x, b->pixels, &s);
+    fill_labels(b->train_y, b->n, c->classes, &s);
+    fill_normal(b->valid_x, b->pixels, &s);
+    fill_labels(b->valid_y, b->n, c->classes, &s);
+    return 0;
+}
+
+/* ---- files ---- */
+
+static int path_in(char *buf, size_t len, const char *dir, const char *name)
+{
+    int n = snprintf(buf, len, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= len) {
+        fprintf(stderr, "bench_darts_step: path %s/%s too long\n", dir, name);
+        return -1;
+    }
+    return 0;
+}
+
+static int batch_write(const char *dir, const batch *b)
+{
+    char path[4096];
+    if (path_in(path, sizeof path, dir, "batch.bin"))
+        return -1;
+    FILE *f = fopen(path, "wb");
+    size_t n = (size_t)b->n;
+    bool ok = f && fwrite(b->train_x, sizeof(float), b->pixels, f) == b->pixels &&
+              fwrite(b->train_y, sizeof(int32_t), n, f) == n &&
+              fwrite(b->valid_x, sizeof(float), b->pixels, f) == b->pixels &&
+              fwrite(b->valid_y, sizeof(int32_t), n, f) == n;
+    if (f && fclose(f))
+        ok = false;
+    if (!ok)
+        fprintf(stderr, "bench_darts_step: writing %s: %s\n", path, strerror(errno));
+    return ok ? 0 : -1;
+}
+
+static int json_write(const char *dir, const char *name, json_t *doc)
+{
+    char path[4096];
+    int rc = doc ? path_in(path, sizeof path, dir, name) : -1;
+    if (!rc && json_dump_file(doc, path, JSON_INDENT(2) | JSON_REAL_PRECISION(10))) {
+        fprintf(stderr, "bench_darts_step: writing %s failed\n", path);
+        rc = -1;
+    }
+    json_decref(doc);
+    return rc;
+}
+
+static int save(ex_search *s, const char *dir, const char *name)
+{
+    char path[4096];
+    if (path_in(path, sizeof path, dir, name))
+        return -1;
+    ex_status st = ex_search_save(s, path, NULL);
+    if (st != EX_OK) {
+        fprintf(stderr, "bench_darts_step: saving %s: %s\n", path, ex_search_error(s));
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the step ---- */
+
+static int step(ex_search *s, const batch *b, ex_search_stats *st)
+{
+    ex_status rc =
+        ex_search_step(s, b->train_x, b->train_y, b->valid_x, b->valid_y, STEP_LR, STEP_TAU, st);
+    if (rc != EX_OK) {
+        fprintf(stderr, "bench_darts_step: step: %s\n", ex_search_error(s));
+        return -1;
+    }
+    return 0;
+}
+
+/* The weights before, one step, everything after: what the PyTorch reference compares. */
+static int first_step(ex_search *s, const batch *b, const char *dir)
+{
+    ex_search_stats st;
+    if (save(s, dir, "init.safetensors") || step(s, b, &st) || save(s, dir, "step1.safetensors"))
+        return -1;
+    json_t *doc = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "train_loss", (double)st.train_loss,
+                            "valid_loss", (double)st.valid_loss, "train_acc", (double)st.train_acc,
+                            "valid_acc", (double)st.valid_acc, "lr", (double)STEP_LR, "tau",
+                            (double)STEP_TAU);
+    return json_write(dir, "step1.json", doc);
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void summarise(timing *t, int iters)
+{
+    double *sorted = malloc((size_t)iters * sizeof *sorted), sum = 0;
+    for (int i = 0; i < iters; i++)
+        sum += t->ms[i];
+    t->mean = sum / iters;
+    if (!sorted) { /* the median needs a copy; without memory the mean stands in */
+        t->median = t->min = t->mean;
+        return;
+    }
+    memcpy(sorted, t->ms, (size_t)iters * sizeof *sorted);
+    qsort(sorted, (size_t)iters, sizeof *sorted, cmp_double);
+    t->min = sorted[0];
+    t->median = iters % 2 ? sorted[iters / 2] : 0.5 * (sorted[iters / 2 - 1] + sorted[iters / 2]);
+    free(sorted);
+}
+
+/* Whole steps as a caller sees them: upload of the batch, the planned step, the read-back
+ * of the four figures. */
+static int time_steps(ex_search *s, ex_backend *be, const batch *b, int iters, timing *t)
+{
+    ex_search_stats st;
+    for (int i = 0; i < WARMUP; i++)
+        if (step(s, b, &st))
+            return -1;
+    t->ms = malloc((size_t)iters * sizeof *t->ms);
+    if (!t->ms)
+        return -1;
+    uint64_t syncs0 = ex_backend_host_syncs(be);
+    for (int i = 0; i < iters; i++) {
+        double t0 = now_ms();
+        if (step(s, b, &st))
+            return -1;
+        t->ms[i] = now_ms() - t0;
+    }
+    t->syncs_per_step = (double)(ex_backend_host_syncs(be) - syncs0) / iters;
+    summarise(t, iters);
+    return 0;
+}
+
+/* ---- the report ---- */
+
+static json_t *config_json(const ex_search_config *c)
+{
+    json_t *cands = json_array();
+    for (int k = 0; k < c->ncand; k++)
+        json_array_append_new(cands, json_string(ex_cand_name(c->cand[k])));
+    return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:o, s:s, s:i, s:f, "
+                     "s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I}",
+                     "in_channels", c->in_channels, "height", c->height, "width", c->width,
+                     "classes", c->classes, "batch", c->batch, "channels", c->channels, "layers",
+                     c->layers, "steps", c->steps, "multiplier", c->multiplier, "stem_multiplier",
+                     c->stem_multiplier, "candidates", cands, "mode", ex_search_mode_name(c->mode),
+                     "order", c->order, "lr", (double)STEP_LR, "momentum", (double)c->momentum,
+                     "weight_decay", (double)c->weight_decay, "grad_clip", (double)c->grad_clip,
+                     "arch_lr", (double)c->arch_lr, "arch_beta1", (double)c->arch_beta1,
+                     "arch_beta2", (double)c->arch_beta2, "arch_weight_decay",
+                     (double)c->arch_weight_decay, "seed", (json_int_t)c->seed);
+}
+
+static json_t *timing_json(const timing *t, int iters)
+{
+    json_t *all = json_array();
+    for (int i = 0; i < iters; i++)
+        json_array_append_new(all, json_real(t->ms[i]));
+    return json_pack("{s:i, s:i, s:f, s:f, s:f, s:f, s:o}", "warmup", WARMUP, "iters", iters,
+                     "ms_median", t->median, "ms_min", t->min, "ms_mean", t->mean,
+                     "host_syncs_per_step", t->syncs_per_step, "ms_all", all);
+}
+
+static json_t *memory_json(ex_search *s)
+{
+    ex_plan_stats ps;
+    if (ex_plan_get_stats(ex_search_plan(s), &ps) != EX_OK)
+        return json_null();
+    return json_pack("{s:I, s:I, s:I, s:I}", "arena_bytes", (json_int_t)ps.arena_bytes,
+                     "persistent_bytes", (json_int_t)ps.persistent_bytes, "planned_bytes",
+                     (json_int_t)(ps.arena_bytes + ps.persistent_bytes), "nodes",
+                     (json_int_t)ps.nodes);
+}
+
+static void utc_now(char *buf, size_t len)
+{
+    time_t t = time(NULL);
+    struct tm tm;
+    if (!gmtime_r(&t, &tm) || !strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm))
+        snprintf(buf, len, "unknown");
+}
+
+static char *join_args(int argc, char **argv)
+{
+    size_t len = 1;
+    for (int i = 0; i < argc; i++)
+        len += strlen(argv[i]) + 1;
+    char *s = calloc(len, 1);
+    for (int i = 0; s && i < argc; i++) {
+        if (i)
+            strcat(s, " ");
+        strcat(s, argv[i]);
+    }
+    return s;
+}
+
+static int report(const opts *o, const ex_search_config *c, ex_backend *be, ex_search *s,
+                  const timing *t, const char *date, const char *command)
+{
+    const ex_backend_caps *caps = ex_backend_get_caps(be);
+    json_t *backend = json_pack("{s:s, s:s, s:i}", "name", caps->name, "device", caps->device,
+                                "threads", caps->threads);
+    json_t *doc = json_pack("{s:s, s:i, s:s, s:o, s:s, s:s, s:s, s:o, s:o, s:o}", "format",
+                            "exapt-darts-step", "version", 1, "exapt_version", ex_version(),
+                            "backend", backend, "date", date, "command", command ? command : "",
+                            "input", o->input, "config", config_json(c), "timing",
+                            timing_json(t, o->iters), "memory", memory_json(s));
+    return json_write(o->out, "exapt.json", doc);
+}
+
+/* ---- main ---- */
+
+static int make_dir(const char *dir)
+{
+    if (mkdir(dir, 0777) && errno != EEXIST) {
+        fprintf(stderr, "bench_darts_step: mkdir %s: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static void configure(const opts *o, ex_search_config *c)
+{
+    ex_search_config_default(c); /* DARTS: first order, darts mode, 8 candidates */
+    c->in_channels = o->in_channels;
+    c->height = o->height;
+    c->width = o->width;
+    c->batch = o->batch;
+    c->channels = o->channels;
+    c->layers = o->layers;
+}
+
+static int run(const opts *o, ex_backend *be, const char *date, const char *command)
+{
+    ex_search_config c;
+    configure(o, &c);
+    batch b = {0};
+    timing t = {0};
+    ex_search *s = NULL;
+    char msg[512];
+    int rc = -1;
+    if (batch_make(&c, &b)) {
+        fprintf(stderr, "bench_darts_step: out of host memory\n");
+    } else if (ex_search_new(&c, be, &s, msg, sizeof msg) != EX_OK) {
+        fprintf(stderr, "bench_darts_step: %s\n", msg);
+    } else if (!batch_write(o->out, &b) && !first_step(s, &b, o->out) &&
+               !time_steps(s, be, &b, o->iters, &t) && !report(o, &c, be, s, &t, date, command)) {
+        printf("exapt %s %s: %.3f ms/step median (min %.3f), %.1f host syncs/step\n",
+               ex_backend_get_caps(be)->name, o->input, t.median, t.min, t.syncs_per_step);
+        rc = 0;
+    }
+    free(t.ms);
+    ex_search_free(s);
+    batch_free(&b);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    opts o;
+    if (parse_args(argc, argv, &o)) {
+        usage(stderr);
+        return 2;
+    }
+    char date[32], msg[512];
+    utc_now(date, sizeof date);
+    if (make_dir(o.out))
+        return 1;
+    ex_backend *be = NULL;
+    if (ex_backend_open(o.backend, &be, msg, sizeof msg) != EX_OK) {
+        fprintf(stderr, "bench_darts_step: backend %s: %s\n", o.backend, msg);
+        return 1;
+    }
+    char *command = join_args(argc, argv);
+    int rc = run(&o, be, date, command);
+    free(command);
+    ex_backend_close(be);
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Builds exapt for the lent Hopper GPU machine (sm_90, CUDA, no viewer) and packs what a
+# run there needs into .gpu/bundle.tar.xz (git ignores .gpu/): the programs, the shared
+# libraries that machine lacks, and Fashion-MNIST. Carry .gpu, and there:
+#   mkdir -p /tmp/x && tar xJf .gpu/bundle.tar.xz -C /tmp/x && export LD_LIBRARY_PATH=/tmp/x/lib
+#   /tmp/x/bin/test_ops --backend cuda; /tmp/x/bin/exapt search --data /tmp/x/data ...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p "$(git rev-parse --git-dir)/info"
+exclude="$(git rev-parse --git-dir)/info/exclude"
+grep -qx "/.gpu/" "$exclude" 2>/dev/null || echo /.gpu/ >> "$exclude"
+export PATH=/usr/local/cuda/bin:$PATH
+build=build-gpu
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DEXAPT_CUDA=ON -DEXAPT_CUDA_ARCHS=90 \
+      -DEXAPT_VIZ=OFF -DEXAPT_VULKAN=OFF >/dev/null
+cmake --build "$build" -j"$(nproc)" >/dev/null
+stage=.gpu/stage
+rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib" "$stage/data"
+bins=("$build/apps/exapt" "$build"/tests/test_ops "$build"/tests/test_search)
+for extra in "$build"/bench/*; do [ -x "$extra" ] && [ -f "$extra" ] && bins+=("$extra"); done
+cp "${bins[@]}" "$stage/bin/"
+cp -r bench/*.py "$stage/bin/" 2>/dev/null || true
+# the GPU machine has the C runtime and CUDA; everything else travels
+skip='^(linux-vdso|libc\.|libm\.|libpthread|libdl\.|librt\.|ld-linux|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas)'
+for b in "${bins[@]}"; do
+    ldd "$b" | awk '$3 ~ /^\// {print $1, $3}' | while read -r name path; do
+        [[ "$name" =~ $skip ]] || cp -L "$path" "$stage/lib/$name"
+    done
+done
+cp /usr/share/datasets/fashion-mnist/*.gz "$stage/data/"
+tar cJf .gpu/bundle.tar.xz -C "$stage" .
+rm -rf "$stage"
+du -h .gpu/bundle.tar.xz
