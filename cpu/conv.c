@@ -586,8 +586,8 @@ static void dw_bwd_filter_plane(const conv_geom *g, const float *xp, const int64
 /** Vectors of accumulators per block of the correlation kernel: each waits on its last
  *  addition once per tap, so eight keep the adder busy. */
 #define DW_NV 8
-/** Vectors of float lanes in the filter gradient's dot products, for the same reason. */
-#define DW_NL 4
+/** Rows a filter-gradient lane sums in float before it is added to a double. */
+#define DW_FLUSH 8
 
 /** One plane's correlation out[q][r] = sum over taps (a, b) in that order of
  *  w[a * nc + b] * src[q * steph + roff[a]][r * stepw + coff[b]], where a tap whose source
@@ -638,6 +638,13 @@ static void dw_span(const int64_t *off, int k, int64_t step, int64_t in, int64_t
  * plain structs, and the same code runs element by element. */
 #if defined(__GNUC__) || defined(__clang__)
 typedef float dw_v4 __attribute__((vector_size(16)));
+typedef int32_t dw_i4 __attribute__((vector_size(16)));
+/** v with its first skip lanes zeroed (bitwise, so a NaN there goes too). */
+static inline dw_v4 dw_skip(dw_v4 v, int skip)
+{
+    dw_i4 lane = {0, 1, 2, 3};
+    return (dw_v4)((dw_i4)v & (lane >= skip));
+}
 static inline dw_v4 dw_splat(float w)
 {
     return (dw_v4){w, w, w, w};
@@ -645,6 +652,10 @@ static inline dw_v4 dw_splat(float w)
 static inline dw_v4 dw_madd(dw_v4 a, dw_v4 w, dw_v4 x)
 {
     return a + w * x;
+}
+static inline dw_v4 dw_add(dw_v4 a, dw_v4 b)
+{
+    return a + b;
 }
 #else
 typedef struct dw_v4 {
@@ -659,6 +670,18 @@ static inline dw_v4 dw_madd(dw_v4 a, dw_v4 w, dw_v4 x)
     for (int j = 0; j < 4; j++)
         a.f[j] += w.f[j] * x.f[j];
     return a;
+}
+static inline dw_v4 dw_add(dw_v4 a, dw_v4 b)
+{
+    for (int j = 0; j < 4; j++)
+        a.f[j] += b.f[j];
+    return a;
+}
+static inline dw_v4 dw_skip(dw_v4 v, int skip)
+{
+    for (int j = 0; j < skip; j++)
+        v.f[j] = 0.0f;
+    return v;
 }
 #endif
 
@@ -712,6 +735,11 @@ static inline void dw_kern(float *out, int64_t ocs, int64_t n, const dw_taps *t,
         dw_block(out, ocs, i, 2, t, scs);
     for (; i + 4 <= n; i += 4)
         dw_block(out, ocs, i, 1, t, scs);
+    if (i < n && n >= 4) {
+        /* the last vector again, overlapping: it rewrites some outputs with their values */
+        dw_block(out, ocs, n - 4, 1, t, scs);
+        return;
+    }
     for (; i < n; i++) {
         float acc = 0.0f;
         for (int k = 0; k < t->n; k++)
@@ -910,61 +938,134 @@ static void dw_bwd_corr(const conv_geom *g, const conv_t4 *dy, const conv_t4 *w,
             dw_bwd_class(g, dy, w, dx, nb, ch, rh, rw);
 }
 
-/** Lanes [0, 4 * nv) of the dot product's accumulators += d[i + l] * x[(i + l) * xcs]. */
-static inline void dw_lanes(dw_v4 *acc, int nv, const float *d, const float *x, int64_t xcs,
-                            int64_t i)
+/** One plane's filter gradient problem: dy [oh, ow] under x [h, w] (unit column strides)
+ *  through the filter's row offsets roff and column offsets coff, as in dw_corr. */
+typedef struct dw_fg {
+    const float *x, *dy;
+    int64_t xrs, drs, h, w, oh, ow, steph, stepw;
+    int nr, nc;
+    int64_t roff[DW_KMAX], coff[DW_KMAX];
+    int64_t clo, chi; /* dy columns under which every filter column lies inside x */
+} dw_fg;
+
+/** Float accumulators of the K taps of one filter row: DW_FV vectors of lanes and a tail
+ *  per tap. */
+#define DW_FV 2
+typedef struct dw_facc {
+    dw_v4 v[DW_KMAX][DW_FV];
+    float tail[DW_KMAX];
+} dw_facc;
+
+/** Columns [i, i + 4 * nv) of one row into the K taps' lanes, leaving out the first skip
+ *  columns: each dy vector is loaded once for all taps. */
+static inline void dw_fg_cols(dw_facc *f, int K, int nv, const float *dr, const float *xr,
+                              const int64_t *coff, int64_t stepw, int64_t i, int skip)
 {
+    dw_v4 d[DW_FV];
     for (int v = 0; v < nv; v++)
-        acc[v] = dw_madd(acc[v], dw_ld(d + i + 4 * v, 1), dw_ld(x + (i + 4 * v) * xcs, xcs));
+        d[v] = dw_ld(dr + i + 4 * v, 1);
+    for (int b = 0; b < K; b++)
+        for (int v = 0; v < nv; v++) {
+            dw_v4 x = dw_ld(xr + (i + 4 * v) * stepw + coff[b], stepw), z = dw_splat(0.0f);
+            if (skip)
+                f->v[b][v] = dw_add(f->v[b][v], dw_skip(dw_madd(z, d[v], x), skip));
+            else
+                f->v[b][v] = dw_madd(f->v[b][v], d[v], x);
+        }
 }
 
-/** Sum of d[q][i] * x[q][i * xcs] over rows q < rows and i < n: float lanes that run on
- *  over the rows (a fixed order, whatever the alignment), each row's tail in double. */
-static inline double dw_tap_sum(const float *d, int64_t drs, const float *x, int64_t xrs,
-                                int64_t xcs, int64_t rows, int64_t n)
+/** Border columns [r0, r1) of one row, each tap where its source lies inside x. */
+static inline void dw_fg_border(dw_facc *f, const dw_fg *g, int K, const float *dr, const float *xr,
+                                int64_t r0, int64_t r1)
 {
-    dw_v4 acc[DW_NL];
-    for (int v = 0; v < DW_NL; v++)
-        acc[v] = dw_splat(0.0f);
-    double tail = 0.0;
-    for (int64_t q = 0; q < rows; q++) {
-        const float *dr = d + q * drs, *xr = x + q * xrs;
-        int64_t i = 0;
-        for (; i + 4 * DW_NL <= n; i += 4 * DW_NL)
-            dw_lanes(acc, DW_NL, dr, xr, xcs, i);
-        for (; i + 4 <= n; i += 4)
-            dw_lanes(acc, 1, dr, xr, xcs, i);
-        for (; i < n; i++)
-            tail += (double)dr[i] * xr[i * xcs];
+    for (int64_t r = r0; r < r1; r++)
+        for (int b = 0; b < K; b++) {
+            int64_t iw = r * g->stepw + g->coff[b];
+            if (iw >= 0 && iw < g->w)
+                f->tail[b] += dr[r] * xr[iw];
+        }
+}
+
+/** One dy row q under filter row a, into the K taps' accumulators. The interior's last
+ *  columns come as a vector overlapping the one before, its repeated columns left out. */
+static inline void dw_fg_row(dw_facc *f, const dw_fg *g, int K, int64_t stepw, int a, int64_t q)
+{
+    const float *dr = g->dy + q * g->drs, *xr = g->x + (q * g->steph + g->roff[a]) * g->xrs;
+    int64_t i = g->clo;
+    for (; i + 4 * DW_FV <= g->chi; i += 4 * DW_FV)
+        dw_fg_cols(f, K, DW_FV, dr, xr, g->coff, stepw, i, 0);
+    for (; i + 4 <= g->chi; i += 4)
+        dw_fg_cols(f, K, 1, dr, xr, g->coff, stepw, i, 0);
+    if (i < g->chi && g->chi - g->clo >= 4)
+        dw_fg_cols(f, K, 1, dr, xr, g->coff, stepw, g->chi - 4, (int)(4 - (g->chi - i)));
+    else
+        dw_fg_border(f, g, K, dr, xr, i, g->chi);
+    dw_fg_border(f, g, K, dr, xr, 0, g->clo);
+    dw_fg_border(f, g, K, dr, xr, g->chi > g->clo ? g->chi : 0, g->ow);
+}
+
+/** part[a * K + b] for the K taps of filter row a: float lanes over DW_FLUSH rows at a time
+ *  (a fixed order, whatever the alignment), added to double totals in between. */
+static inline void dw_fg_filter_row(const dw_fg *g, int K, int64_t stepw, int a, double *part)
+{
+    int64_t q0, q1;
+    dw_span(&g->roff[a], 1, g->steph, g->h, g->oh, &q0, &q1);
+    for (int b = 0; b < K; b++)
+        part[a * K + b] = 0.0;
+    for (int64_t qb = q0; qb < q1; qb += DW_FLUSH) {
+        dw_facc f;
+        memset(&f, 0, sizeof f);
+        for (int64_t q = qb; q < q1 && q < qb + DW_FLUSH; q++)
+            dw_fg_row(&f, g, K, stepw, a, q);
+        for (int b = 0; b < K; b++) {
+            float l[4 * DW_FV];
+            memcpy(l, f.v[b], sizeof l);
+            double s = 0.0;
+            for (int j = 0; j < 4 * DW_FV; j++)
+                s += l[j];
+            part[a * K + b] += s + f.tail[b];
+        }
     }
-    float lane[4 * DW_NL];
-    memcpy(lane, acc, sizeof lane);
-    for (int l = 0; l < 4 * DW_NL; l++)
-        tail += lane[l];
-    return tail;
 }
 
-static double dw_tap_sum_any(const float *d, int64_t drs, const float *x, int64_t xrs, int64_t xcs,
-                             int64_t rows, int64_t n)
+static void dw_fg_plane(const dw_fg *g, double *part)
 {
-    if (xcs == 1)
-        return dw_tap_sum(d, drs, x, xrs, 1, rows, n);
-    if (xcs == 2)
-        return dw_tap_sum(d, drs, x, xrs, 2, rows, n);
-    return dw_tap_sum(d, drs, x, xrs, xcs, rows, n);
-}
-
-/** The filter gradient of one (n, c) plane, part[kh * Kw + kw], each tap over the outputs
- *  its source lies under (taps[], from dw_tap_of). */
-static void dw_filter_fast_plane(const conv_geom *g, const dw_tap *taps, const float *xp,
-                                 const int64_t *xs, const float *dyp, const int64_t *ds,
-                                 double *part)
-{
-    for (int64_t k = 0; k < g->kh * g->kw; k++) {
-        const dw_tap *t = &taps[k];
-        part[k] = dw_tap_sum_any(dyp + t->oh0 * ds[2] + t->ow0, ds[2], xp + t->ih0 * xs[2] + t->iw0,
-                                 g->sh * xs[2], g->sw, t->oh1 - t->oh0, t->ow1 - t->ow0);
+    for (int a = 0; a < g->nr; a++) {
+        if (g->nc == 3 && g->stepw == 1)
+            dw_fg_filter_row(g, 3, 1, a, part);
+        else if (g->nc == 3 && g->stepw == 2)
+            dw_fg_filter_row(g, 3, 2, a, part);
+        else if (g->nc == 5 && g->stepw == 1)
+            dw_fg_filter_row(g, 5, 1, a, part);
+        else if (g->nc == 5 && g->stepw == 2)
+            dw_fg_filter_row(g, 5, 2, a, part);
+        else
+            dw_fg_filter_row(g, g->nc, g->stepw, a, part);
     }
+}
+
+/** The filter gradient of one (n, c) plane, part[kh * Kw + kw]. */
+static void dw_filter_fast_plane(const conv_geom *g, const float *xp, const int64_t *xs,
+                                 const float *dyp, const int64_t *ds, double *part)
+{
+    dw_fg f = {.x = xp,
+               .dy = dyp,
+               .xrs = xs[2],
+               .drs = ds[2],
+               .h = g->h,
+               .w = g->w,
+               .oh = g->ho,
+               .ow = g->wo,
+               .steph = g->sh,
+               .stepw = g->sw,
+               .nr = (int)g->kh,
+               .nc = (int)g->kw};
+    for (int a = 0; a < f.nr; a++)
+        f.roff[a] = a * g->dh - g->ph;
+    for (int b = 0; b < f.nc; b++)
+        f.coff[b] = b * g->dw - g->pw;
+    dw_span(f.coff, f.nc, f.stepw, f.w, f.ow, &f.clo, &f.chi);
+    dw_fg_plane(&f, part);
 }
 
 /* ---- depthwise drivers: one (n, c) plane per task, one thread per plane ---- */
@@ -1026,28 +1127,21 @@ static ex_status dw_fast_bwd_filter(const cpu_exec *e, const conv_geom *g, const
 {
     int64_t planes = g->n * g->ci, kk = g->kh * g->kw;
     double *part = malloc((size_t)(planes * kk) * sizeof(double) + 1);
-    dw_tap *taps = malloc((size_t)kk * sizeof(dw_tap) + 1);
-    if (!part || !taps) {
-        free(part);
-        free(taps);
+    if (!part)
         return cpu_fail(e, EX_ERR_NOMEM, "dwconv2d_bwd_filter: no memory for partial sums");
-    }
-    for (int64_t k = 0; k < kk; k++)
-        taps[k] = dw_tap_of(g, k / g->kw, k % g->kw);
     int fast = dw_fast_ok(g, x, dy);
 #pragma omp parallel for schedule(static) num_threads(conv_threads(e))
     for (int64_t p = 0; p < planes; p++) {
         int64_t nb = p / g->ci, c = p % g->ci;
         if (fast)
-            dw_filter_fast_plane(g, taps, conv_plane(x, nb, c), x->st, conv_plane(dy, nb, c),
-                                 dy->st, part + p * kk);
+            dw_filter_fast_plane(g, conv_plane(x, nb, c), x->st, conv_plane(dy, nb, c), dy->st,
+                                 part + p * kk);
         else
             dw_bwd_filter_plane(g, conv_plane(x, nb, c), x->st, conv_plane(dy, nb, c), dy->st,
                                 part + p * kk);
     }
     dw_filter_combine(e, g, part, dw);
     free(part);
-    free(taps);
     return EX_OK;
 }
 
