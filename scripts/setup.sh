@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs exapt's dependencies (Debian/Ubuntu), builds it in build/, and runs the main
-# job. Safe to run again: apt skips what is installed, CMake rebuilds what changed.
+# job: a quick search on Fashion-MNIST and the training of what it finds (runs/quick/).
+# Safe to run again: apt skips what is installed, CMake rebuilds what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,5 +25,7 @@ fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release ${EXAPT_CMAKE_ARGS:-}
 cmake --build build -j"$(nproc)"
 
-# the main job: what this machine offers (the search joins here once it lands)
-./build/apps/exapt info
+# the main job: a short architecture search on Fashion-MNIST on the best backend found,
+# then the training of the network it found, evaluated on the test set
+./build/apps/exapt info --backend auto
+./build/apps/exapt search --preset quick --out "${EXAPT_QUICK_OUT:-runs/quick}"
