@@ -1,5 +1,6 @@
 /* exapt search: a differentiable architecture search on a dataset, with a metrics log,
  * checkpoints, resume, and (preset quick) the training of the network it finds. */
+#define _POSIX_C_SOURCE 200809L /* strtok_r */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,10 @@ static const char search_usage[] =
     "  --train-portion P    share of them for weights; the rest updates alpha (0.5)\n"
     "  --epochs N --batch N --channels N --layers N --steps N\n"
     "  --lr X --lr-min X --arch-lr X --topk K --entropy W --seed N\n"
+    "  --candidates LIST    comma-separated candidate operations (default DARTS's eight:\n"
+    "                       none,max_pool_3x3,avg_pool_3x3,skip_connect,sep_conv_3x3,...;\n"
+    "                       sep_conv_7x7 and conv_7x1_1x7 are accepted too)\n"
+    "  --tau-max X --tau-min X  gdas temperature, annealed linearly over the epochs\n"
     "  --out DIR            where genotype.txt/json, metrics.jsonl, checkpoints go (run)\n"
     "  --resume DIR         continue an interrupted search from its last checkpoint\n"
     "  --train-epochs N     after searching, train the derived network N epochs (quick: 1)\n"
@@ -31,12 +36,13 @@ static const char search_usage[] =
     "  --checkpoint-every N also checkpoint every N steps (default: at each epoch's end)\n";
 
 typedef struct search_args {
-    const char *preset, *backend, *mode, *data, *dataset, *out, *resume;
+    const char *preset, *backend, *mode, *data, *dataset, *out, *resume, *candidates;
     long order, epochs, batch, channels, layers, steps, topk, seed, limit, train_epochs,
         profile_every, checkpoint_every;
-    double portion, lr, lr_min, arch_lr, entropy;
+    double portion, lr, lr_min, arch_lr, entropy, tau_max, tau_min;
     bool set_order, set_epochs, set_batch, set_channels, set_layers, set_steps, set_topk, set_seed,
-        set_limit, set_portion, set_lr, set_lr_min, set_arch_lr, set_entropy, set_train_epochs;
+        set_limit, set_portion, set_lr, set_lr_min, set_arch_lr, set_entropy, set_train_epochs,
+        set_tau_max, set_tau_min;
 } search_args;
 
 /* The search proper: configuration, data, and where it stands. */
@@ -83,6 +89,28 @@ static void preset(search_run *r, bool quick)
     r->train_epochs = 1;
 }
 
+/* "none,sep_conv_3x3,..." into the configuration; -1 when a name is unknown or repeated. */
+static int parse_candidates(ex_search_config *c, const char *list)
+{
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", list);
+    int n = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        int k = ex_cand_parse(tok);
+        if (k < 0 || n == EX_MAX_CANDIDATES)
+            return -1;
+        for (int j = 0; j < n; j++)
+            if (c->cand[j] == (ex_cand)k)
+                return -1;
+        c->cand[n++] = (ex_cand)k;
+    }
+    if (n < 2)
+        return -1;
+    c->ncand = n;
+    return 0;
+}
+
 static int apply_args(search_run *r, const search_args *a)
 {
     const char *cmd = "search";
@@ -122,6 +150,15 @@ static int apply_args(search_run *r, const search_args *a)
         r->cfg.entropy_weight = (float)a->entropy;
     if (a->set_train_epochs)
         r->train_epochs = (int)a->train_epochs;
+    if (a->set_tau_max)
+        r->cfg.tau_max = (float)a->tau_max;
+    if (a->set_tau_min)
+        r->cfg.tau_min = (float)a->tau_min;
+    if (a->candidates && parse_candidates(&r->cfg, a->candidates))
+        return cli_usage_error(cmd, search_usage,
+                               "--candidates: unknown, repeated or too many "
+                               "operations in '%s'",
+                               a->candidates);
     r->profile_every = a->profile_every;
     r->checkpoint_every = a->checkpoint_every;
     r->out = a->resume ? a->resume : a->out;
@@ -577,6 +614,9 @@ int cli_search(const cli_global *g, int argc, char **argv)
         {"--topk", OPT_INT, &a.topk, 1, EX_MAX_CANDIDATES, &a.set_topk},
         {"--entropy", OPT_FLOAT, &a.entropy, 0, 100, &a.set_entropy},
         {"--seed", OPT_INT, &a.seed, 0, 2147483647, &a.set_seed},
+        {"--candidates", OPT_STRING, &a.candidates, 0, 0, NULL},
+        {"--tau-max", OPT_FLOAT, &a.tau_max, 1e-3, 1e3, &a.set_tau_max},
+        {"--tau-min", OPT_FLOAT, &a.tau_min, 1e-3, 1e3, &a.set_tau_min},
         {"--out", OPT_STRING, &a.out, 0, 0, NULL},
         {"--resume", OPT_STRING, &a.resume, 0, 0, NULL},
         {"--train-epochs", OPT_INT, &a.train_epochs, 0, 100000, &a.set_train_epochs},

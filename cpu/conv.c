@@ -645,6 +645,13 @@ static inline dw_v4 dw_skip(dw_v4 v, int skip)
     dw_i4 lane = {0, 1, 2, 3};
     return (dw_v4)((dw_i4)v & (lane >= skip));
 }
+/** v with the lanes whose m is 0 zeroed. */
+static inline dw_v4 dw_and(dw_v4 v, const int32_t *m)
+{
+    dw_i4 k;
+    memcpy(&k, m, sizeof k);
+    return (dw_v4)((dw_i4)v & k);
+}
 static inline dw_v4 dw_splat(float w)
 {
     return (dw_v4){w, w, w, w};
@@ -656,6 +663,10 @@ static inline dw_v4 dw_madd(dw_v4 a, dw_v4 w, dw_v4 x)
 static inline dw_v4 dw_add(dw_v4 a, dw_v4 b)
 {
     return a + b;
+}
+static inline dw_v4 dw_mul(dw_v4 a, dw_v4 b)
+{
+    return a * b;
 }
 #else
 typedef struct dw_v4 {
@@ -677,10 +688,22 @@ static inline dw_v4 dw_add(dw_v4 a, dw_v4 b)
         a.f[j] += b.f[j];
     return a;
 }
+static inline dw_v4 dw_mul(dw_v4 a, dw_v4 b)
+{
+    for (int j = 0; j < 4; j++)
+        a.f[j] *= b.f[j];
+    return a;
+}
 static inline dw_v4 dw_skip(dw_v4 v, int skip)
 {
     for (int j = 0; j < skip; j++)
         v.f[j] = 0.0f;
+    return v;
+}
+static inline dw_v4 dw_and(dw_v4 v, const int32_t *m)
+{
+    for (int j = 0; j < 4; j++)
+        v.f[j] = m[j] ? v.f[j] : 0.0f;
     return v;
 }
 #endif
@@ -945,7 +968,8 @@ typedef struct dw_fg {
     int64_t xrs, drs, h, w, oh, ow, steph, stepw;
     int nr, nc;
     int64_t roff[DW_KMAX], coff[DW_KMAX];
-    int64_t clo, chi; /* dy columns under which every filter column lies inside x */
+    int64_t clo, chi;    /* dy columns under which every filter column lies inside x */
+    const int32_t *mask; /* flat planes: per dy element, -1 in columns [clo, chi), else 0 */
 } dw_fg;
 
 /** Float accumulators of the K taps of one filter row: DW_FV vectors of lanes and a tail
@@ -966,9 +990,9 @@ static inline void dw_fg_cols(dw_facc *f, int K, int nv, const float *dr, const 
         d[v] = dw_ld(dr + i + 4 * v, 1);
     for (int b = 0; b < K; b++)
         for (int v = 0; v < nv; v++) {
-            dw_v4 x = dw_ld(xr + (i + 4 * v) * stepw + coff[b], stepw), z = dw_splat(0.0f);
+            dw_v4 x = dw_ld(xr + (i + 4 * v) * stepw + coff[b], stepw);
             if (skip)
-                f->v[b][v] = dw_add(f->v[b][v], dw_skip(dw_madd(z, d[v], x), skip));
+                f->v[b][v] = dw_add(f->v[b][v], dw_skip(dw_mul(d[v], x), skip));
             else
                 f->v[b][v] = dw_madd(f->v[b][v], d[v], x);
         }
@@ -1004,6 +1028,43 @@ static inline void dw_fg_row(dw_facc *f, const dw_fg *g, int K, int64_t stepw, i
     dw_fg_border(f, g, K, dr, xr, g->chi > g->clo ? g->chi : 0, g->ow);
 }
 
+/** Positions [i, i + 4 * nv) of a flat stretch into the K taps' lanes, each product
+ *  masked by m (the border columns between the rows are summed apart). */
+static inline void dw_fg_mcols(dw_facc *f, int K, int nv, const float *dr, const float *xr,
+                               const int64_t *coff, const int32_t *m, int64_t i)
+{
+    dw_v4 d[DW_FV];
+    for (int v = 0; v < nv; v++)
+        d[v] = dw_ld(dr + i + 4 * v, 1);
+    for (int b = 0; b < K; b++)
+        for (int v = 0; v < nv; v++) {
+            dw_v4 prod = dw_mul(d[v], dw_ld(xr + i + 4 * v + coff[b], 1));
+            f->v[b][v] = dw_add(f->v[b][v], dw_and(prod, m + i + 4 * v));
+        }
+}
+
+/** dy rows [qa, qb) under filter row a of a flat plane: their interior columns as one
+ *  stretch from (qa, clo) to (qb - 1, chi - 1), then the border columns row by row. */
+static inline void dw_fg_flat(dw_facc *f, const dw_fg *g, int K, int a, int64_t qa, int64_t qb)
+{
+    int64_t n = (qb - 1 - qa) * g->ow + g->chi - g->clo, i = 0;
+    const float *dr = g->dy + qa * g->drs + g->clo;
+    const float *xr = g->x + (qa + g->roff[a]) * g->xrs + g->clo;
+    const int32_t *m = g->mask + qa * g->ow + g->clo;
+    for (; i + 4 * DW_FV <= n; i += 4 * DW_FV)
+        dw_fg_mcols(f, K, DW_FV, dr, xr, g->coff, m, i);
+    for (; i + 4 <= n; i += 4)
+        dw_fg_mcols(f, K, 1, dr, xr, g->coff, m, i);
+    for (; i < n; i++)
+        for (int b = 0; b < K && m[i]; b++)
+            f->tail[b] += dr[i] * xr[i + g->coff[b]];
+    for (int64_t q = qa; q < qb; q++) {
+        const float *d = g->dy + q * g->drs, *x = g->x + (q + g->roff[a]) * g->xrs;
+        dw_fg_border(f, g, K, d, x, 0, g->clo);
+        dw_fg_border(f, g, K, d, x, g->chi, g->ow);
+    }
+}
+
 /** part[a * K + b] for the K taps of filter row a: float lanes over DW_FLUSH rows at a time
  *  (a fixed order, whatever the alignment), added to double totals in between. */
 static inline void dw_fg_filter_row(const dw_fg *g, int K, int64_t stepw, int a, double *part)
@@ -1015,7 +1076,10 @@ static inline void dw_fg_filter_row(const dw_fg *g, int K, int64_t stepw, int a,
     for (int64_t qb = q0; qb < q1; qb += DW_FLUSH) {
         dw_facc f;
         memset(&f, 0, sizeof f);
-        for (int64_t q = qb; q < q1 && q < qb + DW_FLUSH; q++)
+        int64_t qe = q1 < qb + DW_FLUSH ? q1 : qb + DW_FLUSH;
+        if (g->mask)
+            dw_fg_flat(&f, g, K, a, qb, qe);
+        for (int64_t q = qb; q < qe && !g->mask; q++)
             dw_fg_row(&f, g, K, stepw, a, q);
         for (int b = 0; b < K; b++) {
             float l[4 * DW_FV];
@@ -1045,8 +1109,9 @@ static void dw_fg_plane(const dw_fg *g, double *part)
 }
 
 /** The filter gradient of one (n, c) plane, part[kh * Kw + kw]. */
-static void dw_filter_fast_plane(const conv_geom *g, const float *xp, const int64_t *xs,
-                                 const float *dyp, const int64_t *ds, double *part)
+static void dw_filter_fast_plane(const conv_geom *g, const int32_t *mask, const float *xp,
+                                 const int64_t *xs, const float *dyp, const int64_t *ds,
+                                 double *part)
 {
     dw_fg f = {.x = xp,
                .dy = dyp,
@@ -1065,6 +1130,7 @@ static void dw_filter_fast_plane(const conv_geom *g, const float *xp, const int6
     for (int b = 0; b < f.nc; b++)
         f.coff[b] = b * g->dw - g->pw;
     dw_span(f.coff, f.nc, f.stepw, f.w, f.ow, &f.clo, &f.chi);
+    f.mask = mask;
     dw_fg_plane(&f, part);
 }
 
@@ -1120,6 +1186,25 @@ static void dw_filter_combine(const cpu_exec *e, const conv_geom *g, const doubl
     }
 }
 
+/** The column mask of dw_fg for planes that run as flat stretches (stride 1, dy rows
+ *  continuing each other, x rows in step with them), or NULL for other planes. *bad is set
+ *  when memory ran out. */
+static int32_t *dw_fg_mask(const conv_geom *g, const conv_t4 *x, const conv_t4 *dy, int *bad)
+{
+    *bad = 0;
+    int64_t off[DW_KMAX], clo, chi;
+    for (int b = 0; b < g->kw; b++)
+        off[b] = b * g->dw - g->pw;
+    dw_span(off, (int)g->kw, 1, g->w, g->wo, &clo, &chi);
+    if (g->sh != 1 || g->sw != 1 || x->st[2] != dy->st[2] || dy->st[2] != g->wo || chi <= clo)
+        return NULL;
+    int32_t *m = malloc((size_t)(g->ho * g->wo) * sizeof(int32_t) + 1);
+    *bad = m == NULL;
+    for (int64_t i = 0; m && i < g->ho * g->wo; i++)
+        m[i] = i % g->wo >= clo && i % g->wo < chi ? -1 : 0;
+    return m;
+}
+
 /** Per-plane partial sums in parallel, then combined over n in index order: no result
  *  depends on how planes were spread over threads. */
 static ex_status dw_fast_bwd_filter(const cpu_exec *e, const conv_geom *g, const conv_t4 *x,
@@ -1127,21 +1212,25 @@ static ex_status dw_fast_bwd_filter(const cpu_exec *e, const conv_geom *g, const
 {
     int64_t planes = g->n * g->ci, kk = g->kh * g->kw;
     double *part = malloc((size_t)(planes * kk) * sizeof(double) + 1);
-    if (!part)
+    int fast = dw_fast_ok(g, x, dy), bad = 0;
+    int32_t *mask = fast ? dw_fg_mask(g, x, dy, &bad) : NULL;
+    if (!part || bad) {
+        free(part);
         return cpu_fail(e, EX_ERR_NOMEM, "dwconv2d_bwd_filter: no memory for partial sums");
-    int fast = dw_fast_ok(g, x, dy);
+    }
 #pragma omp parallel for schedule(static) num_threads(conv_threads(e))
     for (int64_t p = 0; p < planes; p++) {
         int64_t nb = p / g->ci, c = p % g->ci;
         if (fast)
-            dw_filter_fast_plane(g, conv_plane(x, nb, c), x->st, conv_plane(dy, nb, c), dy->st,
-                                 part + p * kk);
+            dw_filter_fast_plane(g, mask, conv_plane(x, nb, c), x->st, conv_plane(dy, nb, c),
+                                 dy->st, part + p * kk);
         else
             dw_bwd_filter_plane(g, conv_plane(x, nb, c), x->st, conv_plane(dy, nb, c), dy->st,
                                 part + p * kk);
     }
     dw_filter_combine(e, g, part, dw);
     free(part);
+    free(mask);
     return EX_OK;
 }
 
