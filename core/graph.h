@@ -43,7 +43,8 @@ struct ex_tensor {
 
     bool keep;          /* readable after a run: never reused */
     bool requires_grad; /* inputs whose gradient backward must compute */
-    char name[48];
+    char name[160];     /* PyTorch-style names are long:
+                           cells.0._ops.3._ops.4.op.1.weight.momentum_buffer */
 };
 
 /** Fault injection: counts allocations and fails the chosen one. */

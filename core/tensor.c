@@ -365,7 +365,7 @@ ex_tensor *ex_view(ex_ctx *ctx, ex_tensor *t, int ndim, const int64_t *ne, const
     v->offset = abs_off;
     v->storage = t->storage;
     v->gate = NULL;
-    snprintf(v->name, sizeof v->name, "%.40s.view", t->name);
+    snprintf(v->name, sizeof v->name, "%.150s.view", t->name);
     return v;
 }
 

@@ -263,6 +263,25 @@ ex_tensor *nas_candidate(nas_net *n, ex_cand op, ex_tensor *x, int stride, bool 
     return ex_relu(n->ctx, NULL); /* inert */
 }
 
+ex_tensor **nas_net_momentum(nas_net *n)
+{
+    ex_tensor **mom = calloc((size_t)n->nparams + 1, sizeof *mom);
+    if (!mom) {
+        ex_ctx_set_error(n->ctx, EX_ERR_NOMEM, "net: out of host memory");
+        return NULL;
+    }
+    for (int i = 0; i < n->nparams; i++) {
+        char name[sizeof n->params[i].name + 16];
+        snprintf(name, sizeof name, "%s.momentum_buffer", n->params[i].name);
+        const ex_tensor *p = n->params[i].t;
+        int64_t ne[EX_MAX_DIMS];
+        for (int d = 0; d < ex_tensor_ndim(p); d++)
+            ne[d] = ex_tensor_dim(p, d);
+        mom[i] = ex_state(n->ctx, EX_F32, ex_tensor_ndim(p), ne, name);
+    }
+    return mom;
+}
+
 /* ---- initial values ---- */
 
 static void draw(const nas_param *p, uint64_t seed, int index, float *v, int64_t count)

@@ -85,6 +85,11 @@ ex_tensor *nas_candidate(nas_net *n, ex_cand op, ex_tensor *x, int stride, bool 
  *  beyond writing each into its slice. */
 ex_tensor *nas_concat(nas_net *n, int count, ex_tensor *const *parts);
 
+/** SGD momentum buffers, one state tensor per parameter (named `<param>.momentum_buffer`
+ *  as PyTorch's optimizer state), in a new array the caller frees; NULL (and the
+ *  context's error set) when out of memory. */
+ex_tensor **nas_net_momentum(nas_net *n);
+
 /** Initial values of every parameter and state, drawn from seed, written into plan. */
 ex_status nas_net_initialise(nas_net *n, ex_plan *plan, uint64_t seed);
 

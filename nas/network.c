@@ -55,22 +55,6 @@ static ex_status fail(ex_network *n, ex_status st, const char *fmt, ...)
     return st;
 }
 
-static void make_momentum(ex_network *n)
-{
-    n->mom = calloc((size_t)n->net.nparams + 1, sizeof *n->mom);
-    for (int i = 0; n->mom && i < n->net.nparams; i++) {
-        char name[176];
-        snprintf(name, sizeof name, "%s.momentum_buffer", n->net.params[i].name);
-        const ex_tensor *p = n->net.params[i].t;
-        int64_t ne[4];
-        for (int d = 0; d < ex_tensor_ndim(p); d++)
-            ne[d] = ex_tensor_dim(p, d);
-        n->mom[i] = ex_state(n->ctx, EX_F32, ex_tensor_ndim(p), ne, name);
-    }
-    if (!n->mom)
-        ex_ctx_set_error(n->ctx, EX_ERR_NOMEM, "network: out of host memory");
-}
-
 static void train_step(ex_network *n)
 {
     ex_ctx *ctx = n->ctx;
@@ -79,7 +63,7 @@ static void train_step(ex_network *n)
     ex_tensor *logits = nas_derived_forward(&n->net, &n->genotype, &n->cfg, n->x, n->counter,
                                             1.0f - n->drop_prob, &aux);
     n->net.built = true;
-    make_momentum(n);
+    n->mom = nas_net_momentum(&n->net);
     n->loss = ex_keep(ctx, ex_cross_entropy(ctx, logits, n->y));
     n->acc = ex_keep(ctx, ex_accuracy(ctx, logits, n->y));
     ex_tensor *total = n->loss;

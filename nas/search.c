@@ -149,8 +149,6 @@ static void arch_weights(ex_search *s, ex_tensor *w[2], ex_tensor *m[2], bool ev
     }
 }
 
-static ex_status make_momentum(ex_search *s);
-
 /* The first call builds and registers the weights; later calls rebuild the same network
  * (with substitute weights when given). */
 static ex_tensor *forward(ex_search *s, ex_tensor *x, ex_tensor *const *subst, bool eval)
@@ -165,8 +163,7 @@ static ex_tensor *forward(ex_search *s, ex_tensor *x, ex_tensor *const *subst, b
     ex_tensor *logits = nas_supernet_forward(&s->net, &s->cfg, x, w, m, gated);
     if (first) {
         s->net.built = true;
-        if (make_momentum(s) != EX_OK)
-            ex_ctx_set_error(s->ctx, EX_ERR_NOMEM, "search: out of host memory");
+        s->mom = nas_net_momentum(&s->net);
     }
     if (!eval) {
         s->mask[0] = m[0];
@@ -212,7 +209,7 @@ static void unrolled_alpha_grads(ex_search *s, ex_tensor *dalpha[2])
               **wp = calloc((size_t)n, sizeof *wp), **wrt = calloc((size_t)n + 2, sizeof *wrt),
               **gv = calloc((size_t)n + 2, sizeof *gv), **wplus = calloc((size_t)n, sizeof *wplus),
               **wminus = calloc((size_t)n, sizeof *wminus);
-    if (!w || !g || !wp || !wrt || !gv || !wplus || !wminus) {
+    if (!w || !g || !wp || !wrt || !gv || !wplus || !wminus || !s->mom) {
         ex_ctx_set_error(ctx, EX_ERR_NOMEM, "search: out of host memory");
         goto out;
     }
@@ -293,7 +290,7 @@ static void weight_step(ex_search *s)
     int n = nweights(s);
     ex_tensor **w = weight_list(s), **g = calloc((size_t)n, sizeof *g),
               **live = calloc((size_t)n, sizeof *live);
-    if (!w || !g || !live) {
+    if (!w || !g || !live || !s->mom) {
         ex_ctx_set_error(ctx, EX_ERR_NOMEM, "search: out of host memory");
     } else {
         ex_graph_gradients(ctx, s->loss_t, n, w, g);
@@ -342,23 +339,6 @@ static void make_leaves(ex_search *s)
         s->adam_m[r] = ex_state(ctx, EX_F32, 2, es, n1);
         s->adam_v[r] = ex_state(ctx, EX_F32, 2, es, n2);
     }
-}
-
-static ex_status make_momentum(ex_search *s)
-{
-    s->mom = calloc((size_t)nweights(s) + 1, sizeof *s->mom);
-    if (!s->mom)
-        return EX_ERR_NOMEM;
-    for (int i = 0; i < nweights(s); i++) {
-        char name[128];
-        snprintf(name, sizeof name, "%.100s.momentum_buffer", s->net.params[i].name);
-        const ex_tensor *p = s->net.params[i].t;
-        int64_t ne[4];
-        for (int d = 0; d < ex_tensor_ndim(p); d++)
-            ne[d] = ex_tensor_dim(p, d);
-        s->mom[i] = ex_state(s->ctx, EX_F32, ex_tensor_ndim(p), ne, name);
-    }
-    return EX_OK;
 }
 
 /* One kept vector of n one-element figures. */
