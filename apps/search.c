@@ -31,7 +31,7 @@ static const char search_usage[] =
     "  --tau-max X --tau-min X  gdas temperature, annealed linearly over the epochs\n"
     "  --out DIR            where genotype.txt/json, metrics.jsonl, checkpoints go (run)\n"
     "  --resume DIR         continue an interrupted search from its last checkpoint\n"
-    "  --train-epochs N     after searching, train the derived network N epochs (quick: 1)\n"
+    "  --train-epochs N     after searching, train the derived network N epochs (quick: 2)\n"
     "  --profile-every N    profile one step in N (metrics profile records; 0: off)\n"
     "  --checkpoint-every N also checkpoint every N steps (default: at each epoch's end)\n";
 
@@ -86,7 +86,7 @@ static void preset(search_run *r, bool quick)
     r->cfg.arch_lr = 3e-3f; /* alpha moves visibly within one short epoch */
     r->epochs = 1;
     r->limit = 4000;
-    r->train_epochs = 1;
+    r->train_epochs = 2;
 }
 
 /* "none,sep_conv_3x3,..." into the configuration; -1 when a name is unknown or repeated. */

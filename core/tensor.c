@@ -464,6 +464,11 @@ int64_t ex_tensor_dim(const ex_tensor *t, int d)
     return (t && d >= 0 && d < t->ndim) ? t->ne[d] : 0;
 }
 
+int64_t ex_tensor_stride(const ex_tensor *t, int d)
+{
+    return (t && d >= 0 && d < t->ndim) ? t->st[d] : 0;
+}
+
 int64_t ex_tensor_numel(const ex_tensor *t)
 {
     return t ? ex__numel(t) : 0;

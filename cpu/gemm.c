@@ -270,12 +270,18 @@ CPU_OP(pwconv)
         pw_ref(x, w, y);
         return EX_OK;
     }
-    for (int64_t nb = 0; nb < x->ne[0] && st == EX_OK; nb++) {
-        gm_sample(x, nb, &xm);
-        gm_sample(y, nb, &ym);
-        st = gm_gemm(e, &wm, &xm, &ym, 0.0f);
+    /* one small GEMM per sample, the samples across threads: inside a parallel region the
+     * OpenMP build of OpenBLAS runs each call on its own thread, which beats threading
+     * every small call (measured 3x on two cores) */
+    int failed = 0;
+#pragma omp parallel for schedule(static) num_threads(gm_threads(e)) reduction(| : failed)
+    for (int64_t nb = 0; nb < x->ne[0]; nb++) {
+        gm_mat xs = {0}, ys = {0};
+        gm_sample(x, nb, &xs);
+        gm_sample(y, nb, &ys);
+        failed |= gm_gemm(e, &wm, &xs, &ys, 0.0f) != EX_OK;
     }
-    return st;
+    return failed ? cpu_fail(e, EX_ERR_NOMEM, "pwconv: out of memory for packing") : EX_OK;
 }
 
 /** dw = sum over samples, in index order, of dy_n x_n^T (sgemm with beta 1). */
@@ -287,18 +293,37 @@ CPU_OP(pwconv_bwd_filter)
     ex_status st = pw_check(e, n, x, dw, dy, "pwconv_bwd_filter");
     if (st != EX_OK)
         return st;
-    gm_mat xm, dym, dwm = gm_mat2(dw);
+    gm_mat xm, dym;
     if (e->reference || !gm_sample(x, 0, &xm) || !gm_sample(dy, 0, &dym) || x->ne[0] == 0) {
         pw_ref_bwd_filter(x, dy, dw);
         return EX_OK;
     }
-    for (int64_t nb = 0; nb < x->ne[0] && st == EX_OK; nb++) {
-        gm_sample(x, nb, &xm);
-        gm_sample(dy, nb, &dym);
-        gm_mat xt = gm_transpose(xm);
-        st = gm_gemm(e, &dym, &xt, &dwm, nb == 0 ? 0.0f : 1.0f);
+    /* each sample's product on its own thread into its own slice, then the slices added
+     * in sample order: the same sum for any thread count */
+    int64_t co = dw->ne[0], ci = dw->ne[1], ns = x->ne[0];
+    float *part = malloc((size_t)(ns * co * ci) * sizeof *part);
+    if (!part)
+        return cpu_fail(e, EX_ERR_NOMEM, "pwconv_bwd_filter: out of memory");
+    int failed = 0;
+#pragma omp parallel for schedule(static) num_threads(gm_threads(e)) reduction(| : failed)
+    for (int64_t nb = 0; nb < ns; nb++) {
+        gm_mat xs = {0}, dys = {0};
+        gm_sample(x, nb, &xs);
+        gm_sample(dy, nb, &dys);
+        gm_mat xt = gm_transpose(xs);
+        gm_mat pm = {part + nb * co * ci, co, ci, ci, 1};
+        failed |= gm_gemm(e, &dys, &xt, &pm, 0.0f) != EX_OK;
     }
-    return st;
+    for (int64_t i = 0; i < co && !failed; i++)
+        for (int64_t j = 0; j < ci; j++) {
+            float acc = 0.0f;
+            for (int64_t nb = 0; nb < ns; nb++)
+                acc += part[(nb * co + i) * ci + j];
+            cpu_f32(dw)[i * dw->st[0] + j * dw->st[1]] = acc;
+        }
+    free(part);
+    return failed ? cpu_fail(e, EX_ERR_NOMEM, "pwconv_bwd_filter: out of memory for packing")
+                  : EX_OK;
 }
 
 /* ---- matmul and linear ---- */

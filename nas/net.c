@@ -162,11 +162,32 @@ ex_tensor *nas_pwconv(nas_net *n, ex_tensor *x, const char *name, int64_t cout)
     return ex_pwconv(n->ctx, x, ex_reshape(n->ctx, w, 2, ne2));
 }
 
+/* A 1x1 convolution as a GEMM; at stride 2 on a dense copy of every other pixel (a
+ * strided view), which GEMM libraries take and direct convolution kernels do slowly. */
+static ex_tensor *conv1x1(nas_net *n, ex_tensor *x, const char *name, int64_t cout, int stride)
+{
+    if (stride > 1) {
+        int64_t ne[4], st[4];
+        for (int d = 0; d < 4; d++) {
+            ne[d] = ex_tensor_dim(x, d);
+            st[d] = ex_tensor_stride(x, d);
+        }
+        ne[2] = (ne[2] + stride - 1) / stride;
+        ne[3] = (ne[3] + stride - 1) / stride;
+        st[2] *= stride;
+        st[3] *= stride;
+        x = ex_copy(n->ctx, ex_view(n->ctx, x, 4, ne, st, 0));
+    }
+    return nas_pwconv(n, x, name, cout);
+}
+
 ex_tensor *nas_relu_conv_bn(nas_net *n, ex_tensor *x, int64_t cout, int k, int stride, int pad,
                             bool affine)
 {
     int len = nas_push(n, "op");
-    ex_tensor *y = nas_conv(n, ex_relu(n->ctx, x), "1", cout, k, k, stride, stride, pad, pad, 1);
+    ex_tensor *r = ex_relu(n->ctx, x);
+    ex_tensor *y = k == 1 && pad == 0 ? conv1x1(n, r, "1", cout, stride)
+                                      : nas_conv(n, r, "1", cout, k, k, stride, stride, pad, pad, 1);
     y = nas_bn(n, y, "2", affine);
     nas_pop(n, len);
     return y;
@@ -195,8 +216,8 @@ ex_tensor *nas_factorized_reduce(nas_net *n, ex_tensor *x, int64_t cout, bool af
     ex_tensor *r = ex_relu(n->ctx, x);
     int64_t h = ex_tensor_dim(x, 2), w = ex_tensor_dim(x, 3);
     ex_tensor *shifted = ex_slice(n->ctx, ex_slice(n->ctx, r, 2, 1, h - 1), 3, 1, w - 1);
-    ex_tensor *parts[2] = {nas_conv(n, r, "conv_1", cout / 2, 1, 1, 2, 2, 0, 0, 1),
-                           nas_conv(n, shifted, "conv_2", cout / 2, 1, 1, 2, 2, 0, 0, 1)};
+    ex_tensor *parts[2] = {conv1x1(n, r, "conv_1", cout / 2, 2),
+                           conv1x1(n, shifted, "conv_2", cout / 2, 2)};
     return nas_bn(n, nas_concat(n, 2, parts), "bn", affine);
 }
 

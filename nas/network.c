@@ -381,6 +381,11 @@ int64_t ex_network_param_count(const ex_network *n)
     return total;
 }
 
+struct ex_plan *ex_network_plan(ex_network *n)
+{
+    return n ? n->plan : NULL;
+}
+
 const char *ex_network_error(const ex_network *n)
 {
     return n ? n->msg : "no network (NULL)";

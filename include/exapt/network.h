@@ -78,6 +78,9 @@ int64_t ex_network_param_count(const ex_network *n);
 /** The message of the last failure. */
 const char *ex_network_error(const ex_network *n);
 
+/** The plan behind the network (for profiling). */
+struct ex_plan *ex_network_plan(ex_network *n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -73,6 +73,8 @@ void ex_set_gate(ex_ctx *ctx, ex_tensor *t, ex_tensor *mask, int64_t index);
 int ex_tensor_ndim(const ex_tensor *t);
 /** Size of dimension d, or 0 when out of range. */
 int64_t ex_tensor_dim(const ex_tensor *t, int d);
+/** Element stride of dimension d (0 for a broadcast dimension, or when out of range). */
+int64_t ex_tensor_stride(const ex_tensor *t, int d);
 /** Number of elements. */
 int64_t ex_tensor_numel(const ex_tensor *t);
 /** Element type. */
