@@ -1,13 +1,15 @@
 /* Batch norm 2d on the CPU: statistics (with the running-statistics update), apply, and the
  * two backward passes.
  *
- * Per-channel sums run in double. The fast path computes one partial sum per (n, c) plane
- * in parallel and then adds each channel's partials over n in index order, so results do
+ * Per-channel sums end in double. The fast path computes one partial sum per (n, c) plane
+ * in parallel, as float vector lanes over fixed chunks of a plane's contiguous runs added
+ * into doubles, and then adds each channel's partials over n in index order, so results do
  * not depend on the thread count; the reference path sums each channel in one plain loop
  * (two passes for the variance). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu.h"
 
@@ -64,6 +66,103 @@ static inline float *bn_px(const bn_plane *p, int64_t h, int64_t w)
 typedef struct bn_geom {
     int64_t n, c, h, w, m;
 } bn_geom;
+
+/* ---- contiguous runs and float vectors for the fast path ---- */
+
+/** Elements a float lane sums before its sum goes into a double: long planes keep double
+ *  precision, and the order is fixed by the plane's shape alone. */
+#define BN_CHUNK 256
+
+/* Vectors of BN_W floats: 8 where the compiler targets AVX, else 4. With gcc and clang the
+ * compilers' vector extension (plain-C lane loops leave gcc 12 splitting accumulators into
+ * scalars); elsewhere plain structs, run element by element. */
+#if defined(__AVX__)
+#define BN_W 8
+#else
+#define BN_W 4
+#endif
+#if defined(__GNUC__) || defined(__clang__)
+typedef float bn_v __attribute__((vector_size(4 * BN_W)));
+static inline bn_v bn_add(bn_v a, bn_v b)
+{
+    return a + b;
+}
+static inline bn_v bn_sub(bn_v a, bn_v b)
+{
+    return a - b;
+}
+static inline bn_v bn_mul(bn_v a, bn_v b)
+{
+    return a * b;
+}
+#else
+typedef struct bn_v {
+    float f[BN_W];
+} bn_v;
+static inline bn_v bn_add(bn_v a, bn_v b)
+{
+    for (int j = 0; j < BN_W; j++)
+        a.f[j] += b.f[j];
+    return a;
+}
+static inline bn_v bn_sub(bn_v a, bn_v b)
+{
+    for (int j = 0; j < BN_W; j++)
+        a.f[j] -= b.f[j];
+    return a;
+}
+static inline bn_v bn_mul(bn_v a, bn_v b)
+{
+    for (int j = 0; j < BN_W; j++)
+        a.f[j] *= b.f[j];
+    return a;
+}
+#endif
+
+static inline bn_v bn_splat(float x)
+{
+    float f[BN_W];
+    for (int j = 0; j < BN_W; j++)
+        f[j] = x;
+    bn_v v;
+    memcpy(&v, f, sizeof v);
+    return v;
+}
+
+static inline bn_v bn_ld(const float *p)
+{
+    bn_v v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/** Adds the lanes of two vectors to tot in a fixed order. */
+static inline void bn_flush(double *tot, bn_v a, bn_v b)
+{
+    float f[2 * BN_W];
+    memcpy(f, &a, sizeof a);
+    memcpy(f + BN_W, &b, sizeof b);
+    double s = 0.0;
+    for (int j = 0; j < 2 * BN_W; j++)
+        s += f[j];
+    *tot += s;
+}
+
+/** How the planes ps[0..np) of [h, w] split into runs of contiguous elements: *nruns runs of
+ *  *len, run k of plane i at ps[i].p + k * ps[i].sr. One run for the whole plane where rows
+ *  continue each other. 0 where a plane has strided columns. */
+static int bn_runs(const bn_plane *ps, int np, int64_t h, int64_t w, int64_t *nruns, int64_t *len)
+{
+    int flat = 1;
+    for (int i = 0; i < np; i++) {
+        if (ps[i].sc != 1)
+            return 0;
+        flat &= h == 1 || ps[i].sr == w;
+    }
+    *nruns = flat ? 1 : h;
+    *len = flat ? h * w : w;
+    return 1;
+}
 
 /* ---- shape checks ---- */
 
@@ -167,26 +266,83 @@ static void bn_stats_ref(const ex_node_exec *nd, const bn_geom *g)
     }
 }
 
+/** Adds the sums of d = x - shift and of d * d over n contiguous floats to s[0] and s[1]:
+ *  float lanes over BN_CHUNK elements at a time, then into the doubles. */
+static void bn_run_moments(const float *x, int64_t n, float shift, double *s)
+{
+    bn_v sh = bn_splat(shift);
+    for (int64_t c0 = 0; c0 < n; c0 += BN_CHUNK) {
+        int64_t c1 = n - c0 < BN_CHUNK ? n : c0 + BN_CHUNK, i = c0;
+        bn_v a0 = bn_splat(0.0f), a1 = a0, b0 = a0, b1 = a0;
+        for (; i + 2 * BN_W <= c1; i += 2 * BN_W) {
+            bn_v d0 = bn_sub(bn_ld(x + i), sh), d1 = bn_sub(bn_ld(x + i + BN_W), sh);
+            a0 = bn_add(a0, d0);
+            a1 = bn_add(a1, d1);
+            b0 = bn_add(b0, bn_mul(d0, d0));
+            b1 = bn_add(b1, bn_mul(d1, d1));
+        }
+        for (; i < c1; i++) {
+            float d = x[i] - shift;
+            s[0] += d;
+            s[1] += d * d;
+        }
+        bn_flush(&s[0], a0, a1);
+        bn_flush(&s[1], b0, b1);
+    }
+}
+
+/** part = {shift, sum of x - shift, sum of its square} over one plane. The shift is the
+ *  plane's first element (0 if not finite), so that float squares do not cancel away the
+ *  variance when the mean is large. */
+static void bn_plane_stats(const bn_plane *x, int64_t h, int64_t w, double *part)
+{
+    int64_t nr, len;
+    float shift = isfinite(x->p[0]) ? x->p[0] : 0.0f;
+    part[0] = shift;
+    part[1] = part[2] = 0.0;
+    if (!bn_runs(x, 1, h, w, &nr, &len)) {
+        part[0] = 0.0;
+        bn_plane_moments(x, h, w, &part[1], &part[2]);
+        return;
+    }
+    for (int64_t k = 0; k < nr; k++)
+        bn_run_moments(x->p + k * x->sr, len, shift, part + 1);
+}
+
+/** Each channel's mean and biased variance from its planes' shifted sums, over n in index
+ *  order: sum (x - mean)^2 = s2 + 2 (shift - mean) s1 + H W (shift - mean)^2 per plane. */
+static void bn_stats_combine(const ex_node_exec *nd, const bn_geom *g, const double *part)
+{
+    double hw = (double)(g->h * g->w), m = (double)g->m;
+    for (int64_t c = 0; c < g->c; c++) {
+        double sum = 0.0, q = 0.0;
+        for (int64_t nb = 0; nb < g->n; nb++) {
+            const double *pp = part + 3 * (nb * g->c + c);
+            sum += hw * pp[0] + pp[1];
+        }
+        double mean = sum / m;
+        for (int64_t nb = 0; nb < g->n; nb++) {
+            const double *pp = part + 3 * (nb * g->c + c);
+            double dd = pp[0] - mean;
+            q += pp[2] + 2.0 * dd * pp[1] + hw * dd * dd;
+        }
+        /* rounding may take q below 0; a NaN passes, as in the reference */
+        bn_finish(nd, g, c, mean, q < 0.0 ? 0.0 : q / m);
+    }
+}
+
 static ex_status bn_stats_fast(const cpu_exec *e, const ex_node_exec *nd, const bn_geom *g)
 {
     int64_t planes = g->n * g->c;
-    double *part = malloc((size_t)(2 * planes) * sizeof(double) + 1);
+    double *part = malloc((size_t)(3 * planes) * sizeof(double) + 1);
     if (!part)
         return cpu_fail(e, EX_ERR_NOMEM, "bn_stats: no memory for partial sums");
 #pragma omp parallel for schedule(static) num_threads(bn_threads(e))
     for (int64_t p = 0; p < planes; p++) {
         bn_plane x = bn_plane_of(&nd->src[0], p / g->c, p % g->c);
-        bn_plane_moments(&x, g->h, g->w, &part[2 * p], &part[2 * p + 1]);
+        bn_plane_stats(&x, g->h, g->w, part + 3 * p);
     }
-    for (int64_t c = 0; c < g->c; c++) {
-        double s = 0.0, q = 0.0;
-        for (int64_t nb = 0; nb < g->n; nb++) {
-            s += part[2 * (nb * g->c + c)];
-            q += part[2 * (nb * g->c + c) + 1];
-        }
-        double mean = s / (double)g->m, var = q / (double)g->m - mean * mean;
-        bn_finish(nd, g, c, mean, var > 0.0 ? var : 0.0);
-    }
+    bn_stats_combine(nd, g, part);
     free(part);
     return EX_OK;
 }
@@ -232,19 +388,27 @@ static void bn_fold(const ex_node_exec *nd, int64_t c, float *a, float *b)
     *b = bt - mean * *a;
 }
 
+static void bn_run_apply(const float *x, float *y, int64_t n, float a, float b)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = x[i] * a + b;
+}
+
 static void bn_apply_plane(const bn_plane *x, const bn_plane *y, int64_t h, int64_t w, float a,
                            float b)
 {
+    bn_plane ps[2] = {*x, *y};
+    int64_t nr, len;
+    if (bn_runs(ps, 2, h, w, &nr, &len)) {
+        for (int64_t k = 0; k < nr; k++)
+            bn_run_apply(x->p + k * x->sr, y->p + k * y->sr, len, a, b);
+        return;
+    }
     for (int64_t ih = 0; ih < h; ih++) {
-        const float *restrict xr = bn_px(x, ih, 0);
-        float *restrict yr = bn_px(y, ih, 0);
-        if (x->sc == 1 && y->sc == 1) {
-            for (int64_t iw = 0; iw < w; iw++)
-                yr[iw] = xr[iw] * a + b;
-        } else {
-            for (int64_t iw = 0; iw < w; iw++)
-                yr[iw * y->sc] = xr[iw * x->sc] * a + b;
-        }
+        const float *xr = bn_px(x, ih, 0);
+        float *yr = bn_px(y, ih, 0);
+        for (int64_t iw = 0; iw < w; iw++)
+            yr[iw * y->sc] = xr[iw * x->sc] * a + b;
     }
 }
 
@@ -320,6 +484,47 @@ static void bn_plane_dot(const bn_plane *x, const bn_plane *dy, int64_t h, int64
     *sdy = r2 + ((b[0] + b[1]) + (b[2] + b[3]));
 }
 
+/** Adds the sums of dy * xhat and of dy over n contiguous elements to s[0] and s[1], xhat =
+ *  (x - mean) * inv: float lanes over BN_CHUNK elements at a time, then into the doubles. */
+static void bn_run_dot(const float *x, const float *dy, int64_t n, float mean, float inv, double *s)
+{
+    bn_v mv = bn_splat(mean), iv = bn_splat(inv);
+    for (int64_t c0 = 0; c0 < n; c0 += BN_CHUNK) {
+        int64_t c1 = n - c0 < BN_CHUNK ? n : c0 + BN_CHUNK, i = c0;
+        bn_v a0 = bn_splat(0.0f), a1 = a0, b0 = a0, b1 = a0;
+        for (; i + 2 * BN_W <= c1; i += 2 * BN_W) {
+            bn_v d0 = bn_ld(dy + i), d1 = bn_ld(dy + i + BN_W);
+            bn_v h0 = bn_mul(bn_sub(bn_ld(x + i), mv), iv);
+            bn_v h1 = bn_mul(bn_sub(bn_ld(x + i + BN_W), mv), iv);
+            a0 = bn_add(a0, bn_mul(d0, h0));
+            a1 = bn_add(a1, bn_mul(d1, h1));
+            b0 = bn_add(b0, d0);
+            b1 = bn_add(b1, d1);
+        }
+        for (; i < c1; i++) {
+            s[0] += dy[i] * ((x[i] - mean) * inv);
+            s[1] += dy[i];
+        }
+        bn_flush(&s[0], a0, a1);
+        bn_flush(&s[1], b0, b1);
+    }
+}
+
+/** bn_plane_dot by contiguous runs where the planes allow. */
+static void bn_plane_dot_runs(const bn_plane *x, const bn_plane *dy, int64_t h, int64_t w,
+                              float mean, float inv, double *s)
+{
+    bn_plane ps[2] = {*x, *dy};
+    int64_t nr, len;
+    if (!bn_runs(ps, 2, h, w, &nr, &len)) {
+        bn_plane_dot(x, dy, h, w, mean, inv, &s[0], &s[1]);
+        return;
+    }
+    s[0] = s[1] = 0.0;
+    for (int64_t k = 0; k < nr; k++)
+        bn_run_dot(x->p + k * x->sr, dy->p + k * dy->sr, len, mean, inv, s);
+}
+
 static void bn_reduce_ref(const ex_node_exec *nd, const bn_geom *g)
 {
     bn_vec mean = bn_row(&nd->src[1], 0), inv = bn_row(&nd->src[1], 1);
@@ -350,8 +555,7 @@ static ex_status bn_reduce_fast(const cpu_exec *e, const ex_node_exec *nd, const
     for (int64_t p = 0; p < planes; p++) {
         int64_t nb = p / g->c, c = p % g->c;
         bn_plane x = bn_plane_of(&nd->src[0], nb, c), dy = bn_plane_of(&nd->src[2], nb, c);
-        bn_plane_dot(&x, &dy, g->h, g->w, bn_get(mean, c), bn_get(inv, c), &part[2 * p],
-                     &part[2 * p + 1]);
+        bn_plane_dot_runs(&x, &dy, g->h, g->w, bn_get(mean, c), bn_get(inv, c), &part[2 * p]);
     }
     for (int64_t c = 0; c < g->c; c++) {
         double sxh = 0.0, sdy = 0.0;
@@ -417,21 +621,31 @@ static void bn_bwd_data_ref(const ex_node_exec *nd, const bn_geom *g)
         }
 }
 
+static void bn_run_bwd(const float *x, const float *dy, float *dx, int64_t n, float mean, float inv,
+                       float k, float c1, float c2)
+{
+    for (int64_t i = 0; i < n; i++)
+        dx[i] = k * (dy[i] - c1 - (x[i] - mean) * inv * c2);
+}
+
 static void bn_bwd_data_plane(const bn_plane *x, const bn_plane *dy, const bn_plane *dx, int64_t h,
                               int64_t w, const bn_bwd_k *kd)
 {
     float mean = (float)kd->mean, inv = (float)kd->inv, k = (float)kd->k;
     float c1 = (float)kd->c1, c2 = (float)kd->c2;
+    bn_plane ps[3] = {*x, *dy, *dx};
+    int64_t nr, len;
+    if (bn_runs(ps, 3, h, w, &nr, &len)) {
+        for (int64_t r = 0; r < nr; r++)
+            bn_run_bwd(x->p + r * x->sr, dy->p + r * dy->sr, dx->p + r * dx->sr, len, mean, inv, k,
+                       c1, c2);
+        return;
+    }
     for (int64_t ih = 0; ih < h; ih++) {
-        const float *restrict xr = bn_px(x, ih, 0), *restrict dr = bn_px(dy, ih, 0);
-        float *restrict dxr = bn_px(dx, ih, 0);
-        if (x->sc == 1 && dy->sc == 1 && dx->sc == 1) {
-            for (int64_t iw = 0; iw < w; iw++)
-                dxr[iw] = k * (dr[iw] - c1 - (xr[iw] - mean) * inv * c2);
-        } else {
-            for (int64_t iw = 0; iw < w; iw++)
-                dxr[iw * dx->sc] = k * (dr[iw * dy->sc] - c1 - (xr[iw * x->sc] - mean) * inv * c2);
-        }
+        const float *xr = bn_px(x, ih, 0), *dr = bn_px(dy, ih, 0);
+        float *dxr = bn_px(dx, ih, 0);
+        for (int64_t iw = 0; iw < w; iw++)
+            dxr[iw * dx->sc] = k * (dr[iw * dy->sc] - c1 - (xr[iw * x->sc] - mean) * inv * c2);
     }
 }
 

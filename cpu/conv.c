@@ -2,11 +2,14 @@
  *
  * The reference path is one plain loop nest per op (shared by dense and depthwise) with
  * double accumulators. The fast path lowers dense convolution to im2col + sgemm over groups
- * of samples, and runs depthwise convolution as row-wise axpy loops parallel over (n, c)
- * planes. Every parallel loop gives each output to one thread with a fixed summation order,
- * so results do not depend on the thread count. */
+ * of samples. Depthwise convolution runs per (n, c) plane: forward and backward data as
+ * vector correlations over a zero-padded copy of the plane (no bounds tests), the filter
+ * gradient as float-lane dot products over whole planes; strided columns, large filters
+ * and non-finite filters take general row loops. Every parallel loop gives each output to
+ * one thread with a fixed summation order, so results do not depend on the thread count. */
 #include <cblas.h>
 #include <limits.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -578,38 +581,25 @@ static void dw_bwd_filter_plane(const conv_geom *g, const float *xp, const int64
         }
 }
 
-/* ---- depthwise, fast: tap lists over unit-stride rows ---- */
+/* ---- depthwise, fast: vector kernels over zero-padded planes ---- */
 
-/** Largest filter side of the tap-list path; larger filters run the general loops. */
+/** Largest filter side of the fast path; larger filters run the general loops. */
 #define DW_KMAX 7
 #define DW_TMAX (DW_KMAX * DW_KMAX)
+/* The block functions must be inlined with constant sizes, or their accumulators live in
+ * memory. */
+#if defined(__GNUC__) || defined(__clang__)
+#define DW_INLINE static inline __attribute__((always_inline))
+#else
+#define DW_INLINE static inline
+#endif
 /** Vectors of accumulators per block of the correlation kernel: each waits on its last
  *  addition once per tap, so eight keep the adder busy. */
 #define DW_NV 8
-/** Rows a filter-gradient lane sums in float before it is added to a double. */
+/** Vectors of lanes per filter-gradient tap, and the rows they sum in float before their
+ *  sums go into doubles. */
+#define DW_FV 2
 #define DW_FLUSH 8
-
-/** One plane's correlation out[q][r] = sum over taps (a, b) in that order of
- *  w[a * nc + b] * src[q * steph + roff[a]][r * stepw + coff[b]], where a tap whose source
- *  lies outside src is left out. The forward pass is one; the backward data pass is one
- *  per residue class of the stride. */
-typedef struct dw_corr {
-    float *out;
-    int64_t ors, ocs, oh, ow; /* row step, column step, rows, columns */
-    const float *src;
-    int64_t srs, scs, sh, sw;
-    int64_t steph, stepw; /* src rows (columns) per out row (column) */
-    int nr, nc;
-    int64_t roff[DW_KMAX], coff[DW_KMAX];
-    float w[DW_TMAX];
-} dw_corr;
-
-/** The taps of one stretch of outputs, each a pointer to its source for the first output. */
-typedef struct dw_taps {
-    int n;
-    const float *p[DW_TMAX];
-    float w[DW_TMAX];
-} dw_taps;
 
 static int64_t dw_floordiv(int64_t a, int64_t b)
 {
@@ -617,7 +607,7 @@ static int64_t dw_floordiv(int64_t a, int64_t b)
 }
 
 /** The outputs [*lo, *hi) of n at which every offset off[0..k) reaches into [0, in) with
- *  src index o * step + off; an empty span is [0, 0). */
+ *  source index o * step + off; an empty span is [0, 0). */
 static void dw_span(const int64_t *off, int k, int64_t step, int64_t in, int64_t n, int64_t *lo,
                     int64_t *hi)
 {
@@ -633,134 +623,131 @@ static void dw_span(const int64_t *off, int k, int64_t step, int64_t in, int64_t
     *hi = a < b ? b : 0;
 }
 
-/* Four-float vectors. With gcc and clang they are the compilers' vector extension: the
- * lane loops of plain C leave gcc 12 splitting accumulators into scalars. Elsewhere they are
- * plain structs, and the same code runs element by element. */
+/* Vectors of DW_W floats: 8 where the compiler targets AVX, else 4 (SSE2, NEON). With gcc
+ * and clang they are the compilers' vector extension, as the lane loops of plain C leave
+ * gcc 12 splitting accumulators into scalars; elsewhere plain structs, run element by
+ * element. The width fixes the order of the filter gradient's float lanes, so results
+ * repeat for a given build. */
+#if defined(__AVX__)
+#define DW_W 8
+#else
+#define DW_W 4
+#endif
 #if defined(__GNUC__) || defined(__clang__)
-typedef float dw_v4 __attribute__((vector_size(16)));
-typedef int32_t dw_i4 __attribute__((vector_size(16)));
-/** v with its first skip lanes zeroed (bitwise, so a NaN there goes too). */
-static inline dw_v4 dw_skip(dw_v4 v, int skip)
-{
-    dw_i4 lane = {0, 1, 2, 3};
-    return (dw_v4)((dw_i4)v & (lane >= skip));
-}
-/** v with the lanes whose m is 0 zeroed. */
-static inline dw_v4 dw_and(dw_v4 v, const int32_t *m)
-{
-    dw_i4 k;
-    memcpy(&k, m, sizeof k);
-    return (dw_v4)((dw_i4)v & k);
-}
-static inline dw_v4 dw_splat(float w)
-{
-    return (dw_v4){w, w, w, w};
-}
-static inline dw_v4 dw_madd(dw_v4 a, dw_v4 w, dw_v4 x)
-{
-    return a + w * x;
-}
-static inline dw_v4 dw_add(dw_v4 a, dw_v4 b)
+typedef float dw_v __attribute__((vector_size(4 * DW_W)));
+typedef int32_t dw_iv __attribute__((vector_size(4 * DW_W)));
+static inline dw_v dw_add(dw_v a, dw_v b)
 {
     return a + b;
 }
-static inline dw_v4 dw_mul(dw_v4 a, dw_v4 b)
+static inline dw_v dw_mul(dw_v a, dw_v b)
 {
     return a * b;
 }
+/** v with the lanes whose m is 0 zeroed, bitwise, so that a NaN there goes too. */
+static inline dw_v dw_and(dw_v v, const int32_t *m)
+{
+    dw_iv k;
+    memcpy(&k, m, sizeof k);
+    return (dw_v)((dw_iv)v & k);
+}
 #else
-typedef struct dw_v4 {
-    float f[4];
-} dw_v4;
-static inline dw_v4 dw_splat(float w)
+typedef struct dw_v {
+    float f[DW_W];
+} dw_v;
+static inline dw_v dw_add(dw_v a, dw_v b)
 {
-    return (dw_v4){{w, w, w, w}};
-}
-static inline dw_v4 dw_madd(dw_v4 a, dw_v4 w, dw_v4 x)
-{
-    for (int j = 0; j < 4; j++)
-        a.f[j] += w.f[j] * x.f[j];
-    return a;
-}
-static inline dw_v4 dw_add(dw_v4 a, dw_v4 b)
-{
-    for (int j = 0; j < 4; j++)
+    for (int j = 0; j < DW_W; j++)
         a.f[j] += b.f[j];
     return a;
 }
-static inline dw_v4 dw_mul(dw_v4 a, dw_v4 b)
+static inline dw_v dw_mul(dw_v a, dw_v b)
 {
-    for (int j = 0; j < 4; j++)
+    for (int j = 0; j < DW_W; j++)
         a.f[j] *= b.f[j];
     return a;
 }
-static inline dw_v4 dw_skip(dw_v4 v, int skip)
+static inline dw_v dw_and(dw_v v, const int32_t *m)
 {
-    for (int j = 0; j < skip; j++)
-        v.f[j] = 0.0f;
-    return v;
-}
-static inline dw_v4 dw_and(dw_v4 v, const int32_t *m)
-{
-    for (int j = 0; j < 4; j++)
+    for (int j = 0; j < DW_W; j++)
         v.f[j] = m[j] ? v.f[j] : 0.0f;
     return v;
 }
 #endif
 
-/** p[0], p[s], p[2s], p[3s]. */
-static inline dw_v4 dw_ld(const float *p, int64_t s)
+static inline dw_v dw_splat(float w)
 {
-    dw_v4 v;
-    if (s == 1) {
-        memcpy(&v, p, sizeof v);
-        return v;
-    }
-    float f[4] = {p[0], p[s], p[2 * s], p[3 * s]};
+    float f[DW_W];
+    for (int j = 0; j < DW_W; j++)
+        f[j] = w;
+    dw_v v;
     memcpy(&v, f, sizeof v);
     return v;
 }
 
-static inline void dw_st(float *p, int64_t s, dw_v4 v)
+/** p[0], p[s], ..., p[(DW_W - 1) * s]. */
+static inline dw_v dw_ld(const float *p, int64_t s)
 {
-    float f[4];
+    dw_v v;
+    if (s == 1) {
+        memcpy(&v, p, sizeof v);
+        return v;
+    }
+    float f[DW_W];
+    for (int j = 0; j < DW_W; j++)
+        f[j] = p[j * s];
+    memcpy(&v, f, sizeof v);
+    return v;
+}
+
+static inline void dw_st(float *p, int64_t s, dw_v v)
+{
+    float f[DW_W];
     memcpy(s == 1 ? p : f, &v, sizeof v);
-    for (int j = 0; s != 1 && j < 4; j++)
+    for (int j = 0; s != 1 && j < DW_W; j++)
         p[j * s] = f[j];
 }
 
-/** Outputs [i, i + 4 * nv) of the kernel below, their accumulators held in registers over
- *  the taps. */
-static inline void dw_block(float *out, int64_t ocs, int64_t i, int nv, const dw_taps *t,
-                            int64_t scs)
+/* -- the correlation kernel -- */
+
+/** Taps, each a source pointer for output 0 and a weight. */
+typedef struct dw_taps {
+    int n;
+    const float *p[DW_TMAX];
+    float w[DW_TMAX];
+} dw_taps;
+
+/** Outputs [i, i + DW_W * nv) of dw_kern, their accumulators held in registers over the taps.
+ *  Each output is the taps' products added in list order to +0. */
+DW_INLINE void dw_block(float *out, int64_t ocs, int64_t i, int nv, const dw_taps *t, int64_t scs)
 {
-    dw_v4 acc[DW_NV];
+    dw_v acc[DW_NV];
     for (int v = 0; v < nv; v++)
         acc[v] = dw_splat(0.0f);
     for (int k = 0; k < t->n; k++) {
         const float *p = t->p[k] + i * scs;
-        dw_v4 w = dw_splat(t->w[k]);
+        dw_v w = dw_splat(t->w[k]);
         for (int v = 0; v < nv; v++)
-            acc[v] = dw_madd(acc[v], w, dw_ld(p + 4 * v * scs, scs));
+            acc[v] = dw_add(acc[v], dw_mul(w, dw_ld(p + DW_W * v * scs, scs)));
     }
     for (int v = 0; v < nv; v++)
-        dw_st(out + (i + 4 * v) * ocs, ocs, acc[v]);
+        dw_st(out + (i + DW_W * v) * ocs, ocs, acc[v]);
 }
 
-/** out[i * ocs] = sum over the taps, in order, of w * p[i * scs], i < n. Inlined with
- *  constant steps so that the loads and stores are plain vector moves. */
+/** out[i * ocs] = sum over the taps of w * p[i * scs], i < n. Inlined with constant steps
+ *  so that loads and stores are plain vector moves. A last partial vector is done again
+ *  overlapping the one before: the outputs it repeats get the same values. */
 static inline void dw_kern(float *out, int64_t ocs, int64_t n, const dw_taps *t, int64_t scs)
 {
     int64_t i = 0;
-    for (; i + 4 * DW_NV <= n; i += 4 * DW_NV)
+    for (; i + DW_W * DW_NV <= n; i += DW_W * DW_NV)
         dw_block(out, ocs, i, DW_NV, t, scs);
-    for (; i + 8 <= n; i += 8)
+    for (; i + 2 * DW_W <= n; i += 2 * DW_W)
         dw_block(out, ocs, i, 2, t, scs);
-    for (; i + 4 <= n; i += 4)
+    for (; i + DW_W <= n; i += DW_W)
         dw_block(out, ocs, i, 1, t, scs);
-    if (i < n && n >= 4) {
-        /* the last vector again, overlapping: it rewrites some outputs with their values */
-        dw_block(out, ocs, n - 4, 1, t, scs);
+    if (i < n && n >= DW_W) {
+        dw_block(out, ocs, n - DW_W, 1, t, scs);
         return;
     }
     for (; i < n; i++) {
@@ -771,147 +758,31 @@ static inline void dw_kern(float *out, int64_t ocs, int64_t n, const dw_taps *t,
     }
 }
 
-static void dw_kern_any(float *out, int64_t ocs, int64_t n, const dw_taps *t, int64_t scs)
-{
-    if (ocs == 1 && scs == 1)
-        dw_kern(out, 1, n, t, 1);
-    else if (ocs == 1 && scs == 2)
-        dw_kern(out, 1, n, t, 2);
-    else if (ocs == 2 && scs == 1)
-        dw_kern(out, 2, n, t, 1);
-    else
-        dw_kern(out, ocs, n, t, scs);
-}
+/* -- forward and backward data: correlations over a zero-padded plane -- */
 
-/** The taps of out row q whose source rows lie inside src, every column offset of each,
- *  pointing at the sources of output column r. */
-static void dw_taps_of(const dw_corr *c, int64_t q, int64_t r, dw_taps *t)
-{
-    t->n = 0;
-    for (int a = 0; a < c->nr; a++) {
-        int64_t ih = q * c->steph + c->roff[a];
-        if (ih < 0 || ih >= c->sh)
-            continue;
-        for (int b = 0; b < c->nc; b++) {
-            t->p[t->n] = c->src + ih * c->srs + (r * c->stepw + c->coff[b]) * c->scs;
-            t->w[t->n++] = c->w[a * c->nc + b];
-        }
-    }
-}
+/* A zero tap adds +-0 when the weight is finite, which leaves any sum begun at +0 as it
+ * was (such a sum is never -0): over the padded plane the kernel gives, bit for bit, the
+ * sums that leave out-of-bounds taps out. Planes whose filter is not finite run the
+ * general loops instead. */
 
-/** Output (q, r) with a bounds test per tap, summed in the kernel's tap order. */
-static float dw_point(const dw_corr *c, int64_t q, int64_t r)
-{
-    float acc = 0.0f;
-    for (int a = 0; a < c->nr; a++) {
-        int64_t ih = q * c->steph + c->roff[a];
-        if (ih < 0 || ih >= c->sh)
-            continue;
-        for (int b = 0; b < c->nc; b++) {
-            int64_t iw = r * c->stepw + c->coff[b];
-            if (iw >= 0 && iw < c->sw)
-                acc += c->w[a * c->nc + b] * c->src[ih * c->srs + iw * c->scs];
-        }
-    }
-    return acc;
-}
+/** The padded source plane: pt rows and pl columns of zeros before the source, hp x wp in
+ *  all, the same for every plane of a node. */
+typedef struct dw_padg {
+    int64_t pt, pl, hp, wp, to; /* to: rows of the stride-1 output stretch */
+} dw_padg;
 
-/** Whether consecutive out rows continue each other in memory and so do their sources: then
- *  the interior rows run as one stretch through the border columns between them. */
-static int dw_flat(const dw_corr *c)
+/** Source extent [*lo, *hi) that outputs o < n reach through offsets e = k * d - p (forward
+ *  over an input of in elements). */
+static void dw_reach_fwd(int64_t k, int64_t s, int64_t p, int64_t d, int64_t in, int64_t n,
+                         int64_t *lo, int64_t *hi)
 {
-    return c->ocs == 1 && c->scs == 1 && c->stepw == 1 && c->ors == c->ow &&
-           c->steph * c->srs == c->ors;
-}
-
-/** The taps of output column r whose source columns lie inside src, every row offset of
- *  each, pointing at the sources of output row q. */
-static void dw_col_taps(const dw_corr *c, int64_t q, int64_t r, dw_taps *t)
-{
-    t->n = 0;
-    for (int a = 0; a < c->nr; a++)
-        for (int b = 0; b < c->nc; b++) {
-            int64_t iw = r * c->stepw + c->coff[b];
-            if (iw < 0 || iw >= c->sw)
-                continue;
-            t->p[t->n] = c->src + (q * c->steph + c->roff[a]) * c->srs + iw * c->scs;
-            t->w[t->n++] = c->w[a * c->nc + b];
-        }
-}
-
-/** Border column r: its interior rows [rlo, rhi) down the column by the kernel, the rest
- *  output by output. */
-static void dw_border_col(const dw_corr *c, int64_t r, int64_t rlo, int64_t rhi)
-{
-    for (int64_t q = 0; q < rlo; q++)
-        c->out[q * c->ors + r * c->ocs] = dw_point(c, q, r);
-    if (rhi > rlo) {
-        dw_taps t;
-        dw_col_taps(c, rlo, r, &t);
-        dw_kern(c->out + rlo * c->ors + r * c->ocs, c->ors, rhi - rlo, &t, c->steph * c->srs);
-    }
-    for (int64_t q = rhi > rlo ? rhi : 0; q < c->oh; q++)
-        c->out[q * c->ors + r * c->ocs] = dw_point(c, q, r);
-}
-
-/** The interior columns row by row (the interior rows as one stretch when flat), then the
- *  border columns, which also rewrites what a flat stretch left there. */
-static void dw_corr_run(const dw_corr *c)
-{
-    int64_t rlo, rhi, clo, chi;
-    dw_span(c->roff, c->nr, c->steph, c->sh, c->oh, &rlo, &rhi);
-    dw_span(c->coff, c->nc, c->stepw, c->sw, c->ow, &clo, &chi);
-    int flat = dw_flat(c) && rhi > rlo;
-    dw_taps t;
-    for (int64_t q = 0; q < c->oh && chi > clo;) {
-        int64_t rows = flat && q == rlo ? rhi - rlo : 1;
-        dw_taps_of(c, q, clo, &t);
-        dw_kern_any(c->out + q * c->ors + clo * c->ocs, c->ocs, (rows - 1) * c->ors + chi - clo, &t,
-                    c->stepw * c->scs);
-        q += rows;
-    }
-    for (int64_t r = 0; r < clo; r++)
-        dw_border_col(c, r, rlo, rhi);
-    for (int64_t r = chi > clo ? chi : 0; r < c->ow; r++)
-        dw_border_col(c, r, rlo, rhi);
-}
-
-/** Whether the tap-list path takes these planes: unit column strides, a small filter. */
-static int dw_fast_ok(const conv_geom *g, const conv_t4 *a, const conv_t4 *b)
-{
-    return a->st[3] == 1 && b->st[3] == 1 && g->kh <= DW_KMAX && g->kw <= DW_KMAX;
-}
-
-static void dw_fwd_corr(const conv_geom *g, const conv_t4 *x, const conv_t4 *w, const conv_t4 *y,
-                        int64_t nb, int64_t ch)
-{
-    dw_corr c = {.out = conv_plane(y, nb, ch),
-                 .ors = y->st[2],
-                 .ocs = 1,
-                 .oh = g->ho,
-                 .ow = g->wo,
-                 .src = conv_plane(x, nb, ch),
-                 .srs = x->st[2],
-                 .scs = 1,
-                 .sh = g->h,
-                 .sw = g->w,
-                 .steph = g->sh,
-                 .stepw = g->sw,
-                 .nr = (int)g->kh,
-                 .nc = (int)g->kw};
-    const float *wp = conv_plane(w, ch, 0);
-    for (int a = 0; a < c.nr; a++) {
-        c.roff[a] = a * g->dh - g->ph;
-        for (int b = 0; b < c.nc; b++)
-            c.w[a * c.nc + b] = wp[a * w->st[2] + b * w->st[3]];
-    }
-    for (int b = 0; b < c.nc; b++)
-        c.coff[b] = b * g->dw - g->pw;
-    dw_corr_run(&c);
+    int64_t last = (n - 1) * s + (k - 1) * d - p + 1;
+    *lo = -p < 0 ? -p : 0;
+    *hi = last > in ? last : in;
 }
 
 /** The taps k of one dimension that reach input residue class r of stride s, in order, with
- *  their offsets into the output gradient: output o = i' + off for input i = r + s * i'. */
+ *  their offsets into the output gradient: input r + s * i meets output i + off. */
 static int dw_class_taps(int64_t r, int64_t s, int64_t p, int64_t k, int64_t d, int64_t *off,
                          int *tap)
 {
@@ -926,80 +797,179 @@ static int dw_class_taps(int64_t r, int64_t s, int64_t p, int64_t k, int64_t d, 
     return n;
 }
 
-/** dx at rows rh + sh * i and columns rw + sw * j: a stride-1 correlation of dy with the
- *  taps that reach that residue class. */
-static void dw_bwd_class(const conv_geom *g, const conv_t4 *dy, const conv_t4 *w, const conv_t4 *dx,
-                         int64_t nb, int64_t ch, int64_t rh, int64_t rw)
+/** Output-gradient extent [*lo, *hi) that the residue classes of an input of n elements
+ *  reach (backward data; the output gradient has out elements). */
+static void dw_reach_bwd(int64_t k, int64_t s, int64_t p, int64_t d, int64_t n, int64_t out,
+                         int64_t *lo, int64_t *hi)
 {
-    dw_corr c = {.out = conv_plane(dx, nb, ch) + rh * dx->st[2] + rw,
-                 .ors = g->sh * dx->st[2],
-                 .ocs = g->sw,
-                 .oh = (g->h - rh + g->sh - 1) / g->sh,
-                 .ow = (g->w - rw + g->sw - 1) / g->sw,
-                 .src = conv_plane(dy, nb, ch),
-                 .srs = dy->st[2],
-                 .scs = 1,
-                 .sh = g->ho,
-                 .sw = g->wo,
-                 .steph = 1,
-                 .stepw = 1};
-    int th[DW_KMAX], tw[DW_KMAX];
-    c.nr = dw_class_taps(rh, g->sh, g->ph, g->kh, g->dh, c.roff, th);
-    c.nc = dw_class_taps(rw, g->sw, g->pw, g->kw, g->dw, c.coff, tw);
-    const float *wp = conv_plane(w, ch, 0);
-    for (int a = 0; a < c.nr; a++)
-        for (int b = 0; b < c.nc; b++)
-            c.w[a * c.nc + b] = wp[th[a] * w->st[2] + tw[b] * w->st[3]];
-    dw_corr_run(&c);
+    *lo = 0;
+    *hi = out;
+    for (int64_t r = 0; r < s && r < n; r++) {
+        int64_t off[DW_KMAX], cnt = (n - r + s - 1) / s;
+        int tap[DW_KMAX];
+        for (int i = 0, m = dw_class_taps(r, s, p, k, d, off, tap); i < m; i++) {
+            *lo = off[i] < *lo ? off[i] : *lo;
+            *hi = cnt + off[i] > *hi ? cnt + off[i] : *hi;
+        }
+    }
 }
 
-static void dw_bwd_corr(const conv_geom *g, const conv_t4 *dy, const conv_t4 *w, const conv_t4 *dx,
-                        int64_t nb, int64_t ch)
+static dw_padg dw_padg_of(const conv_geom *g, int bwd)
 {
+    int64_t rl, rh, cl, ch;
+    if (bwd) {
+        dw_reach_bwd(g->kh, g->sh, g->ph, g->dh, g->h, g->ho, &rl, &rh);
+        dw_reach_bwd(g->kw, g->sw, g->pw, g->dw, g->w, g->wo, &cl, &ch);
+    } else {
+        dw_reach_fwd(g->kh, g->sh, g->ph, g->dh, g->h, g->ho, &rl, &rh);
+        dw_reach_fwd(g->kw, g->sw, g->pw, g->dw, g->w, g->wo, &cl, &ch);
+    }
+    return (dw_padg){-rl, -cl, rh - rl, ch - cl, bwd ? (g->h + g->sh - 1) / g->sh : g->ho};
+}
+
+/** dst[i] = src[i] or 0 (src NULL), i < n, by vector moves: rows here are short, and gcc
+ *  would otherwise call memcpy and memset for each. */
+static inline void dw_copy(float *dst, const float *src, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + DW_W <= n; i += DW_W)
+        dw_st(dst + i, 1, src ? dw_ld(src + i, 1) : dw_splat(0.0f));
+    for (; i < n; i++)
+        dst[i] = src ? src[i] : 0.0f;
+}
+
+/** pp = the source with zeros around it; only the margins are cleared. */
+static void dw_pad_fill(float *pp, const dw_padg *pg, const float *src, int64_t srs, int64_t h,
+                        int64_t w)
+{
+    int64_t wp = pg->wp;
+    dw_copy(pp, NULL, pg->pt * wp + pg->pl);
+    for (int64_t i = 0; i < h; i++) {
+        float *row = pp + (pg->pt + i) * wp + pg->pl;
+        dw_copy(row, src + i * srs, w);
+        dw_copy(row + w, NULL, i + 1 < h ? wp - w : wp - w - pg->pl);
+    }
+    dw_copy(pp + (pg->pt + h) * wp, NULL, (pg->hp - pg->pt - h) * wp);
+}
+
+/** out rows (row step ors, column step ocs) = tmp rows of the padded row length. */
+static void dw_copy_out(const float *tmp, int64_t wp, float *out, int64_t ors, int64_t ocs,
+                        int64_t oh, int64_t ow)
+{
+    for (int64_t q = 0; q < oh; q++) {
+        if (ocs == 1) {
+            dw_copy(out + q * ors, tmp + q * wp, ow);
+            continue;
+        }
+        for (int64_t r = 0; r < ow; r++)
+            out[q * ors + r * ocs] = tmp[q * wp + r];
+    }
+}
+
+static int dw_finite(const conv_geom *g, const conv_t4 *w, int64_t ch)
+{
+    const float *wp = conv_plane(w, ch, 0);
+    int ok = 1;
+    for (int64_t a = 0; a < g->kh; a++)
+        for (int64_t b = 0; b < g->kw; b++)
+            ok &= isfinite(wp[a * w->st[2] + b * w->st[3]]) != 0;
+    return ok;
+}
+
+/** out [oh, ow] (row step ors, column step ocs) from the taps over the padded plane, one
+ *  output per padded element: the rows run as one stretch of the padded row length into
+ *  tmp, which is then copied out. */
+static void dw_pad_run(const dw_taps *t, const dw_padg *pg, float *tmp, float *out, int64_t ors,
+                       int64_t ocs, int64_t oh, int64_t ow)
+{
+    if (oh <= 0 || ow <= 0)
+        return;
+    dw_kern(tmp, 1, (oh - 1) * pg->wp + ow, t, 1);
+    dw_copy_out(tmp, pg->wp, out, ors, ocs, oh, ow);
+}
+
+static void dw_fwd_pad(const conv_geom *g, const dw_padg *pg, const conv_t4 *x, const conv_t4 *w,
+                       const conv_t4 *y, int64_t nb, int64_t ch, float *scratch)
+{
+    float *pp = scratch, *tmp = scratch + pg->hp * pg->wp;
+    dw_pad_fill(pp, pg, conv_plane(x, nb, ch), x->st[2], g->h, g->w);
+    const float *wp = conv_plane(w, ch, 0);
+    dw_taps t = {.n = 0};
+    for (int64_t a = 0; a < g->kh; a++)
+        for (int64_t b = 0; b < g->kw; b++) {
+            t.p[t.n] = pp + (pg->pt + a * g->dh - g->ph) * pg->wp + pg->pl + b * g->dw - g->pw;
+            t.w[t.n++] = wp[a * w->st[2] + b * w->st[3]];
+        }
+    dw_pad_run(&t, pg, tmp, conv_plane(y, nb, ch), y->st[2], 1, g->ho, g->wo);
+}
+
+/** dx at rows rh + sh * i and columns rw + sw * j: a stride-1 correlation of the padded dy
+ *  with the taps that reach that residue class. */
+static void dw_bwd_class(const conv_geom *g, const dw_padg *pg, const float *pp, const float *wp,
+                         const int64_t *wst, float *tmp, float *dxp, int64_t xrs, int64_t rh,
+                         int64_t rw)
+{
+    int64_t eh[DW_KMAX], ew[DW_KMAX];
+    int th[DW_KMAX], tw[DW_KMAX];
+    int nr = dw_class_taps(rh, g->sh, g->ph, g->kh, g->dh, eh, th);
+    int nc = dw_class_taps(rw, g->sw, g->pw, g->kw, g->dw, ew, tw);
+    dw_taps t = {.n = 0};
+    for (int a = 0; a < nr; a++)
+        for (int b = 0; b < nc; b++) {
+            t.p[t.n] = pp + (pg->pt + eh[a]) * pg->wp + pg->pl + ew[b];
+            t.w[t.n++] = wp[th[a] * wst[2] + tw[b] * wst[3]];
+        }
+    dw_pad_run(&t, pg, tmp, dxp + rh * xrs + rw, g->sh * xrs, g->sw,
+               (g->h - rh + g->sh - 1) / g->sh, (g->w - rw + g->sw - 1) / g->sw);
+}
+
+static void dw_bwd_pad(const conv_geom *g, const dw_padg *pg, const conv_t4 *dy, const conv_t4 *w,
+                       const conv_t4 *dx, int64_t nb, int64_t ch, float *scratch)
+{
+    float *pp = scratch, *tmp = scratch + pg->hp * pg->wp;
+    dw_pad_fill(pp, pg, conv_plane(dy, nb, ch), dy->st[2], g->ho, g->wo);
     for (int64_t rh = 0; rh < g->sh && rh < g->h; rh++)
         for (int64_t rw = 0; rw < g->sw && rw < g->w; rw++)
-            dw_bwd_class(g, dy, w, dx, nb, ch, rh, rw);
+            dw_bwd_class(g, pg, pp, conv_plane(w, ch, 0), w->st, tmp, conv_plane(dx, nb, ch),
+                         dx->st[2], rh, rw);
 }
 
-/** One plane's filter gradient problem: dy [oh, ow] under x [h, w] (unit column strides)
- *  through the filter's row offsets roff and column offsets coff, as in dw_corr. */
+/* -- filter gradient: dot products per filter row, each dy vector shared by its taps -- */
+
+/** One plane's filter gradient: dy [oh, ow] under x [h, w] (unit column strides) through
+ *  row offsets roff and column offsets coff (source index o * step + off). */
 typedef struct dw_fg {
     const float *x, *dy;
     int64_t xrs, drs, h, w, oh, ow, steph, stepw;
     int nr, nc;
     int64_t roff[DW_KMAX], coff[DW_KMAX];
     int64_t clo, chi;    /* dy columns under which every filter column lies inside x */
-    const int32_t *mask; /* flat planes: per dy element, -1 in columns [clo, chi), else 0 */
+    const int32_t *mask; /* flat planes: see dw_fg_masks; else NULL */
+    int64_t fl, fr;      /* flat planes: each row's columns [fl, fr) are safe for all taps */
 } dw_fg;
 
-/** Float accumulators of the K taps of one filter row: DW_FV vectors of lanes and a tail
- *  per tap. */
-#define DW_FV 2
+/** Float lanes of the taps of one filter row, and a tail per tap. */
 typedef struct dw_facc {
-    dw_v4 v[DW_KMAX][DW_FV];
+    dw_v v[DW_KMAX][DW_FV];
     float tail[DW_KMAX];
 } dw_facc;
 
-/** Columns [i, i + 4 * nv) of one row into the K taps' lanes, leaving out the first skip
- *  columns: each dy vector is loaded once for all taps. */
-static inline void dw_fg_cols(dw_facc *f, int K, int nv, const float *dr, const float *xr,
-                              const int64_t *coff, int64_t stepw, int64_t i, int skip)
+/** Columns [i, i + DW_W * nv) of one row into the K taps' lanes. */
+DW_INLINE void dw_fg_cols(dw_facc *f, int K, int nv, const float *dr, const float *xr,
+                          const int64_t *coff, int64_t stepw, int64_t i)
 {
-    dw_v4 d[DW_FV];
+    dw_v d[DW_FV];
     for (int v = 0; v < nv; v++)
-        d[v] = dw_ld(dr + i + 4 * v, 1);
+        d[v] = dw_ld(dr + i + DW_W * v, 1);
     for (int b = 0; b < K; b++)
         for (int v = 0; v < nv; v++) {
-            dw_v4 x = dw_ld(xr + (i + 4 * v) * stepw + coff[b], stepw);
-            if (skip)
-                f->v[b][v] = dw_add(f->v[b][v], dw_skip(dw_mul(d[v], x), skip));
-            else
-                f->v[b][v] = dw_madd(f->v[b][v], d[v], x);
+            dw_v x = dw_ld(xr + (i + DW_W * v) * stepw + coff[b], stepw);
+            f->v[b][v] = dw_add(f->v[b][v], dw_mul(d[v], x));
         }
 }
 
-/** Border columns [r0, r1) of one row, each tap where its source lies inside x. */
-static inline void dw_fg_border(dw_facc *f, const dw_fg *g, int K, const float *dr, const float *xr,
+/** Columns [r0, r1) of one row, each tap where its source lies inside x, into the tails. */
+static inline void dw_fg_points(dw_facc *f, const dw_fg *g, int K, const float *dr, const float *xr,
                                 int64_t r0, int64_t r1)
 {
     for (int64_t r = r0; r < r1; r++)
@@ -1010,59 +980,59 @@ static inline void dw_fg_border(dw_facc *f, const dw_fg *g, int K, const float *
         }
 }
 
-/** One dy row q under filter row a, into the K taps' accumulators. The interior's last
- *  columns come as a vector overlapping the one before, its repeated columns left out. */
+/** dy row q under filter row a: the columns under which every tap lies inside x by
+ *  vectors, the rest point by point. */
 static inline void dw_fg_row(dw_facc *f, const dw_fg *g, int K, int64_t stepw, int a, int64_t q)
 {
     const float *dr = g->dy + q * g->drs, *xr = g->x + (q * g->steph + g->roff[a]) * g->xrs;
     int64_t i = g->clo;
-    for (; i + 4 * DW_FV <= g->chi; i += 4 * DW_FV)
-        dw_fg_cols(f, K, DW_FV, dr, xr, g->coff, stepw, i, 0);
-    for (; i + 4 <= g->chi; i += 4)
-        dw_fg_cols(f, K, 1, dr, xr, g->coff, stepw, i, 0);
-    if (i < g->chi && g->chi - g->clo >= 4)
-        dw_fg_cols(f, K, 1, dr, xr, g->coff, stepw, g->chi - 4, (int)(4 - (g->chi - i)));
-    else
-        dw_fg_border(f, g, K, dr, xr, i, g->chi);
-    dw_fg_border(f, g, K, dr, xr, 0, g->clo);
-    dw_fg_border(f, g, K, dr, xr, g->chi > g->clo ? g->chi : 0, g->ow);
+    for (; i + DW_W * DW_FV <= g->chi; i += DW_W * DW_FV)
+        dw_fg_cols(f, K, DW_FV, dr, xr, g->coff, stepw, i);
+    for (; i + DW_W <= g->chi; i += DW_W)
+        dw_fg_cols(f, K, 1, dr, xr, g->coff, stepw, i);
+    dw_fg_points(f, g, K, dr, xr, i, g->chi);
+    dw_fg_points(f, g, K, dr, xr, 0, g->clo);
+    dw_fg_points(f, g, K, dr, xr, g->chi > g->clo ? g->chi : 0, g->ow);
 }
 
-/** Positions [i, i + 4 * nv) of a flat stretch into the K taps' lanes, each product
- *  masked by m (the border columns between the rows are summed apart). */
-static inline void dw_fg_mcols(dw_facc *f, int K, int nv, const float *dr, const float *xr,
-                               const int64_t *coff, const int32_t *m, int64_t i)
+/** Positions [i, i + DW_W * nv) of a flat stretch into the K taps' lanes, each tap's products
+ *  masked by where its source lies inside x. */
+DW_INLINE void dw_fg_mcols(dw_facc *f, const dw_fg *g, int K, int nv, const float *dr,
+                           const float *xr, int64_t i)
 {
-    dw_v4 d[DW_FV];
+    dw_v d[DW_FV];
     for (int v = 0; v < nv; v++)
-        d[v] = dw_ld(dr + i + 4 * v, 1);
+        d[v] = dw_ld(dr + i + DW_W * v, 1);
     for (int b = 0; b < K; b++)
         for (int v = 0; v < nv; v++) {
-            dw_v4 prod = dw_mul(d[v], dw_ld(xr + i + 4 * v + coff[b], 1));
-            f->v[b][v] = dw_add(f->v[b][v], dw_and(prod, m + i + 4 * v));
+            dw_v prod = dw_mul(d[v], dw_ld(xr + i + DW_W * v + g->coff[b], 1));
+            const int32_t *m = g->mask + b * g->oh * g->ow + i + DW_W * v;
+            f->v[b][v] = dw_add(f->v[b][v], dw_and(prod, m));
         }
 }
 
-/** dy rows [qa, qb) under filter row a of a flat plane: their interior columns as one
- *  stretch from (qa, clo) to (qb - 1, chi - 1), then the border columns row by row. */
+/** dy rows [qa, qb) under filter row a of a flat plane (dy and x rows continue each other
+ *  with one row length): one stretch from column fl of row qa to column fr of row qb - 1,
+ *  where every tap's source lies within the plane, then the two ends point by point. */
 static inline void dw_fg_flat(dw_facc *f, const dw_fg *g, int K, int a, int64_t qa, int64_t qb)
 {
-    int64_t n = (qb - 1 - qa) * g->ow + g->chi - g->clo, i = 0;
-    const float *dr = g->dy + qa * g->drs + g->clo;
-    const float *xr = g->x + (qa + g->roff[a]) * g->xrs + g->clo;
-    const int32_t *m = g->mask + qa * g->ow + g->clo;
-    for (; i + 4 * DW_FV <= n; i += 4 * DW_FV)
-        dw_fg_mcols(f, K, DW_FV, dr, xr, g->coff, m, i);
-    for (; i + 4 <= n; i += 4)
-        dw_fg_mcols(f, K, 1, dr, xr, g->coff, m, i);
-    for (; i < n; i++)
-        for (int b = 0; b < K && m[i]; b++)
-            f->tail[b] += dr[i] * xr[i + g->coff[b]];
-    for (int64_t q = qa; q < qb; q++) {
-        const float *d = g->dy + q * g->drs, *x = g->x + (q + g->roff[a]) * g->xrs;
-        dw_fg_border(f, g, K, d, x, 0, g->clo);
-        dw_fg_border(f, g, K, d, x, g->chi, g->ow);
+    const float *xr = g->x + g->roff[a] * g->xrs;
+    int64_t s0 = qa * g->ow + g->fl, s1 = (qb - 1) * g->ow + g->fr, i = s0;
+    if (s1 - s0 < DW_W) {
+        for (int64_t q = qa; q < qb; q++)
+            dw_fg_points(f, g, K, g->dy + q * g->drs, xr + q * g->xrs, 0, g->ow);
+        return;
     }
+    for (; i + DW_W * DW_FV <= s1; i += DW_W * DW_FV)
+        dw_fg_mcols(f, g, K, DW_FV, g->dy, xr, i);
+    for (; i + DW_W <= s1; i += DW_W)
+        dw_fg_mcols(f, g, K, 1, g->dy, xr, i);
+    for (; i < s1; i++)
+        for (int b = 0; b < K; b++)
+            if (g->mask[b * g->oh * g->ow + i])
+                f->tail[b] += g->dy[i] * xr[i + g->coff[b]];
+    dw_fg_points(f, g, K, g->dy + qa * g->drs, xr + qa * g->xrs, 0, g->fl);
+    dw_fg_points(f, g, K, g->dy + (qb - 1) * g->drs, xr + (qb - 1) * g->xrs, g->fr, g->ow);
 }
 
 /** part[a * K + b] for the K taps of filter row a: float lanes over DW_FLUSH rows at a time
@@ -1074,20 +1044,20 @@ static inline void dw_fg_filter_row(const dw_fg *g, int K, int64_t stepw, int a,
     for (int b = 0; b < K; b++)
         part[a * K + b] = 0.0;
     for (int64_t qb = q0; qb < q1; qb += DW_FLUSH) {
+        int64_t qe = q1 < qb + DW_FLUSH ? q1 : qb + DW_FLUSH;
         dw_facc f;
         memset(&f, 0, sizeof f);
-        int64_t qe = q1 < qb + DW_FLUSH ? q1 : qb + DW_FLUSH;
         if (g->mask)
             dw_fg_flat(&f, g, K, a, qb, qe);
         for (int64_t q = qb; q < qe && !g->mask; q++)
             dw_fg_row(&f, g, K, stepw, a, q);
         for (int b = 0; b < K; b++) {
-            float l[4 * DW_FV];
+            float l[DW_W * DW_FV];
             memcpy(l, f.v[b], sizeof l);
-            double s = 0.0;
-            for (int j = 0; j < 4 * DW_FV; j++)
+            double s = f.tail[b];
+            for (int j = 0; j < DW_W * DW_FV; j++)
                 s += l[j];
-            part[a * K + b] += s + f.tail[b];
+            part[a * K + b] += s;
         }
     }
 }
@@ -1108,15 +1078,14 @@ static void dw_fg_plane(const dw_fg *g, double *part)
     }
 }
 
-/** The filter gradient of one (n, c) plane, part[kh * Kw + kw]. */
-static void dw_filter_fast_plane(const conv_geom *g, const int32_t *mask, const float *xp,
-                                 const int64_t *xs, const float *dyp, const int64_t *ds,
-                                 double *part)
+/** The problem of plane (nb, ch) but for its mask, which dw_fg_masks adds. */
+static dw_fg dw_fg_of(const conv_geom *g, const conv_t4 *x, const conv_t4 *dy, int64_t nb,
+                      int64_t ch)
 {
-    dw_fg f = {.x = xp,
-               .dy = dyp,
-               .xrs = xs[2],
-               .drs = ds[2],
+    dw_fg f = {.x = conv_plane(x, nb, ch),
+               .dy = conv_plane(dy, nb, ch),
+               .xrs = x->st[2],
+               .drs = dy->st[2],
                .h = g->h,
                .w = g->w,
                .oh = g->ho,
@@ -1130,44 +1099,116 @@ static void dw_filter_fast_plane(const conv_geom *g, const int32_t *mask, const 
     for (int b = 0; b < f.nc; b++)
         f.coff[b] = b * g->dw - g->pw;
     dw_span(f.coff, f.nc, f.stepw, f.w, f.ow, &f.clo, &f.chi);
-    f.mask = mask;
-    dw_fg_plane(&f, part);
+    return f;
+}
+
+/** For planes that run as flat stretches (stride 1, dy rows continuing each other, x rows
+ *  in step with them): mask[b * oh * ow + i] = -1 where filter column b lies inside x
+ *  under dy element i, else 0; fl and fr as in dw_fg. NULL for other planes, and when
+ *  memory ran out (*bad). */
+static int32_t *dw_fg_masks(const conv_geom *g, const conv_t4 *x, const conv_t4 *dy, dw_fg *proto,
+                            int *bad)
+{
+    *bad = 0;
+    if (g->sh != 1 || g->sw != 1 || x->st[2] != dy->st[2] || dy->st[2] != g->wo)
+        return NULL;
+    int64_t n = g->ho * g->wo;
+    int32_t *m = malloc((size_t)(g->kw * n) * sizeof(int32_t) + 1);
+    *bad = m == NULL;
+    proto->fl = 0;
+    proto->fr = g->wo;
+    for (int b = 0; m && b < g->kw; b++) {
+        int64_t off = proto->coff[b], lo = -off, hi = g->w - off;
+        proto->fl = lo > proto->fl ? lo : proto->fl;
+        proto->fr = hi < proto->fr ? hi : proto->fr;
+        for (int64_t i = 0; i < n; i++)
+            m[b * n + i] = i % g->wo >= lo && i % g->wo < hi ? -1 : 0;
+    }
+    if (m && (proto->fl > g->wo || proto->fr < 0)) {
+        /* no stretch can start and end inside the plane for every tap */
+        free(m);
+        return NULL;
+    }
+    return m;
 }
 
 /* ---- depthwise drivers: one (n, c) plane per task, one thread per plane ---- */
 
-static void dw_fast_fwd(const cpu_exec *e, const conv_geom *g, const conv_t4 *x, const conv_t4 *w,
-                        const conv_t4 *y)
+/** Whether the fast path takes these planes: unit column strides, a small filter. */
+static int dw_fast_ok(const conv_geom *g, const conv_t4 *a, const conv_t4 *b)
 {
-    (void)e; /* read by the OpenMP pragma only */
-    int64_t planes = g->n * g->ci;
-    int fast = dw_fast_ok(g, x, y);
-#pragma omp parallel for schedule(static) num_threads(conv_threads(e))
+    return a->st[3] == 1 && b->st[3] == 1 && g->kh <= DW_KMAX && g->kw <= DW_KMAX;
+}
+
+static int dw_nthreads(const cpu_exec *e)
+{
+#ifdef _OPENMP
+    return conv_threads(e);
+#else
+    (void)e;
+    return 1;
+#endif
+}
+
+static int dw_tid(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+/** Each thread's padded plane and output stretch, per floats apart. */
+static float *dw_scratch(const cpu_exec *e, const dw_padg *pg, int64_t *per)
+{
+    *per = (pg->hp + pg->to) * pg->wp + DW_W;
+    return malloc((size_t)(*per * dw_nthreads(e)) * sizeof(float));
+}
+
+static ex_status dw_fast_fwd(const cpu_exec *e, const conv_geom *g, const conv_t4 *x,
+                             const conv_t4 *w, const conv_t4 *y)
+{
+    int64_t planes = g->n * g->ci, per = 0;
+    /* strided outputs skip most of a padded plane: the row loops do better there */
+    int fast = dw_fast_ok(g, x, y) && g->sh == 1 && g->sw == 1;
+    dw_padg pg = dw_padg_of(g, 0);
+    float *scratch = fast ? dw_scratch(e, &pg, &per) : NULL;
+    if (fast && !scratch)
+        return cpu_fail(e, EX_ERR_NOMEM, "dwconv2d: no memory for padded planes");
+#pragma omp parallel for schedule(static) num_threads(dw_nthreads(e))
     for (int64_t p = 0; p < planes; p++) {
         int64_t nb = p / g->ci, c = p % g->ci;
-        if (fast)
-            dw_fwd_corr(g, x, w, y, nb, c);
+        if (fast && dw_finite(g, w, c))
+            dw_fwd_pad(g, &pg, x, w, y, nb, c, scratch + dw_tid() * per);
         else
             dw_fwd_plane(g, conv_plane(x, nb, c), x->st, conv_plane(y, nb, c), y->st,
                          conv_plane(w, c, 0), w->st);
     }
+    free(scratch);
+    return EX_OK;
 }
 
-static void dw_fast_bwd_data(const cpu_exec *e, const conv_geom *g, const conv_t4 *dy,
-                             const conv_t4 *w, const conv_t4 *dx)
+static ex_status dw_fast_bwd_data(const cpu_exec *e, const conv_geom *g, const conv_t4 *dy,
+                                  const conv_t4 *w, const conv_t4 *dx)
 {
-    (void)e; /* read by the OpenMP pragma only */
-    int64_t planes = g->n * g->ci;
+    int64_t planes = g->n * g->ci, per = 0;
     int fast = dw_fast_ok(g, dy, dx);
-#pragma omp parallel for schedule(static) num_threads(conv_threads(e))
+    dw_padg pg = dw_padg_of(g, 1);
+    float *scratch = fast ? dw_scratch(e, &pg, &per) : NULL;
+    if (fast && !scratch)
+        return cpu_fail(e, EX_ERR_NOMEM, "dwconv2d_bwd_data: no memory for padded planes");
+#pragma omp parallel for schedule(static) num_threads(dw_nthreads(e))
     for (int64_t p = 0; p < planes; p++) {
         int64_t nb = p / g->ci, c = p % g->ci;
-        if (fast)
-            dw_bwd_corr(g, dy, w, dx, nb, c);
+        if (fast && dw_finite(g, w, c))
+            dw_bwd_pad(g, &pg, dy, w, dx, nb, c, scratch + dw_tid() * per);
         else
             dw_bwd_data_plane(g, conv_plane(dy, nb, c), dy->st, conv_plane(dx, nb, c), dx->st,
                               conv_plane(w, c, 0), w->st);
     }
+    free(scratch);
+    return EX_OK;
 }
 
 /** Each filter tap's sum over n of its per-plane partials, in index order. */
@@ -1176,7 +1217,7 @@ static void dw_filter_combine(const cpu_exec *e, const conv_geom *g, const doubl
 {
     (void)e; /* read by the OpenMP pragma only */
     int64_t kk = g->kh * g->kw, taps = g->ci * kk;
-#pragma omp parallel for schedule(static) num_threads(conv_threads(e))
+#pragma omp parallel for schedule(static) num_threads(dw_nthreads(e))
     for (int64_t t = 0; t < taps; t++) {
         int64_t c = t / kk, k = t % kk;
         double acc = 0.0;
@@ -1184,25 +1225,6 @@ static void dw_filter_combine(const cpu_exec *e, const conv_geom *g, const doubl
             acc += part[(nb * g->ci + c) * kk + k];
         conv_plane(dw, c, 0)[k / g->kw * dw->st[2] + k % g->kw * dw->st[3]] = (float)acc;
     }
-}
-
-/** The column mask of dw_fg for planes that run as flat stretches (stride 1, dy rows
- *  continuing each other, x rows in step with them), or NULL for other planes. *bad is set
- *  when memory ran out. */
-static int32_t *dw_fg_mask(const conv_geom *g, const conv_t4 *x, const conv_t4 *dy, int *bad)
-{
-    *bad = 0;
-    int64_t off[DW_KMAX], clo, chi;
-    for (int b = 0; b < g->kw; b++)
-        off[b] = b * g->dw - g->pw;
-    dw_span(off, (int)g->kw, 1, g->w, g->wo, &clo, &chi);
-    if (g->sh != 1 || g->sw != 1 || x->st[2] != dy->st[2] || dy->st[2] != g->wo || chi <= clo)
-        return NULL;
-    int32_t *m = malloc((size_t)(g->ho * g->wo) * sizeof(int32_t) + 1);
-    *bad = m == NULL;
-    for (int64_t i = 0; m && i < g->ho * g->wo; i++)
-        m[i] = i % g->wo >= clo && i % g->wo < chi ? -1 : 0;
-    return m;
 }
 
 /** Per-plane partial sums in parallel, then combined over n in index order: no result
@@ -1213,20 +1235,25 @@ static ex_status dw_fast_bwd_filter(const cpu_exec *e, const conv_geom *g, const
     int64_t planes = g->n * g->ci, kk = g->kh * g->kw;
     double *part = malloc((size_t)(planes * kk) * sizeof(double) + 1);
     int fast = dw_fast_ok(g, x, dy), bad = 0;
-    int32_t *mask = fast ? dw_fg_mask(g, x, dy, &bad) : NULL;
+    dw_fg proto = dw_fg_of(g, x, dy, 0, 0);
+    int32_t *mask = fast ? dw_fg_masks(g, x, dy, &proto, &bad) : NULL;
     if (!part || bad) {
         free(part);
         return cpu_fail(e, EX_ERR_NOMEM, "dwconv2d_bwd_filter: no memory for partial sums");
     }
-#pragma omp parallel for schedule(static) num_threads(conv_threads(e))
+#pragma omp parallel for schedule(static) num_threads(dw_nthreads(e))
     for (int64_t p = 0; p < planes; p++) {
         int64_t nb = p / g->ci, c = p % g->ci;
-        if (fast)
-            dw_filter_fast_plane(g, mask, conv_plane(x, nb, c), x->st, conv_plane(dy, nb, c),
-                                 dy->st, part + p * kk);
-        else
+        if (fast) {
+            dw_fg f = dw_fg_of(g, x, dy, nb, c);
+            f.mask = mask;
+            f.fl = proto.fl;
+            f.fr = proto.fr;
+            dw_fg_plane(&f, part + p * kk);
+        } else {
             dw_bwd_filter_plane(g, conv_plane(x, nb, c), x->st, conv_plane(dy, nb, c), dy->st,
                                 part + p * kk);
+        }
     }
     dw_filter_combine(e, g, part, dw);
     free(part);
@@ -1319,10 +1346,9 @@ CPU_OP(dwconv2d)
     ex_status st = conv_prepare(e, n, 0, 1, "dwconv2d", &o);
     if (st != EX_OK)
         return st;
-    if (e->reference)
-        conv_ref_fwd(&o.g, o.x, o.w, o.y);
-    else
-        dw_fast_fwd(e, &o.g, &o.x, &o.w, &o.y);
+    if (!e->reference)
+        return dw_fast_fwd(e, &o.g, &o.x, &o.w, &o.y);
+    conv_ref_fwd(&o.g, o.x, o.w, o.y);
     return EX_OK;
 }
 
@@ -1332,10 +1358,9 @@ CPU_OP(dwconv2d_bwd_data)
     ex_status st = conv_prepare(e, n, 1, 1, "dwconv2d_bwd_data", &o);
     if (st != EX_OK)
         return st;
-    if (e->reference)
-        conv_ref_bwd_data(&o.g, o.y, o.w, o.x);
-    else
-        dw_fast_bwd_data(e, &o.g, &o.y, &o.w, &o.x);
+    if (!e->reference)
+        return dw_fast_bwd_data(e, &o.g, &o.y, &o.w, &o.x);
+    conv_ref_bwd_data(&o.g, o.y, o.w, o.x);
     return EX_OK;
 }
 
