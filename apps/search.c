@@ -535,12 +535,11 @@ static int run_epochs(search_run *r)
         int rc = end_epoch(r, run_now() - t0, done ? loss / done : 0, done ? acc / done : 0);
         if (rc)
             return rc;
-        r->step = steps; /* the epoch is complete: a resume starts the next */
-        int save_epoch = r->epoch;
+        /* the epoch is complete: its checkpoint resumes at the start of the next */
         r->epoch++;
         r->step = 0;
         rc = save_checkpoint(r);
-        r->epoch = save_epoch;
+        r->epoch--;
         if (rc)
             return rc;
     }
