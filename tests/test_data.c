@@ -239,20 +239,42 @@ static void cifar_files(void **state)
     ex_dataset_free(test);
 }
 
+/* n images of h x w, every pixel `value`, labels i % 10. */
+static void write_idx_flat(const char *dir, const char *prefix, int n, int h, int w, uint8_t value)
+{
+    uint8_t data[4096], file[4096 + 16], labels[256];
+    memset(data, value, (size_t)n * h * w);
+    for (int i = 0; i < n; i++)
+        labels[i] = (uint8_t)(i % 10);
+    char name[128];
+    uint32_t dims[3] = {(uint32_t)n, (uint32_t)h, (uint32_t)w};
+    size_t k = idx_bytes(file, 3, dims, data, (size_t)n * h * w);
+    snprintf(name, sizeof name, "%s-images-idx3-ubyte", prefix);
+    write_file(dir, name, file, k, false);
+    k = idx_bytes(file, 1, dims, labels, (size_t)n);
+    snprintf(name, sizeof name, "%s-labels-idx1-ubyte", prefix);
+    write_file(dir, name, file, k, false);
+}
+
+/* "auto" names an IDX set by its mean pixel (Fashion-MNIST 0.286, MNIST 0.131), never by
+ * its folder's name: a copied or renamed folder keeps its normalization. */
 static void auto_detection(void **state)
 {
     (void)state;
     char fashion[512], digits[512], empty[512], msg[256];
     make_dir(fashion, "My-FashionMNIST");
-    write_idx_set(fashion, "t10k", 2, 2, 2, true, true);
+    write_idx_flat(fashion, "t10k", 2, 2, 2, 30); /* mean 0.118: digits, whatever the name */
     make_dir(digits, "digits");
-    write_idx_set(digits, "t10k", 2, 2, 2, false, false);
+    write_idx_flat(digits, "t10k", 2, 2, 2, 60); /* mean 0.235 */
     ex_dataset *a = load_ok(fashion, "auto", EX_SPLIT_TEST);
-    assert_string_equal(ex_dataset_name(a), "fashion-mnist");
+    assert_string_equal(ex_dataset_name(a), "mnist");
     ex_dataset *b = load_ok(digits, NULL, EX_SPLIT_TEST);
-    assert_string_equal(ex_dataset_name(b), "mnist");
+    assert_string_equal(ex_dataset_name(b), "fashion-mnist");
+    ex_dataset *c = load_ok(fashion, "fashion-mnist", EX_SPLIT_TEST); /* a name is obeyed */
+    assert_string_equal(ex_dataset_name(c), "fashion-mnist");
     ex_dataset_free(a);
     ex_dataset_free(b);
+    ex_dataset_free(c);
 
     make_dir(empty, "empty");
     ex_dataset *ds = (ex_dataset *)&msg; /* must be overwritten with NULL */
@@ -1190,6 +1212,25 @@ static void label_histogram(const ex_dataset *ds, int per_class)
         assert_int_equal(hist[c], per_class);
 }
 
+/* The real Fashion-MNIST files linked into a folder called "data" are still Fashion-MNIST. */
+static void fashion_mnist_renamed(void **state)
+{
+    (void)state;
+    char dir[512], from[512], to[512];
+    make_dir(dir, "data");
+    static const char *const files[] = {"t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
+    for (int i = 0; i < 2; i++) {
+        path_in(from, EX_DATA_DEFAULT_DIR, files[i]);
+        path_in(to, dir, files[i]);
+        assert_int_equal(symlink(from, to), 0);
+    }
+    ex_dataset *test = load_ok(dir, "auto", EX_SPLIT_TEST);
+    assert_string_equal(ex_dataset_name(test), "fashion-mnist");
+    ex_loader_opts o = ex_loader_opts_default(test, false);
+    assert_float_equal(o.normalize.mean[0], 0.2860f, 1e-6f);
+    ex_dataset_free(test);
+}
+
 static void fashion_mnist(void **state)
 {
     (void)state;
@@ -1296,6 +1337,7 @@ int main(void)
         cmocka_unit_test(loader_arguments),
         cmocka_unit_test(defaults),
         cmocka_unit_test(fashion_mnist),
+        cmocka_unit_test(fashion_mnist_renamed),
     };
     return cmocka_run_group_tests(tests, make_root, remove_root);
 }
