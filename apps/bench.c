@@ -8,12 +8,13 @@
 #include "cli.h"
 
 static const char bench_usage[] =
-    "usage: exapt bench [--backend NAME] [--op NAME[,NAME...]] [--shape small|paper]\n"
+    "usage: exapt bench [--backend NAME] [--op NAME[,NAME...]] [--shape small|paper|large]\n"
     "                   [--iters N] [--out FILE]\n"
     "  --backend NAME  backend to run on (beats EXAPT_BACKEND; default auto)\n"
     "  --op LIST       ops to time, by name (see docs/ops.md); default: every op\n"
     "  --shape SET     paper: the DARTS search batch 64x16x32x32 (default);\n"
-    "                  small: 8x16x8x8, for a quick run\n"
+    "                  small: 8x16x8x8, for a quick run;\n"
+    "                  large: 256x64x32x32, where bandwidth goals are measured\n"
     "  --iters N       timed runs per op (default 20), after 3 warm-up runs\n"
     "  --out FILE      write the JSON report to FILE (default, or '-': stdout)\n";
 

@@ -11,7 +11,7 @@
 
 /** The sizes one bench run builds its graphs from. */
 typedef struct bench_dims {
-    const char *name;               /**< "paper" or "small" */
+    const char *name;               /**< "paper", "small" or "large" */
     int64_t n, c, h, w;             /**< the activation, NCHW */
     int64_t classes;                /**< logits [n, classes] */
     int64_t features;               /**< classifier input [n, features] */
@@ -107,7 +107,7 @@ typedef struct bench_meta {
     double peak_gbs;
     const char *date;      /**< when the benchmark started, ISO 8601 UTC */
     const char *command;   /**< the command line, arguments joined by spaces */
-    const char *shape_set; /**< "paper" or "small" */
+    const char *shape_set; /**< "paper", "small" or "large" */
 } bench_meta;
 
 /** The exapt-bench JSON document (version 1), or NULL when out of memory. */
