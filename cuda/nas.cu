@@ -18,9 +18,12 @@
 /* Candidates per mixed op: one weight index per candidate lives in ip[]. */
 #define MIX_MAX EX_NODE_IPARAMS
 #define ROWS_PER_BLOCK (CU_THREADS / 32)
-/* Elements of dy per block of the weight gradient: small, so that the grid fills the GPU
- * (the partials are few: one per chunk and candidate). */
+/* Elements of dy per block of the weight gradient: at least this many, and more for
+ * large tensors so that a block's reduction of its partials is paid over enough loads
+ * while the grid (about MIX_BLOCKS blocks) still fills the GPU. A function of the size
+ * alone, so results stay repeatable. */
 #define MIX_CHUNK 1024
+#define MIX_BLOCKS 2048
 
 /** A mixed op's candidates as kernels take them. A candidate whose shape does not fit
  *  (bit j of bad) fails the node only if its mask entry turns out to be active. */
@@ -34,8 +37,10 @@ typedef struct mix_args {
     const float *w[MIX_MAX];    /**< candidate j's weight (forward) */
     int idx[MIX_MAX];           /**< candidate j's weight index */
     int64_t numel, nch;         /**< elements; backward: chunks of dy */
+    int64_t chunk;              /**< backward: elements per chunk, a multiple of MIX_CHUNK */
     int dense;                  /**< every operand row-major dense: element i is at i */
-    cu_t4 dw;                   /**< backward: dst [K] */
+    int vec4; /**< dense, numel % 4 == 0 and every pointer 16-byte aligned: float4 loads */
+    cu_t4 dw; /**< backward: dst [K] */
     int64_t k;
 } mix_args;
 
@@ -79,6 +84,16 @@ static void mix_align(const ex_node_exec *n, mix_args *m)
         }
         m->dense = m->dense && cu_dense4(m->ne, m->st[1 + j]);
     }
+    int64_t numel = m->ne[0] * m->ne[1] * m->ne[2] * m->ne[3];
+    m->vec4 = m->dense && numel % 4 == 0 && (uintptr_t)m->p[0] % 16 == 0;
+    for (int j = 0; j < m->n; j++)
+        m->vec4 = m->vec4 && (uintptr_t)m->p[1 + j] % 16 == 0;
+}
+
+/* Element q of a float4. */
+__device__ __forceinline__ float f4_at(const float4 &v, int q)
+{
+    return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
 }
 
 /* Offsets of element i in operand 0 and every candidate: one decomposition for all. */
@@ -119,6 +134,23 @@ __global__ void mix_kernel(mix_args a, long long *status, long long node, const 
         return;
     float coef[MIX_MAX];
     unsigned act = mix_active(a, coef, status, node);
+    if (a.vec4) { /* the same sums in the same order, four lanes at a time */
+        for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < a.numel / 4;
+             i += (int64_t)gridDim.x * blockDim.x) {
+            float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+            for (int j = 0; j < MIX_MAX; j++)
+                if ((act >> j) & 1) {
+                    float4 x = ((const float4 *)a.p[1 + j])[i];
+                    acc.x += coef[j] * x.x;
+                    acc.y += coef[j] * x.y;
+                    acc.z += coef[j] * x.z;
+                    acc.w += coef[j] * x.w;
+                }
+            ((float4 *)a.p[0])[i] = acc;
+        }
+        return;
+    }
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < a.numel;
          i += (int64_t)gridDim.x * blockDim.x) {
         int64_t off[1 + MIX_MAX];
@@ -150,7 +182,7 @@ CU_OP(mixed_sum)
     m.p[0] = cu_f32(&n->dst);
     mix_align(n, &m);
     m.numel = m.ne[0] * m.ne[1] * m.ne[2] * m.ne[3];
-    mix_kernel<<<cu_blocks(m.numel, CU_THREADS), CU_THREADS, 0, e->stream>>>(
+    mix_kernel<<<cu_blocks(m.vec4 ? m.numel / 4 : m.numel, CU_THREADS), CU_THREADS, 0, e->stream>>>(
         m, e->status, (long long)e->node, e->gate);
     return cu_launched(e, "mixed_sum");
 }
@@ -164,13 +196,23 @@ __global__ void mix_dot_kernel(mix_args a, double *part, long long *status, long
         return;
     float coef[MIX_MAX];
     unsigned act = mix_active(a, coef, status, node);
-    int64_t c = blockIdx.x, k0 = c * MIX_CHUNK;
-    int64_t k1 = k0 + MIX_CHUNK < a.numel ? k0 + MIX_CHUNK : a.numel;
+    int64_t c = blockIdx.x, k0 = c * a.chunk;
+    int64_t k1 = k0 + a.chunk < a.numel ? k0 + a.chunk : a.numel;
     double s[MIX_MAX];
 #pragma unroll
     for (int j = 0; j < MIX_MAX; j++)
         s[j] = 0.0;
-    for (int64_t i = k0 + threadIdx.x; i < k1; i += blockDim.x) {
+    for (int64_t i = k0 / 4 + threadIdx.x; a.vec4 && i < k1 / 4; i += blockDim.x) {
+        float4 dy = ((const float4 *)a.p[0])[i];
+#pragma unroll
+        for (int j = 0; j < MIX_MAX; j++)
+            if ((act >> j) & 1) {
+                float4 x = ((const float4 *)a.p[1 + j])[i];
+                for (int q = 0; q < 4; q++)
+                    s[j] += (double)f4_at(dy, q) * f4_at(x, q);
+            }
+    }
+    for (int64_t i = k0 + threadIdx.x; !a.vec4 && i < k1; i += blockDim.x) {
         int64_t off[1 + MIX_MAX];
         mix_offsets(a, i, off);
         double dy = a.p[0][off[0]];
@@ -238,7 +280,10 @@ CU_OP(mixed_sum_bwd_w)
                        "mixed_sum_bwd_w: dst must be f32 with one entry per mask entry");
     cu_shape4(dy, m.ne, m.st[0]);
     m.numel = m.ne[0] * m.ne[1] * m.ne[2] * m.ne[3];
-    m.nch = (m.numel + MIX_CHUNK - 1) / MIX_CHUNK;
+    int64_t per = (m.numel + MIX_BLOCKS - 1) / MIX_BLOCKS;
+    m.chunk = (per + MIX_CHUNK - 1) / MIX_CHUNK * MIX_CHUNK;
+    m.chunk = m.chunk > MIX_CHUNK ? m.chunk : MIX_CHUNK;
+    m.nch = (m.numel + m.chunk - 1) / m.chunk;
     void *ws = NULL;
     st = cu_scratch(e, sizeof(double) * (size_t)(MIX_MAX * m.nch + 1), &ws);
     if (st != EX_OK || e->dry)
