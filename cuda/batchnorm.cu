@@ -156,6 +156,55 @@ __global__ void bn_plane_kernel(bn_args a, int stats, double *part, const float 
     }
 }
 
+/* The same partials with one warp per plane (BN_WARPS planes a block) and
+ * float4 loads, for dense tensors: a plane of a DARTS search is a few KB, too little to
+ * pay for a block-wide reduction. Sums in a fixed order per lane, then a fixed shuffle
+ * tree, so results repeat. */
+#define BN_WARPS (CU_THREADS / 32)
+__global__ void bn_plane_warp_kernel(bn_args a, int stats, double *part, int64_t planes,
+                                     const float *gate)
+{
+    if (cu_gated_off(gate))
+        return;
+    int64_t p = blockIdx.x * (int64_t)BN_WARPS + threadIdx.x / 32;
+    if (p >= planes)
+        return;
+    int64_t c = p % a.g.c, hw4 = a.g.h * a.g.w / 4;
+    float mean = stats ? 0.0f : bn_get(a.mean, c), inv = stats ? 0.0f : bn_get(a.inv, c);
+    double s1 = 0.0, s2 = 0.0;
+    for (int64_t i = threadIdx.x % 32; i < hw4; i += 32) {
+        float4 x = bn_ld4(a.x, p * hw4 + i);
+        float v[4] = {x.x, x.y, x.z, x.w};
+        float4 d4 = stats ? x : bn_ld4(a.dy, p * hw4 + i);
+        float d[4] = {d4.x, d4.y, d4.z, d4.w};
+        for (int q = 0; q < 4; q++) {
+            if (stats) {
+                s1 += v[q];
+                s2 += (double)v[q] * v[q];
+            } else {
+                s1 += (double)d[q] * ((v[q] - mean) * inv);
+                s2 += d[q];
+            }
+        }
+    }
+    s1 = cu_warp_sum(s1);
+    s2 = cu_warp_sum(s2);
+    if (threadIdx.x % 32 == 0) {
+        part[2 * p] = s1;
+        part[2 * p + 1] = s2;
+    }
+}
+
+/* Launches the per-plane partials on the fitting kernel. */
+static void bn_planes(cu_exec *e, const bn_args &a, int stats, double *ws, int64_t planes)
+{
+    if (a.vec4)
+        bn_plane_warp_kernel<<<(unsigned)((planes + BN_WARPS - 1) / BN_WARPS), CU_THREADS, 0,
+                               e->stream>>>(a, stats, ws, planes, e->gate);
+    else
+        bn_plane_kernel<<<(unsigned)planes, CU_THREADS, 0, e->stream>>>(a, stats, ws, e->gate);
+}
+
 /* Channel c's statistics from its partials (or, in eval, from the running ones), and in
  * training the running statistics moved towards the batch's (variance unbiased). */
 __global__ void bn_stats_kernel(bn_args a, const double *part, const float *gate)
@@ -225,8 +274,8 @@ CU_OP(bn_stats)
         if (planes > 0x7fffffff)
             return cu_fail(e, EX_ERR_UNSUPPORTED, "bn_stats: %lld planes exceed the grid",
                            (long long)planes);
-        bn_plane_kernel<<<(unsigned)planes, CU_THREADS, 0, e->stream>>>(a, 1, (double *)ws,
-                                                                        e->gate);
+        a.vec4 = bn_dense4(a.x, g);
+        bn_planes(e, a, 1, (double *)ws, planes);
     }
     bn_stats_kernel<<<cu_blocks(g.c, CU_THREADS), CU_THREADS, 0, e->stream>>>(a, (const double *)ws,
                                                                               e->gate);
@@ -335,9 +384,9 @@ CU_OP(bn_bwd_reduce)
     a.inv = bn_row(&n->src[1], 1);
     a.d0 = bn_row(&n->dst, 0);
     a.d1 = bn_row(&n->dst, 1);
+    a.vec4 = bn_dense4(a.x, g) && bn_dense4(a.dy, g);
     if (planes > 0)
-        bn_plane_kernel<<<(unsigned)planes, CU_THREADS, 0, e->stream>>>(a, 0, (double *)ws,
-                                                                        e->gate);
+        bn_planes(e, a, 0, (double *)ws, planes);
     bn_reduce_kernel<<<cu_blocks(g.c, CU_THREADS), CU_THREADS, 0, e->stream>>>(
         a, (const double *)ws, e->gate);
     return cu_launched(e, "bn_bwd_reduce");
