@@ -348,7 +348,8 @@ typedef struct dp_args {
     uint32_t k0, k1;
     const int32_t *c0, *c1;
     float keep;
-    int p; /**< the padded dim that indexes samples (dst's dim 0) */
+    int p;    /**< the padded dim that indexes samples (dst's dim 0) */
+    int vec4; /**< dense operands, samples of a multiple of 4 elements */
 } dp_args;
 
 __global__ void drop_path_kernel(ew_args a, dp_args r, int64_t n, const float *gate)
@@ -359,6 +360,17 @@ __global__ void drop_path_kernel(ew_args a, dp_args r, int64_t n, const float *g
     int64_t span = 1; /* elements per step of dim p */
     for (int d = r.p + 1; d < 4; d++)
         span *= a.ne[d];
+    if (r.vec4) { /* four elements of one sample a thread: a quarter of the draws */
+        for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n / 4;
+             i += (int64_t)gridDim.x * blockDim.x) {
+            int64_t s = (i * 4 / span) % a.ne[r.p];
+            float u = ex_philox_uniform(r.k0, r.k1, c0, c1, (uint64_t)s);
+            float f = u < r.keep ? 1.0f / r.keep : 0.0f;
+            float4 x = ((const float4 *)a.base[1])[i];
+            ((float4 *)a.base[0])[i] = make_float4(x.x * f, x.y * f, x.z * f, x.w * f);
+        }
+        return;
+    }
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         int64_t s = (i / span) % a.ne[r.p];
@@ -387,11 +399,21 @@ CU_OP(drop_path)
     if (e->dry)
         return EX_OK;
     const int32_t *cnt = (const int32_t *)cu_ptr(ct);
-    dp_args r = {(uint32_t)n->ip[0], (uint32_t)n->ip[1], cnt + cu_at(ct, 0),
-                 cnt + cu_at(ct, 1), n->fp[0],           4 - n->dst.ndim};
-    int64_t numel = o.ne[0] * o.ne[1] * o.ne[2] * o.ne[3];
-    drop_path_kernel<<<cu_blocks(numel, CU_THREADS), CU_THREADS, 0, e->stream>>>(o, r, numel,
-                                                                                 e->gate);
+    dp_args r = {(uint32_t)n->ip[0],
+                 (uint32_t)n->ip[1],
+                 cnt + cu_at(ct, 0),
+                 cnt + cu_at(ct, 1),
+                 n->fp[0],
+                 4 - n->dst.ndim,
+                 0};
+    int64_t numel = o.ne[0] * o.ne[1] * o.ne[2] * o.ne[3], span = 1;
+    for (int d = r.p + 1; d < 4; d++)
+        span *= o.ne[d];
+    ew_args flat = o;
+    ew_collapse(&flat);
+    r.vec4 = ew_dense(&flat) && span % 4 == 0;
+    drop_path_kernel<<<cu_blocks(r.vec4 ? numel / 4 : numel, CU_THREADS), CU_THREADS, 0,
+                       e->stream>>>(o, r, numel, e->gate);
     return cu_launched(e, "drop_path");
 }
 
