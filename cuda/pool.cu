@@ -122,6 +122,23 @@ __device__ __forceinline__ pool_plane plane_of(const cu_t4 &t, int64_t plane, in
     return v;
 }
 
+/* Staged kernels (STAGE 1) first copy their block's plane into shared memory with
+ * coalesced loads, then read every window from there: the windows of neighbouring
+ * outputs overlap k·k times. One block a plane then (the grid's y is 1). */
+#define POOL_STAGE_BYTES 16384
+
+/** Copies an h x w plane into sm and returns it as a dense plane; the block must not be
+ *  reading sm any more (callers sync at the end of each plane). */
+template <typename T>
+__device__ pool_plane stage_plane(const T *src, int64_t sr, int64_t sc, int h, int w, T *sm)
+{
+    for (int i = threadIdx.x; i < h * w; i += blockDim.x)
+        sm[i] = src[(int64_t)(i / w) * sr + (int64_t)(i % w) * sc];
+    __syncthreads();
+    pool_plane v = {(float *)sm, w, 1};
+    return v;
+}
+
 /** The first maximum of output (oh, ow)'s window and where it lies (ih * w + iw). */
 __device__ float max_window(const pool_g32 &g, const pool_plane &x, int oh, int ow, int *at)
 {
@@ -142,13 +159,17 @@ __device__ float max_window(const pool_g32 &g, const pool_plane &x, int oh, int 
 }
 
 /* MAX: max pooling, else average. */
-template <int MAX> __global__ void pool_fwd_kernel(pool_g32 g, cu_t4 x, cu_t4 y, const float *gate)
+template <int MAX, int STAGE>
+__global__ void pool_fwd_kernel(pool_g32 g, cu_t4 x, cu_t4 y, const float *gate)
 {
+    extern __shared__ float pool_sm[];
     if (cu_gated_off(gate))
         return;
     CU_PLANE_LOOP(g.planes)
     {
         pool_plane xp = plane_of(x, plane, g.c), yp = plane_of(y, plane, g.c);
+        if (STAGE)
+            xp = stage_plane(xp.p, xp.sr, xp.sc, g.h, g.w, pool_sm);
         CU_POS_LOOP(p, g.ho * g.wo)
         {
             int oh = p / g.wo, ow = p % g.wo;
@@ -167,38 +188,54 @@ template <int MAX> __global__ void pool_fwd_kernel(pool_g32 g, cu_t4 x, cu_t4 y,
                     acc += xp.p[ih * xp.sr + iw * xp.sc];
             *out = acc / (float)((h1 - h0) * (w1 - w0));
         }
+        if (STAGE)
+            __syncthreads();
     }
 }
 
 /* Max pooling's backward, pass 1: where each window's first maximum lies (the in-plane
  * index ih * w + iw), one int per output. */
-__global__ void max_at_kernel(pool_g32 g, cu_t4 x, int *at, const float *gate)
+template <int STAGE> __global__ void max_at_kernel(pool_g32 g, cu_t4 x, int *at, const float *gate)
 {
+    extern __shared__ float pool_sm[];
     if (cu_gated_off(gate))
         return;
     CU_PLANE_LOOP(g.planes)
     {
         pool_plane xp = plane_of(x, plane, g.c);
+        if (STAGE)
+            xp = stage_plane(xp.p, xp.sr, xp.sc, g.h, g.w, pool_sm);
         CU_POS_LOOP(p, g.ho * g.wo)
         {
             int a;
             max_window(g, xp, p / g.wo, p % g.wo, &a);
             at[plane * g.ho * g.wo + p] = a;
         }
+        if (STAGE)
+            __syncthreads();
     }
 }
 
 /* dx of one input element: the dy of every window holding it, in output order; average
  * pooling spreads each dy evenly, max pooling (at not NULL) routes it to the window's
  * first maximum. */
+template <int STAGE>
 __global__ void pool_bwd_kernel(pool_g32 g, const int *at, cu_t4 dy, cu_t4 dx, const float *gate)
 {
+    extern __shared__ float pool_sm[];
     if (cu_gated_off(gate))
         return;
     CU_PLANE_LOOP(g.planes)
     {
         pool_plane dp = plane_of(dy, plane, g.c), op = plane_of(dx, plane, g.c);
         const int *ap = at ? at + plane * g.ho * g.wo : NULL;
+        if (STAGE) { /* dy's plane, then the maxima's places after it */
+            int *sat = (int *)(pool_sm + g.ho * g.wo);
+            for (int i = threadIdx.x; ap && i < g.ho * g.wo; i += blockDim.x)
+                sat[i] = ap[i];
+            ap = ap ? sat : NULL;
+            dp = stage_plane(dp.p, dp.sr, dp.sc, g.ho, g.wo, pool_sm);
+        }
         CU_POS_LOOP(p, g.h * g.w)
         {
             int ih = p / g.w, iw = p % g.w, oh0, oh1, ow0, ow1;
@@ -220,13 +257,60 @@ __global__ void pool_bwd_kernel(pool_g32 g, const int *at, cu_t4 dy, cu_t4 dx, c
                 }
             op.p[ih * op.sr + iw * op.sc] = acc;
         }
+        if (STAGE)
+            __syncthreads();
     }
+}
+
+/* Launch helpers: the staged kernel when a plane fits POOL_STAGE_BYTES. */
+static dim3 pool_grid(int64_t planes, int64_t positions, bool stage)
+{
+    return stage ? cu_plane_grid(planes, 1) : cu_plane_grid(planes, positions);
+}
+
+static void launch_fwd(cu_exec *e, int max, const pool_g32 &g, const cu_t4 &x, const cu_t4 &y)
+{
+    size_t sm = sizeof(float) * (size_t)g.h * g.w;
+    bool stage = sm <= POOL_STAGE_BYTES;
+    dim3 grid = pool_grid(g.planes, (int64_t)g.ho * g.wo, stage);
+    size_t bytes = stage ? sm : 0;
+    if (max && stage)
+        pool_fwd_kernel<1, 1><<<grid, CU_THREADS, bytes, e->stream>>>(g, x, y, e->gate);
+    else if (max)
+        pool_fwd_kernel<1, 0><<<grid, CU_THREADS, 0, e->stream>>>(g, x, y, e->gate);
+    else if (stage)
+        pool_fwd_kernel<0, 1><<<grid, CU_THREADS, bytes, e->stream>>>(g, x, y, e->gate);
+    else
+        pool_fwd_kernel<0, 0><<<grid, CU_THREADS, 0, e->stream>>>(g, x, y, e->gate);
+}
+
+static void launch_max_at(cu_exec *e, const pool_g32 &g, const cu_t4 &x, int *at)
+{
+    size_t sm = sizeof(float) * (size_t)g.h * g.w;
+    bool stage = sm <= POOL_STAGE_BYTES;
+    dim3 grid = pool_grid(g.planes, (int64_t)g.ho * g.wo, stage);
+    if (stage)
+        max_at_kernel<1><<<grid, CU_THREADS, sm, e->stream>>>(g, x, at, e->gate);
+    else
+        max_at_kernel<0><<<grid, CU_THREADS, 0, e->stream>>>(g, x, at, e->gate);
+}
+
+static void launch_bwd(cu_exec *e, const pool_g32 &g, const int *at, const cu_t4 &dy,
+                       const cu_t4 &dx)
+{
+    size_t sm = (sizeof(float) + (at ? sizeof(int) : 0)) * (size_t)g.ho * g.wo;
+    bool stage = sm <= POOL_STAGE_BYTES;
+    dim3 grid = pool_grid(g.planes, (int64_t)g.h * g.w, stage);
+    if (stage)
+        pool_bwd_kernel<1><<<grid, CU_THREADS, sm, e->stream>>>(g, at, dy, dx, e->gate);
+    else
+        pool_bwd_kernel<0><<<grid, CU_THREADS, 0, e->stream>>>(g, at, dy, dx, e->gate);
 }
 
 static ex_status pool_fwd(cu_exec *e, const ex_node_exec *n, int max, const char *name)
 {
-    pool_geom g;
-    pool_g32 g32;
+    pool_geom g = {};
+    pool_g32 g32 = {};
     ex_status st = pool_check_types(e, n, 1, name);
     if (st == EX_OK)
         st = pool_geom_of(e, n, &n->src[0], &n->dst, name, &g);
@@ -234,12 +318,7 @@ static ex_status pool_fwd(cu_exec *e, const ex_node_exec *n, int max, const char
         st = pool_g32_of(e, &g, name, &g32);
     if (st != EX_OK || e->dry)
         return st;
-    dim3 grid = cu_plane_grid(g32.planes, (int64_t)g32.ho * g32.wo);
-    cu_t4 x = cu_t4_of(&n->src[0]), y = cu_t4_of(&n->dst);
-    if (max)
-        pool_fwd_kernel<1><<<grid, CU_THREADS, 0, e->stream>>>(g32, x, y, e->gate);
-    else
-        pool_fwd_kernel<0><<<grid, CU_THREADS, 0, e->stream>>>(g32, x, y, e->gate);
+    launch_fwd(e, max, g32, cu_t4_of(&n->src[0]), cu_t4_of(&n->dst));
     return cu_launched(e, name);
 }
 
@@ -255,8 +334,8 @@ CU_OP(max_pool)
 
 CU_OP(avg_pool_bwd)
 {
-    pool_geom g;
-    pool_g32 g32;
+    pool_geom g = {};
+    pool_g32 g32 = {};
     ex_status st = pool_check_types(e, n, 1, "avg_pool_bwd");
     if (st == EX_OK)
         st = pool_geom_of(e, n, &n->dst, &n->src[0], "avg_pool_bwd", &g);
@@ -264,15 +343,14 @@ CU_OP(avg_pool_bwd)
         st = pool_g32_of(e, &g, "avg_pool_bwd", &g32);
     if (st != EX_OK || e->dry)
         return st;
-    pool_bwd_kernel<<<cu_plane_grid(g32.planes, (int64_t)g32.h * g32.w), CU_THREADS, 0,
-                      e->stream>>>(g32, NULL, cu_t4_of(&n->src[0]), cu_t4_of(&n->dst), e->gate);
+    launch_bwd(e, g32, NULL, cu_t4_of(&n->src[0]), cu_t4_of(&n->dst));
     return cu_launched(e, "avg_pool_bwd");
 }
 
 CU_OP(max_pool_bwd)
 {
-    pool_geom g;
-    pool_g32 g32;
+    pool_geom g = {};
+    pool_g32 g32 = {};
     ex_status st = pool_check_types(e, n, 2, "max_pool_bwd");
     if (st == EX_OK)
         st = pool_geom_of(e, n, &n->src[0], &n->src[1], "max_pool_bwd", &g);
@@ -285,11 +363,8 @@ CU_OP(max_pool_bwd)
         st = cu_scratch(e, sizeof(int) * (size_t)(g32.planes * g32.ho * g32.wo), &ws);
     if (st != EX_OK || e->dry)
         return st;
-    max_at_kernel<<<cu_plane_grid(g32.planes, (int64_t)g32.ho * g32.wo), CU_THREADS, 0,
-                    e->stream>>>(g32, cu_t4_of(&n->src[0]), (int *)ws, e->gate);
-    pool_bwd_kernel<<<cu_plane_grid(g32.planes, (int64_t)g32.h * g32.w), CU_THREADS, 0,
-                      e->stream>>>(g32, (const int *)ws, cu_t4_of(&n->src[1]), cu_t4_of(&n->dst),
-                                   e->gate);
+    launch_max_at(e, g32, cu_t4_of(&n->src[0]), (int *)ws);
+    launch_bwd(e, g32, (const int *)ws, cu_t4_of(&n->src[1]), cu_t4_of(&n->dst));
     return cu_launched(e, "max_pool_bwd");
 }
 
