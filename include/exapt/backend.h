@@ -133,6 +133,13 @@ ex_status ex_cpu_backend_create(int reference, const ex_backend_iface **iface, v
  *  device. */
 ex_status ex_cuda_backend_create(int arg, const ex_backend_iface **iface, void **impl,
                                  ex_backend_caps *caps, char *msg, size_t msg_len);
+/** The Vulkan backend (compiled in when EXAPT_HAVE_VULKAN): the device is EXAPT_VK_DEVICE
+ *  (an index or part of a name) or the best one, discrete before integrated GPUs; virtual
+ *  and CPU-type devices (lavapipe) only when automatic is 0 (asked for by name), never for
+ *  "auto". EXAPT_VK_PORTABLE=1 keeps to what Vulkan 1.1 guarantees; EXAPT_VK_VALIDATION=1
+ *  turns the Khronos validation layer on and makes any message of it an error. */
+ex_status ex_vulkan_backend_create(int automatic, const ex_backend_iface **iface, void **impl,
+                                   ex_backend_caps *caps, char *msg, size_t msg_len);
 
 #ifdef __cplusplus
 }
