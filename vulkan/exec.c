@@ -46,30 +46,46 @@ static int bind_block(vk_exec *e, int block)
     return e->nblocks++;
 }
 
-static int binding_of(const vk_exec *e, int block)
-{
-    for (int i = 0; i < e->nblocks; i++)
-        if (e->blocks[i] == block)
-            return i;
-    return -1;
-}
-
 static uint64_t elem_of(const ex_tdesc *t)
 {
     return (((const vk_buffer *)t->buf)->offset + t->offset) / 4;
 }
 
-uint32_t vk_ref(const vk_exec *e, const ex_tdesc *t)
+uint32_t vk_ref(vk_exec *e, const ex_tdesc *t)
 {
     if (!t || !t->buf)
         return VK_NOREF;
-    int k = binding_of(e, ((const vk_buffer *)t->buf)->block);
+    int k = bind_block(e, ((const vk_buffer *)t->buf)->block);
     uint64_t el = elem_of(t);
-    if (k < 0 || el > VK_REF_MAX_ELEM)
+    if (k < 0 || el > VK_REF_MAX_ELEM) {
+        e->ref_error = 1;
         return VK_NOREF;
+    }
     return ((uint32_t)k << 30) | (uint32_t)el;
 }
 
+void vk_bind_reset(vk_exec *e)
+{
+    memcpy(e->prev_blocks, e->blocks, sizeof e->blocks);
+    e->nblocks = 0;
+    if (e->n && e->n->gate)
+        bind_block(e, ((const vk_buffer *)e->n->gate->buf)->block); /* binding 0 again */
+}
+
+uint32_t vk_ref_rebind(vk_exec *e, uint32_t ref)
+{
+    if (ref == VK_NOREF)
+        return ref;
+    int k = bind_block(e, e->prev_blocks[ref >> 30]);
+    if (k < 0) {
+        e->ref_error = 1;
+        return VK_NOREF;
+    }
+    return ((uint32_t)k << 30) | (ref & VK_REF_MAX_ELEM);
+}
+
+/* Binds t's block if a binding is free; a node with more blocks than bindings only
+ * fails if its family asks for a reference it cannot have. */
 static ex_status bind_tensor(vk_exec *e, const ex_tdesc *t)
 {
     if (!t || !t->buf)
@@ -78,10 +94,7 @@ static ex_status bind_tensor(vk_exec *e, const ex_tdesc *t)
     if ((v->offset + t->offset) & 3)
         return vk_fail(e, EX_ERR_ARG, "operand at byte %llu is not 4-byte aligned",
                        (unsigned long long)t->offset);
-    if (bind_block(e, v->block) < 0)
-        return vk_fail(e, EX_ERR_UNSUPPORTED,
-                       "operands lie in more than %d memory blocks (the bindings a shader has)",
-                       VK_BINDINGS);
+    bind_block(e, v->block);
     return EX_OK;
 }
 
@@ -306,6 +319,10 @@ ex_status vk_dispatch(vk_exec *e, vk_shader_id shader, int32_t variant, const vo
     if (pc_bytes > VK_PC_BYTES || pc_bytes < 4 || (unsigned)shader >= VK_SH_COUNT)
         return vk_fail(e, EX_ERR_DEVICE, "bad dispatch of shader %d (%zu push bytes)", (int)shader,
                        pc_bytes);
+    if (e->ref_error)
+        return vk_fail(e, EX_ERR_UNSUPPORTED,
+                       "operands lie in more than %d memory blocks (the bindings a shader has)",
+                       VK_BINDINGS);
     if (e->dry || gx == 0 || gy == 0 || gz == 0)
         return EX_OK;
     VkPipeline p = VK_NULL_HANDLE;
@@ -345,20 +362,21 @@ static ex_status run_one(vk_exec *e, const ex_node_exec *n, int64_t i)
     e->nblocks = 0;
     e->scratch_at = 0;
     e->gate = VK_NOREF;
-    ex_status st = bind_tensor(e, &n->dst);
-    for (int k = 0; k < n->nsrc && st == EX_OK; k++)
-        st = bind_tensor(e, &n->src[k]);
-    if (st == EX_OK && n->gate) {
+    e->ref_error = 0;
+    ex_status st = EX_OK;
+    if (n->gate) {
         const ex_tdesc *g = n->gate;
         if (!vk_valid(g, EX_F32) || n->gate_index < 0 || n->gate_index >= vk_numel(g))
             return vk_fail(e, EX_ERR_ARG, "gate must be f32 with index %lld inside it",
                            (long long)n->gate_index);
         st = bind_tensor(e, g);
-        if (st == EX_OK) {
-            uint32_t r = vk_ref(e, g);
-            e->gate = r + (uint32_t)vk_at(g, n->gate_index);
-        }
+        if (st == EX_OK)
+            e->gate = vk_ref(e, g) + (uint32_t)vk_at(g, n->gate_index);
     }
+    if (st == EX_OK)
+        st = bind_tensor(e, &n->dst);
+    for (int k = 0; k < n->nsrc && st == EX_OK; k++)
+        st = bind_tensor(e, &n->src[k]);
     if (st != EX_OK)
         return st;
     if (!e->dry)

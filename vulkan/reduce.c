@@ -137,6 +137,26 @@ static ex_status max_bwd(vk_exec *e, const ex_node_exec *n)
     return vk_dispatch(e, VK_SH_reduce_max_bwd, 0, &pc, sizeof pc, vk_groups(pc.n, 128), 1, 1);
 }
 
+ex_status vk_reduce_all(vk_exec *e, const ex_tdesc *x, uint32_t xref, uint32_t dst, int variant)
+{
+    int64_t ne[4], st[4];
+    vk_shape4(x, ne, st);
+    if (!vk_fits32(ne, st))
+        return vk_fail(e, EX_ERR_UNSUPPORTED, "a source is beyond 32-bit indexing");
+    red_pc pc;
+    memset(&pc, 0, sizeof pc);
+    pc.x = xref;
+    pc.d = dst;
+    pc.m = (uint32_t)vk_numel(x);
+    pc.nout = 1;
+    for (int k = 0; k < 4; k++) {
+        pc.kne[k] = 1;
+        pc.rne[k] = (uint32_t)ne[k];
+        pc.rxs[k] = (uint32_t)st[k];
+    }
+    return vk_dispatch(e, VK_SH_reduce_reduce, variant, &pc, sizeof pc, 1, 1, 1);
+}
+
 ex_status vk_run_reduce(vk_exec *e, const ex_node_exec *n)
 {
     switch (n->op) {
@@ -148,7 +168,7 @@ ex_status vk_run_reduce(vk_exec *e, const ex_node_exec *n)
     }
 }
 
-ex_status vk_reduce_flat(vk_exec *e, uint32_t src, uint32_t n, uint32_t dst, int mean)
+ex_status vk_reduce_flat(vk_exec *e, uint32_t src, uint32_t n, uint32_t dst, int variant)
 {
     red_pc pc;
     memset(&pc, 0, sizeof pc);
@@ -161,5 +181,5 @@ ex_status vk_reduce_flat(vk_exec *e, uint32_t src, uint32_t n, uint32_t dst, int
         pc.rne[k] = k == 3 ? n : 1;
         pc.rxs[k] = k == 3 ? 1 : 0;
     }
-    return vk_dispatch(e, VK_SH_reduce_reduce, mean ? RED_MEAN : RED_SUM, &pc, sizeof pc, 1, 1, 1);
+    return vk_dispatch(e, VK_SH_reduce_reduce, variant, &pc, sizeof pc, 1, 1, 1);
 }

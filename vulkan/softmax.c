@@ -6,6 +6,7 @@
  * compute() fails with the CPU backend's message. */
 #include <string.h>
 
+#include "shaders/reduce/variants.h"
 #include "shaders/softmax/variants.h"
 #include "vulkan/vk.h"
 
@@ -128,7 +129,8 @@ static ex_status per_row(vk_exec *e, const ex_node_exec *n, int variant)
     if (st != EX_OK)
         return st;
     vk_barrier(e);
-    return vk_reduce_flat(e, rows_ref, pc.rows, vk_ref(e, &n->dst), variant == SM_CE_ROWS);
+    return vk_reduce_flat(e, rows_ref, pc.rows, vk_ref(e, &n->dst),
+                          variant == SM_CE_ROWS ? RED_MEAN : RED_SUM);
 }
 
 static ex_status ce_bwd(vk_exec *e, const ex_node_exec *n)

@@ -56,11 +56,13 @@ typedef struct vk_exec {
     int64_t index;           /**< the node's index in the list */
     int blocks[VK_BINDINGS]; /**< block bound at each binding (-1: free) */
     int nblocks;
-    uint32_t gate;             /**< the gate's reference, or VK_NOREF */
-    uint64_t scratch_at;       /**< bytes of scratch this node has taken */
-    uint64_t need;             /**< dry pass: most scratch any node asked for */
-    VkPipeline bound;          /**< the pipeline bound last in cmd */
-    VkDescriptorSet bound_set; /**< the descriptor set bound last in cmd */
+    int prev_blocks[VK_BINDINGS]; /**< the bindings before the last vk_bind_reset() */
+    int ref_error;                /**< a reference was asked for a block with no binding */
+    uint32_t gate;                /**< the gate's reference, or VK_NOREF */
+    uint64_t scratch_at;          /**< bytes of scratch this node has taken */
+    uint64_t need;                /**< dry pass: most scratch any node asked for */
+    VkPipeline bound;             /**< the pipeline bound last in cmd */
+    VkDescriptorSet bound_set;    /**< the descriptor set bound last in cmd */
     char *msg;
     size_t msg_len;
 } vk_exec;
@@ -70,9 +72,17 @@ typedef struct vk_exec {
 /** Writes a message naming the node's op and returns st. */
 ex_status vk_fail(vk_exec *e, ex_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/** The reference of t's element 0 (t must be one of the node's operands, f32 or i32,
- *  4-byte aligned; the dry pass has checked this through vk_valid). */
-uint32_t vk_ref(const vk_exec *e, const ex_tdesc *t);
+/** The reference of t's element 0 (one of the node's operands, f32 or i32). Binds t's
+ *  block when a binding is free; when none is, the next vk_dispatch() fails with
+ *  EX_ERR_UNSUPPORTED. A node's gate, dst and sources are bound in that order before its
+ *  family function runs, as far as four bindings go. */
+uint32_t vk_ref(vk_exec *e, const ex_tdesc *t);
+/** Frees every binding but the gate's, for a node whose operands lie in more blocks than
+ *  one dispatch can bind (GRAD_NORM over many tensors): take references again after it,
+ *  or carry an earlier one over with vk_ref_rebind(). */
+void vk_bind_reset(vk_exec *e);
+/** A reference taken before the last vk_bind_reset(), valid again (rebinding its block). */
+uint32_t vk_ref_rebind(vk_exec *e, uint32_t ref);
 /** Scratch of bytes (a multiple of 4) for this node: *ref addresses it. The recorder
  *  places a barrier first when an earlier node still uses the range. */
 ex_status vk_scratch(vk_exec *e, uint64_t bytes, uint32_t *ref);
@@ -170,9 +180,12 @@ static inline int64_t vk_at(const ex_tdesc *t, int64_t i)
 ex_status vk_run_elementwise(vk_exec *e, const ex_node_exec *n);
 /* reduce.c: SUM MEAN MAX MAX_BWD */
 ex_status vk_run_reduce(vk_exec *e, const ex_node_exec *n);
-/** Sums (or averages) n contiguous f32 at src into the one f32 at dst, in a fixed order:
- *  the last pass of the losses and counts (reduce.c). */
-ex_status vk_reduce_flat(vk_exec *e, uint32_t src, uint32_t n, uint32_t dst, int mean);
+/** Folds n contiguous f32 at src into the one f32 at dst in a fixed order, variant one of
+ *  shaders/reduce/variants.h (RED_SUM, RED_MEAN, RED_SQRT_SUM): the last pass of the
+ *  losses, counts and norms (reduce.c). */
+ex_status vk_reduce_flat(vk_exec *e, uint32_t src, uint32_t n, uint32_t dst, int variant);
+/** Folds every element of x (reference xref) into the f32 at dst (RED_SUM, RED_SUMSQ, ...). */
+ex_status vk_reduce_all(vk_exec *e, const ex_tdesc *x, uint32_t xref, uint32_t dst, int variant);
 /* softmax.c: SOFTMAX(_BWD) LOG_SOFTMAX(_BWD) CROSS_ENTROPY(_BWD) ACCURACY */
 ex_status vk_run_softmax(vk_exec *e, const ex_node_exec *n);
 /* gemm.c: PWCONV PWCONV_BWD_FILTER MATMUL LINEAR */

@@ -1,4 +1,4 @@
-// SUM, MEAN, MAX over the reduced dims: one workgroup per output element (grid-stride),
+// SUM, MEAN, MAX (and GRAD_NORM's sums of squares) over the reduced dims: one workgroup per output element (grid-stride),
 // each invocation folding every 128th reduced element in order, then a fixed tree in
 // shared memory. The order depends only on the shape: bitwise repeatable.
 #version 450
@@ -27,8 +27,10 @@ void main()
         uvec4 kc = coords4(pc.kne, o);
         uint xo = dot4(kc, pc.kxs);
         float acc = VARIANT == RED_MAX ? uintBitsToFloat(0xFF800000u) : 0.0;
-        for (uint r = lid; r < pc.m; r += 128u)
-            acc = combine(acc, ldf(pc.x, xo + off4(pc.rne, pc.rxs, r)));
+        for (uint r = lid; r < pc.m; r += 128u) {
+            float v = ldf(pc.x, xo + off4(pc.rne, pc.rxs, r));
+            acc = combine(acc, VARIANT == RED_SUMSQ ? v * v : v);
+        }
         part[lid] = acc;
         barrier();
         for (uint s = 64u; s > 0u; s >>= 1) {
@@ -37,7 +39,10 @@ void main()
             barrier();
         }
         if (lid == 0u)
-            stf(pc.d, dot4(kc, pc.kds), VARIANT == RED_MEAN ? part[0] / float(pc.m) : part[0]);
+            stf(pc.d, dot4(kc, pc.kds),
+                VARIANT == RED_MEAN       ? part[0] / float(pc.m)
+                : VARIANT == RED_SQRT_SUM ? sqrt(part[0])
+                                          : part[0]);
         barrier();
     }
 }
