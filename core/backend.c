@@ -147,6 +147,18 @@ uint64_t ex_backend_host_syncs(const ex_backend *be)
     return be && be->iface->host_syncs ? be->iface->host_syncs(be->impl) : 0;
 }
 
+ex_status ex_backend_devices(const char *name, char *buf, size_t len)
+{
+    if (!name || !buf || len == 0)
+        return EX_ERR_ARG;
+    buf[0] = '\0';
+#ifdef EXAPT_HAVE_VULKAN
+    if (!strcmp(name, "vulkan"))
+        return ex_vulkan_devices(buf, len);
+#endif
+    return EX_ERR_UNSUPPORTED;
+}
+
 const ex_backend_iface *ex_backend_iface_of(const ex_backend *be)
 {
     return be ? be->iface : NULL;

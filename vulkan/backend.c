@@ -616,3 +616,37 @@ ex_status ex_vulkan_backend_create(int automatic, const ex_backend_iface **iface
     *impl = b;
     return EX_OK;
 }
+
+/* ---- listing devices (exapt info) ---- */
+
+ex_status ex_vulkan_devices(char *buf, size_t len)
+{
+    if (!buf || len == 0)
+        return EX_ERR_ARG;
+    buf[0] = '\0';
+    vk_backend *b = calloc(1, sizeof *b);
+    if (!b)
+        return EX_ERR_NOMEM;
+    ex_status st = make_instance(b);
+    uint32_t n = 0;
+    VkPhysicalDevice devs[16];
+    if (st == EX_OK) {
+        n = 16;
+        VkResult r = vkEnumeratePhysicalDevices(b->inst, &n, devs);
+        st = r == VK_INCOMPLETE ? EX_OK : vk_check(b, r, "devices");
+    }
+    size_t used = 0;
+    for (uint32_t i = 0; st == EX_OK && i < n && used < len; i++) {
+        VkPhysicalDeviceProperties pr;
+        vkGetPhysicalDeviceProperties(devs[i], &pr);
+        int w = snprintf(buf + used, len - used, "%s%u: %s (%s, Vulkan %u.%u)%s", i ? "\n" : "", i,
+                         pr.deviceName, type_name(pr.deviceType),
+                         VK_API_VERSION_MAJOR(pr.apiVersion), VK_API_VERSION_MINOR(pr.apiVersion),
+                         is_gpu(pr.deviceType) ? "" : " [only when asked for]");
+        used += w > 0 ? (size_t)w : 0;
+    }
+    if (st != EX_OK)
+        snprintf(buf, len, "%s", b->msg);
+    vk_close(b);
+    return st;
+}

@@ -37,8 +37,8 @@ static int fits(const gm_geom *g)
     return g->m * g->k <= INT32_MAX && g->k * g->n <= INT32_MAX;
 }
 
-static ex_status run(vk_exec *e, const gm_geom *g, const ex_tdesc *a, const ex_tdesc *b,
-                     const ex_tdesc *c, const ex_tdesc *bias)
+static ex_status run_refs(vk_exec *e, const gm_geom *g, uint32_t a, uint32_t b, uint32_t c,
+                          const ex_tdesc *bias)
 {
     if (!fits(g))
         return vk_fail(e, EX_ERR_UNSUPPORTED, "operands are beyond 32-bit indexing");
@@ -46,9 +46,9 @@ static ex_status run(vk_exec *e, const gm_geom *g, const ex_tdesc *a, const ex_t
     if (gx > VK_MAX_GROUPS || gy > VK_MAX_GROUPS || g->batch > VK_MAX_GROUPS)
         return vk_fail(e, EX_ERR_UNSUPPORTED, "a %lldx%lld product in %lld batches is too large",
                        (long long)g->m, (long long)g->n, (long long)g->batch);
-    gm_pc pc = {.a = vk_ref(e, a),
-                .b = vk_ref(e, b),
-                .c = vk_ref(e, c),
+    gm_pc pc = {.a = a,
+                .b = b,
+                .c = c,
                 .bias = VK_NOREF,
                 .m = (uint32_t)g->m,
                 .n = (uint32_t)g->n,
@@ -77,6 +77,12 @@ static ex_status run(vk_exec *e, const gm_geom *g, const ex_tdesc *a, const ex_t
     }
     return vk_dispatch(e, VK_SH_gemm_gemm, 0, &pc, sizeof pc, (uint32_t)(gx ? gx : 1),
                        (uint32_t)(gy ? gy : 1), (uint32_t)g->batch);
+}
+
+static ex_status run(vk_exec *e, const gm_geom *g, const ex_tdesc *a, const ex_tdesc *b,
+                     const ex_tdesc *c, const ex_tdesc *bias)
+{
+    return run_refs(e, g, vk_ref(e, a), vk_ref(e, b), vk_ref(e, c), bias);
 }
 
 static ex_status check(vk_exec *e, const ex_node_exec *nd, int nsrc_min, int nsrc_max,
@@ -198,6 +204,44 @@ static ex_status pwconv(vk_exec *e, const ex_node_exec *n)
     return run(e, &g, w, x, y, NULL);
 }
 
+/* Below this many 32x32 output tiles a filter gradient is split by sample: each sample's
+ * product goes to scratch in its own workgroups, then a fixed-order sum over samples. */
+#define VK_SPLIT_TILES 64
+#define VK_SPLIT_BYTES ((int64_t)64 << 20)
+
+static ex_status pwconv_bwd_filter_split(vk_exec *e, const ex_tdesc *x, const ex_tdesc *dy,
+                                         const ex_tdesc *dw)
+{
+    int64_t nb = x->ne[0], co = dw->ne[0], ci = dw->ne[1];
+    uint32_t part = 0;
+    ex_status st = vk_scratch(e, (uint64_t)(nb * co * ci * 4), &part);
+    if (st != EX_OK)
+        return st;
+    gm_geom g = plain(co, ci, x->ne[2] * x->ne[3]);
+    g.k1 = x->ne[2];
+    g.k0 = x->ne[3];
+    g.batch = nb;
+    g.a_i = dy->st[1];
+    g.a_k1 = dy->st[2];
+    g.a_k0 = dy->st[3];
+    g.b_k1 = x->st[2];
+    g.b_k0 = x->st[3];
+    g.b_j0 = x->st[1];
+    g.c_i = ci;
+    g.c_j0 = 1;
+    g.za = dy->st[0];
+    g.zb = x->st[0];
+    g.zc = co * ci;
+    st = run_refs(e, &g, vk_ref(e, dy), vk_ref(e, x), part, NULL);
+    if (st != EX_OK)
+        return st;
+    vk_barrier(e);
+    if (dw->st[0] > INT32_MAX || dw->st[1] > INT32_MAX || dw->st[0] < 0 || dw->st[1] < 0)
+        return vk_fail(e, EX_ERR_UNSUPPORTED, "dw is beyond 32-bit indexing");
+    return vk_reduce_batch(e, part, (uint32_t)nb, (uint32_t)co, (uint32_t)ci, vk_ref(e, dw),
+                           (uint32_t)dw->st[0], (uint32_t)dw->st[1]);
+}
+
 /* dw [Co, Ci] = dy [Co, (n, h, w)] x^T [(n, h, w), Ci]: k split in three levels. */
 static ex_status pwconv_bwd_filter(vk_exec *e, const ex_node_exec *n)
 {
@@ -207,6 +251,10 @@ static ex_status pwconv_bwd_filter(vk_exec *e, const ex_node_exec *n)
     ex_status st = pw_check(e, n, x, dw, dy);
     if (st != EX_OK)
         return st;
+    int64_t nb = x->ne[0], co = dw->ne[0], ci = dw->ne[1];
+    if (nb > 1 && ((co + 31) / 32) * ((ci + 31) / 32) < VK_SPLIT_TILES &&
+        nb * co * ci * 4 <= VK_SPLIT_BYTES)
+        return pwconv_bwd_filter_split(e, x, dy, dw);
     gm_geom g = plain(dw->ne[0], dw->ne[1], x->ne[0] * x->ne[2] * x->ne[3]);
     g.k1 = x->ne[2];
     g.k0 = x->ne[3];
