@@ -631,7 +631,9 @@ static void gate_snapshot(vk_backend *b, vk_exec *e, const ex_node_exec *n, int6
 static ex_status run_profiled(vk_backend *b, const ex_node_exec *nodes, int64_t count,
                               double *node_ms)
 {
-    ex_status st = dry_pass(b, nodes, count);
+    ex_status st = vkm_submit_wait(b, NULL); /* pending uploads leave the staging buffer */
+    if (st == EX_OK)
+        st = dry_pass(b, nodes, count);
     int ts = b->feat.timestamps;
     if (st == EX_OK && ts)
         st = queries_reserve(b, (uint32_t)(2 * count));

@@ -242,6 +242,8 @@ void vkm_free(vk_backend *b, vk_buffer *buf)
 {
     if (!buf)
         return;
+    if (b->up_open)
+        vkm_submit_wait(b, NULL); /* pending uploads may name the range */
     vk_block *k = &b->blocks[buf->block];
     if (k->dedicated) {
         /* recorded steps and descriptor sets may name the block */
@@ -292,13 +294,26 @@ ex_status vkm_begin(vk_backend *b)
 
 ex_status vkm_submit_wait(vk_backend *b, VkCommandBuffer cmd)
 {
+    VkCommandBuffer cmds[2];
+    uint32_t n = 0;
+    ex_status st = EX_OK;
+    if (b->up_open) {
+        b->up_open = 0;
+        st = vk_check(b, vkEndCommandBuffer(b->up), "vkEndCommandBuffer");
+        cmds[n++] = b->up;
+    }
+    if (cmd)
+        cmds[n++] = cmd;
+    if (st != EX_OK || n == 0)
+        return st;
     VkSubmitInfo si = {
-        .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
-    ex_status st = vk_check(b, vkQueueSubmit(b->queue, 1, &si, b->fence), "vkQueueSubmit");
+        .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = n, .pCommandBuffers = cmds};
+    st = vk_check(b, vkQueueSubmit(b->queue, 1, &si, b->fence), "vkQueueSubmit");
     if (st != EX_OK)
         return st;
     b->host_syncs++;
     st = vk_check(b, vkWaitForFences(b->dev, 1, &b->fence, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+    b->stage_used = 0; /* every upload's data has been copied out */
     ex_status rs = vk_check(b, vkResetFences(b->dev, 1, &b->fence), "vkResetFences");
     return st != EX_OK ? st : rs;
 }
@@ -330,19 +345,31 @@ static uint64_t at(ex_buffer *buf, uint64_t off)
     return ((vk_buffer *)buf)->offset + off;
 }
 
+/* Without waiting: the data goes into the staging buffer and its copy into b->up, which
+ * is submitted with the next batch (a step, a download, ...). Only a full staging buffer
+ * makes the host wait. */
 ex_status vk_upload(void *impl, ex_buffer *buf, uint64_t off, const void *src, uint64_t n)
 {
     vk_backend *b = impl;
     ex_status st = check_range(b, buf, off, n);
     for (uint64_t done = 0; st == EX_OK && done < n;) {
-        uint64_t len = n - done < VK_STAGE_BYTES ? n - done : VK_STAGE_BYTES;
-        memcpy(b->stage_map, (const char *)src + done, (size_t)len);
-        st = vkm_begin(b);
-        if (st != EX_OK)
+        if (b->stage_used >= VK_STAGE_BYTES && (st = vkm_submit_wait(b, NULL)) != EX_OK)
             break;
-        VkBufferCopy r = {0, at(buf, off + done), len};
-        vkCmdCopyBuffer(b->xfer, b->stage, vkbuf(b, buf), 1, &r);
-        st = end_submit(b);
+        uint64_t room = VK_STAGE_BYTES - b->stage_used;
+        uint64_t len = n - done < room ? n - done : room;
+        if (!b->up_open) {
+            VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                           .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+            st = vk_check(b, vkBeginCommandBuffer(b->up, &bi), "vkBeginCommandBuffer");
+            if (st != EX_OK)
+                break;
+            vk_full_barrier(b->up);
+            b->up_open = 1;
+        }
+        memcpy(b->stage_map + b->stage_used, (const char *)src + done, (size_t)len);
+        VkBufferCopy r = {b->stage_used, at(buf, off + done), len};
+        vkCmdCopyBuffer(b->up, b->stage, vkbuf(b, buf), 1, &r);
+        b->stage_used += (len + 15) & ~(uint64_t)15;
         done += len;
     }
     return st;
@@ -428,6 +455,13 @@ ex_status vk_fill(void *impl, ex_buffer *buf, uint64_t off, uint64_t n, uint32_t
 
 ex_status vkm_init(vk_backend *b)
 {
+    VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                      .commandPool = b->pool,
+                                      .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                      .commandBufferCount = 1};
+    ex_status ust = vk_check(b, vkAllocateCommandBuffers(b->dev, &ai, &b->up), "command buffer");
+    if (ust != EX_OK)
+        return ust;
     ex_status st = make_buffer(b, VK_STAGE_BYTES, 1, &b->stage, &b->stage_mem);
     void *map = NULL;
     if (st == EX_OK)

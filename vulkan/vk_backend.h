@@ -99,6 +99,9 @@ struct vk_backend {
     VkBuffer stage;
     VkDeviceMemory stage_mem;
     char *stage_map;
+    VkCommandBuffer up;  /**< uploads recorded and not yet submitted */
+    int up_open;         /**< up is recording */
+    uint64_t stage_used; /**< staging bytes holding those uploads' data */
     vk_buffer *internal; /**< status words, then scratch */
     uint64_t scratch_bytes;
     /* recording */
@@ -133,7 +136,8 @@ ex_status vkm_init(vk_backend *b);
 void vkm_destroy(vk_backend *b);
 ex_status vkm_alloc(vk_backend *b, uint64_t bytes, vk_buffer **out);
 void vkm_free(vk_backend *b, vk_buffer *buf);
-/** Runs the one-off command buffer b->xfer after its commands are recorded and waits. */
+/** Submits the pending uploads (if any) and then cmd (may be NULL) in one batch and
+ *  waits: the one place the host waits for the device. */
 ex_status vkm_submit_wait(vk_backend *b, VkCommandBuffer cmd);
 /** Begins b->xfer with a full barrier against all earlier work. */
 ex_status vkm_begin(vk_backend *b);
