@@ -2,7 +2,8 @@
  * (first fit, freed ranges merged), a buffer larger than that gets a block of its own.
  * Each block carries one VkBuffer over all of it, so a node's tensors in one block take
  * one descriptor binding. Uploads and downloads go through one host-visible staging
- * buffer; every transfer waits for its fence (counted as a host sync). */
+ * buffer. Uploads, fills and copies are recorded into a pending command buffer that
+ * goes out with the next submission; downloads wait for their fence (a host sync). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -345,6 +346,22 @@ static uint64_t at(ex_buffer *buf, uint64_t off)
     return ((vk_buffer *)buf)->offset + off;
 }
 
+/* Opens b->up, the pending transfers, and orders the next command after every earlier one
+ * (a poison fill, then an upload of the same range). */
+static ex_status pending(vk_backend *b)
+{
+    if (!b->up_open) {
+        VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                       .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+        ex_status st = vk_check(b, vkBeginCommandBuffer(b->up, &bi), "vkBeginCommandBuffer");
+        if (st != EX_OK)
+            return st;
+        b->up_open = 1;
+    }
+    vk_full_barrier(b->up);
+    return EX_OK;
+}
+
 /* Without waiting: the data goes into the staging buffer and its copy into b->up, which
  * is submitted with the next batch (a step, a download, ...). Only a full staging buffer
  * makes the host wait. */
@@ -357,15 +374,8 @@ ex_status vk_upload(void *impl, ex_buffer *buf, uint64_t off, const void *src, u
             break;
         uint64_t room = VK_STAGE_BYTES - b->stage_used;
         uint64_t len = n - done < room ? n - done : room;
-        if (!b->up_open) {
-            VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
-                                           .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
-            st = vk_check(b, vkBeginCommandBuffer(b->up, &bi), "vkBeginCommandBuffer");
-            if (st != EX_OK)
-                break;
-            vk_full_barrier(b->up);
-            b->up_open = 1;
-        }
+        if ((st = pending(b)) != EX_OK)
+            break;
         memcpy(b->stage_map + b->stage_used, (const char *)src + done, (size_t)len);
         VkBufferCopy r = {b->stage_used, at(buf, off + done), len};
         vkCmdCopyBuffer(b->up, b->stage, vkbuf(b, buf), 1, &r);
@@ -410,13 +420,13 @@ ex_status vk_copy(void *impl, ex_buffer *dst, uint64_t doff, ex_buffer *src, uin
     int same = ((vk_buffer *)dst)->block == ((vk_buffer *)src)->block;
     if (same && d == s)
         return EX_OK;
-    if (!same || d + n <= s || s + n <= d) {
-        st = vkm_begin(b);
+    if (!same || d + n <= s || s + n <= d) { /* joins the pending transfers */
+        st = pending(b);
         if (st != EX_OK)
             return st;
         VkBufferCopy r = {s, d, n};
-        vkCmdCopyBuffer(b->xfer, vkbuf(b, src), vkbuf(b, dst), 1, &r);
-        return end_submit(b);
+        vkCmdCopyBuffer(b->up, vkbuf(b, src), vkbuf(b, dst), 1, &r);
+        return EX_OK;
     }
     int back = d > s;
     for (uint64_t done = 0; st == EX_OK && done < n;) {
@@ -444,11 +454,11 @@ ex_status vk_fill(void *impl, ex_buffer *buf, uint64_t off, uint64_t n, uint32_t
                   (unsigned long long)n, (unsigned long long)off);
     if (st != EX_OK || n == 0)
         return st;
-    st = vkm_begin(b);
+    st = pending(b); /* joins the pending transfers */
     if (st != EX_OK)
         return st;
-    vkCmdFillBuffer(b->xfer, vkbuf(b, buf), at(buf, off), n, pattern);
-    return end_submit(b);
+    vkCmdFillBuffer(b->up, vkbuf(b, buf), at(buf, off), n, pattern);
+    return EX_OK;
 }
 
 /* ---- setup ---- */
