@@ -196,6 +196,11 @@ static ex_status node_done(vk_exec *e, const ex_node_exec *n)
                      : push_access(&b->reads, &b->nreads, &b->capreads, access_of(&n->src[i]));
     if (ok && n->gate)
         ok = push_access(&b->reads, &b->nreads, &b->capreads, access_of(n->gate));
+    if (ok && e->scratch_at) { /* a barrier inside the node may have dropped it */
+        uint64_t lo = b->internal->offset + VK_STATUS_BYTES;
+        ok = push_access(&b->writes, &b->nwrites, &b->capwrites,
+                         (vk_access){b->internal->block, lo, lo + e->scratch_at});
+    }
     return ok ? EX_OK : vk_fail(e, EX_ERR_NOMEM, "out of host memory");
 }
 
@@ -328,8 +333,10 @@ ex_status vk_dispatch(vk_exec *e, vk_shader_id shader, int32_t variant, const vo
     VkPipeline p = VK_NULL_HANDLE;
     ex_status st = pipeline(b, shader, variant, &p);
     int blocks[VK_BINDINGS];
+    /* every binding needs a valid buffer: the unused ones repeat the first block */
+    int fill = e->nblocks > 0 ? e->blocks[0] : b->internal->block;
     for (int i = 0; i < VK_BINDINGS; i++)
-        blocks[i] = i < e->nblocks ? e->blocks[i] : e->blocks[0];
+        blocks[i] = i < e->nblocks ? e->blocks[i] : fill;
     VkDescriptorSet set = VK_NULL_HANDLE;
     if (st == EX_OK)
         st = descriptor_set(b, blocks, &set);
