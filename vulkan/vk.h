@@ -54,7 +54,7 @@ typedef struct vk_exec {
     int dry;
     const ex_node_exec *n;
     int64_t index;           /**< the node's index in the list */
-    int blocks[VK_BINDINGS]; /**< block bound at each binding (-1: free) */
+    int blocks[VK_BINDINGS]; /**< block bound at each binding, nblocks of them */
     int nblocks;
     int prev_blocks[VK_BINDINGS]; /**< the bindings before the last vk_bind_reset() */
     int ref_error;                /**< a reference was asked for a block with no binding */
