@@ -1,8 +1,9 @@
 /* The Vulkan backend's own machinery on whatever device `--backend vulkan` picks (lavapipe
  * in CI), with the validation layer on (any message is an error of the next call):
  * device selection, transfers through the staging buffer, gates decided on the device,
- * the recorded step re-submitted with one host sync, profiling, the portable profile's
- * limits, and failures as statuses. A device that cannot be opened is a failure. */
+ * the recorded step re-submitted with one host sync, profiling, a bad label reported
+ * from the device, the portable profile's limits, and failures as statuses. A device that cannot be
+ * opened is a failure. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -160,6 +161,34 @@ static void gates_and_steps(void **state)
     ex_backend_close(be);
 }
 
+/* A label outside [0, K) is found by the shader and reported after the step as the CPU
+ * reports it; the next run with good labels succeeds. */
+static void bad_label(void **state)
+{
+    (void)state;
+    ex_backend *be = open_vk();
+    ex_ctx *c = ex_ctx_new();
+    int64_t ne[2] = {3, 5}, three = 3;
+    ex_tensor *x = ex_input(c, EX_F32, 2, ne, "x"), *y = ex_input(c, EX_I32, 1, &three, "y");
+    ex_tensor *loss = ex_keep(c, ex_cross_entropy(c, x, y));
+    ex_plan *p = NULL;
+    assert_int_equal(ex_graph_plan(c, be, NULL, &p), EX_OK);
+    float xv[15] = {0};
+    int32_t bad[3] = {1, 7, 0}, good[3] = {1, 4, 0};
+    assert_int_equal(ex_plan_write(p, x, xv, sizeof xv), EX_OK);
+    assert_int_equal(ex_plan_write(p, y, bad, sizeof bad), EX_OK);
+    assert_int_equal(ex_plan_run(p), EX_ERR_ARG);
+    assert_non_null(strstr(ex_plan_error(p), "label 7 of row 1"));
+    assert_int_equal(ex_plan_write(p, y, good, sizeof good), EX_OK);
+    assert_int_equal(ex_plan_run(p), EX_OK);
+    float l = 0;
+    assert_int_equal(ex_plan_read(p, loss, &l, sizeof l), EX_OK);
+    assert_float_equal(l, 1.6094379f, 1e-5); /* log 5 */
+    ex_plan_free(p);
+    ex_ctx_free(c);
+    ex_backend_close(be);
+}
+
 /* The portable profile keeps to Vulkan 1.1's guaranteed limits. */
 static void portable_profile(void **state)
 {
@@ -178,9 +207,8 @@ static void portable_profile(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(selection),
-        cmocka_unit_test(transfers),
-        cmocka_unit_test(gates_and_steps),
+        cmocka_unit_test(selection),        cmocka_unit_test(transfers),
+        cmocka_unit_test(gates_and_steps),  cmocka_unit_test(bad_label),
         cmocka_unit_test(portable_profile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
