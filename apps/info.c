@@ -106,6 +106,10 @@ static void print_report(const backend_report *r)
         printf("  threads         %d\n", r->caps.threads);
     features_str(r->caps.features, feat, sizeof feat);
     printf("  features        %s\n", feat);
+    char devs[1024];
+    if (ex_backend_devices(r->caps.name, devs, sizeof devs) == EX_OK) /* Vulkan: all devices */
+        for (char *line = strtok(devs, "\n"), *first = line; line; line = strtok(NULL, "\n"))
+            printf("  %-15s %s\n", line == first ? "devices" : "", line);
     if (r->error[0])
         printf("  peak copy       unknown (%s)\n", r->error);
     else

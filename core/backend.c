@@ -16,7 +16,8 @@ struct ex_backend {
 
 typedef struct backend_entry {
     const char *name;
-    int arg; /* passed to create: for the CPU, whether it is the reference path */
+    int arg;      /* passed to create: for the CPU, whether it is the reference path */
+    int auto_arg; /* passed instead when "auto" picks it (Vulkan: GPU-type devices only) */
     ex_status (*create)(int arg, const ex_backend_iface **iface, void **impl, ex_backend_caps *caps,
                         char *msg, size_t msg_len);
     bool automatic; /* may "auto" pick it */
@@ -25,24 +26,36 @@ typedef struct backend_entry {
 /* In "auto" order. */
 static const backend_entry backends[] = {
 #ifdef EXAPT_HAVE_CUDA
-    {"cuda", 0, ex_cuda_backend_create, true},
+    {"cuda", 0, 0, ex_cuda_backend_create, true},
 #endif
-    {"cpu", 0, ex_cpu_backend_create, true},
-    {"cpu-ref", 1, ex_cpu_backend_create, false},
+#ifdef EXAPT_HAVE_VULKAN
+    {"vulkan", 0, 1, ex_vulkan_backend_create, true},
+#endif
+    {"cpu", 0, 0, ex_cpu_backend_create, true},
+    {"cpu-ref", 1, 1, ex_cpu_backend_create, false},
 };
 
 static const char *const backend_names[] = {
 #ifdef EXAPT_HAVE_CUDA
     "cuda",
 #endif
+#ifdef EXAPT_HAVE_VULKAN
+    "vulkan",
+#endif
     "cpu", "cpu-ref", NULL};
 
 /* The names above as one line, for messages. */
 #ifdef EXAPT_HAVE_CUDA
-#define BACKEND_NAMES_LINE "cuda, cpu, cpu-ref"
+#define BACKEND_NAMES_CUDA "cuda, "
 #else
-#define BACKEND_NAMES_LINE "cpu, cpu-ref"
+#define BACKEND_NAMES_CUDA ""
 #endif
+#ifdef EXAPT_HAVE_VULKAN
+#define BACKEND_NAMES_VULKAN "vulkan, "
+#else
+#define BACKEND_NAMES_VULKAN ""
+#endif
+#define BACKEND_NAMES_LINE BACKEND_NAMES_CUDA BACKEND_NAMES_VULKAN "cpu, cpu-ref"
 
 const char *const *ex_backend_list(void)
 {
@@ -65,14 +78,16 @@ static void put(char *msg, size_t len, const char *fmt, const char *a, const cha
         snprintf(msg, len, fmt, a, b);
 }
 
-static ex_status open_entry(const backend_entry *e, ex_backend **out, char *msg, size_t len)
+static ex_status open_entry(const backend_entry *e, bool automatic, ex_backend **out, char *msg,
+                            size_t len)
 {
     ex_backend *be = calloc(1, sizeof *be);
     if (!be) {
         put(msg, len, "%s%s: out of host memory", e->name, "");
         return EX_ERR_NOMEM;
     }
-    ex_status st = e->create(e->arg, &be->iface, &be->impl, &be->caps, msg, len);
+    ex_status st =
+        e->create(automatic ? e->auto_arg : e->arg, &be->iface, &be->impl, &be->caps, msg, len);
     if (st != EX_OK) {
         free(be);
         return st;
@@ -100,7 +115,7 @@ ex_status ex_backend_open(const char *name, ex_backend **out, char *msg, size_t 
         ex_status st = EX_ERR_UNSUPPORTED;
         for (size_t i = 0; i < n; i++)
             if (backends[i].automatic &&
-                (st = open_entry(&backends[i], out, msg, msg_len)) == EX_OK) {
+                (st = open_entry(&backends[i], true, out, msg, msg_len)) == EX_OK) {
                 if (msg && msg_len)
                     msg[0] = '\0'; /* an earlier candidate's failure is no failure of auto */
                 return EX_OK;
@@ -109,7 +124,7 @@ ex_status ex_backend_open(const char *name, ex_backend **out, char *msg, size_t 
     }
     for (size_t i = 0; i < n; i++)
         if (!strcmp(backends[i].name, name))
-            return open_entry(&backends[i], out, msg, msg_len);
+            return open_entry(&backends[i], false, out, msg, msg_len);
     put(msg, msg_len, "unknown or absent backend '%s' (compiled in: %s)", name, BACKEND_NAMES_LINE);
     return EX_ERR_UNSUPPORTED;
 }
@@ -130,6 +145,18 @@ const ex_backend_caps *ex_backend_get_caps(const ex_backend *be)
 uint64_t ex_backend_host_syncs(const ex_backend *be)
 {
     return be && be->iface->host_syncs ? be->iface->host_syncs(be->impl) : 0;
+}
+
+ex_status ex_backend_devices(const char *name, char *buf, size_t len)
+{
+    if (!name || !buf || len == 0)
+        return EX_ERR_ARG;
+    buf[0] = '\0';
+#ifdef EXAPT_HAVE_VULKAN
+    if (!strcmp(name, "vulkan"))
+        return ex_vulkan_devices(buf, len);
+#endif
+    return EX_ERR_UNSUPPORTED;
 }
 
 const ex_backend_iface *ex_backend_iface_of(const ex_backend *be)

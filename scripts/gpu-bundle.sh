@@ -4,6 +4,7 @@
 # libraries that machine lacks, and Fashion-MNIST. Carry .gpu, and there:
 #   mkdir -p /tmp/x && tar xJf .gpu/bundle.tar.xz -C /tmp/x && export LD_LIBRARY_PATH=/tmp/x/lib
 #   /tmp/x/bin/test_ops --backend cuda; /tmp/x/bin/exapt search --data /tmp/x/data ...
+#   /tmp/x/bin/test_ops --backend vulkan (needs the driver's Vulkan ICD, e.g. nvidia_icd.json)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p "$(git rev-parse --git-dir)/info"
@@ -12,11 +13,15 @@ grep -qx "/.gpu/" "$exclude" 2>/dev/null || echo /.gpu/ >> "$exclude"
 export PATH=/usr/local/cuda/bin:$PATH
 build=build-gpu
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DEXAPT_CUDA=ON -DEXAPT_CUDA_ARCHS=90 \
-      -DEXAPT_VIZ=OFF -DEXAPT_VULKAN=OFF >/dev/null
+      -DEXAPT_VIZ=OFF >/dev/null
 cmake --build "$build" -j"$(nproc)" >/dev/null
 stage=.gpu/stage
 rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib" "$stage/data"
 bins=("$build/apps/exapt" "$build"/tests/test_ops "$build"/tests/test_search)
+# the Vulkan backend's tests, when it was built (SPIR-V is embedded; the loader travels)
+for t in test_vulkan test_backend_search; do
+    [ -x "$build/tests/$t" ] && bins+=("$build/tests/$t")
+done
 for extra in "$build"/bench/*; do [ -x "$extra" ] && [ -f "$extra" ] && bins+=("$extra"); done
 cp "${bins[@]}" "$stage/bin/"
 cp -r bench/*.py "$stage/bin/" 2>/dev/null || true

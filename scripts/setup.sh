@@ -12,6 +12,8 @@ fi
 
 packages=(build-essential cmake pkg-config libopenblas-dev libopenblas-openmp-dev libcmocka-dev
           libjansson-dev zlib1g-dev dataset-fashion-mnist)
+# the Vulkan backend: shader compiler, loader and headers, lavapipe, validation layers
+packages+=(glslang-tools libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

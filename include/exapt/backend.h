@@ -121,6 +121,12 @@ const char *const *ex_backend_list(void);
 /** Whether backend name runs op (every compiled backend runs every op). */
 int ex_backend_supports(const char *name, ex_op op);
 
+/** Lists the devices backend name could use, one line each, into buf (NUL-terminated,
+ *  cut at len): for "vulkan" every device the loader reports, with its index for
+ *  EXAPT_VK_DEVICE, type and Vulkan version. EX_ERR_UNSUPPORTED for a backend without a
+ *  device list or not compiled in; on failure buf holds the message. */
+ex_status ex_backend_devices(const char *name, char *buf, size_t len);
+
 /** The interface and implementation behind an open backend (for the planner). */
 const ex_backend_iface *ex_backend_iface_of(const ex_backend *be);
 void *ex_backend_impl_of(const ex_backend *be);
@@ -133,6 +139,15 @@ ex_status ex_cpu_backend_create(int reference, const ex_backend_iface **iface, v
  *  device. */
 ex_status ex_cuda_backend_create(int arg, const ex_backend_iface **iface, void **impl,
                                  ex_backend_caps *caps, char *msg, size_t msg_len);
+/** The Vulkan backend (compiled in when EXAPT_HAVE_VULKAN): the device is EXAPT_VK_DEVICE
+ *  (an index or part of a name) or the best one, discrete before integrated GPUs; virtual
+ *  and CPU-type devices (lavapipe) only when automatic is 0 (asked for by name), never for
+ *  "auto". EXAPT_VK_PORTABLE=1 keeps to what Vulkan 1.1 guarantees; EXAPT_VK_VALIDATION=1
+ *  turns the Khronos validation layer on and makes any message of it an error. */
+/** The Vulkan devices the loader reports, for ex_backend_devices(). */
+ex_status ex_vulkan_devices(char *buf, size_t len);
+ex_status ex_vulkan_backend_create(int automatic, const ex_backend_iface **iface, void **impl,
+                                   ex_backend_caps *caps, char *msg, size_t msg_len);
 
 #ifdef __cplusplus
 }

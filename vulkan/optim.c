@@ -1,0 +1,177 @@
+/* Optimizer ops: SGD, ADAM and CLIP through optim/update.comp (element-wise, in place:
+ * dst must be src[0], as docs/ops.md says), GRAD_NORM as a sum of squares per tensor
+ * into scratch (reduce/reduce.comp, one fixed-order tree each) and the square root of
+ * their sum in order. Checks mirror the CPU backend's. */
+#include <string.h>
+
+#include "shaders/optim/variants.h"
+#include "shaders/reduce/variants.h"
+#include "vulkan/vk.h"
+
+/* Mirrors update.comp's push constants. */
+typedef struct opt_pc {
+    uint32_t gate, p, g, m;
+    uint32_t v, sc, sc1, n;
+    float f[4];
+    uint32_t ne[4], sp[4], sg[4], sm[4];
+    uint32_t sv[4];
+} opt_pc;
+
+_Static_assert(sizeof(opt_pc) <= VK_PC_BYTES, "update.comp's push constants");
+
+static void put4(uint32_t out[4], const int64_t v[4])
+{
+    for (int d = 0; d < 4; d++)
+        out[d] = (uint32_t)v[d];
+}
+
+static int valid(const ex_tdesc *t)
+{
+    return t->ndim >= 1 && t->ndim <= 4 && t->dtype == EX_F32 && t->buf != NULL;
+}
+
+static int same(const ex_tdesc *a, const ex_tdesc *b)
+{
+    if (a->buf != b->buf || a->offset != b->offset || a->ndim != b->ndim)
+        return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->ne[d] != b->ne[d] || a->st[d] != b->st[d])
+            return 0;
+    return 1;
+}
+
+/* dst is src[0]; sources 1..nalign-1 align to its shape; bit k of written marks source k
+ * as updated (it must not broadcast). */
+static ex_status setup(vk_exec *e, const ex_node_exec *n, int nsrc, int nalign, unsigned written,
+                       opt_pc *pc)
+{
+    if (n->nsrc != nsrc || n->src == NULL)
+        return vk_fail(e, EX_ERR_ARG, "%d sources, expected %d", n->nsrc, nsrc);
+    if (!valid(&n->dst))
+        return vk_fail(e, EX_ERR_ARG, "dst must be f32 with 1 to 4 dims");
+    int64_t ne[4], s[5][4];
+    vk_shape4(&n->dst, ne, s[0]);
+    for (int i = 0; i < nalign; i++) {
+        if (!valid(&n->src[i]) || !vk_align(&n->src[i], ne, s[i]))
+            return vk_fail(e, EX_ERR_SHAPE, "source %d is not f32 of dst's shape", i);
+        if (!vk_fits32(ne, s[i]))
+            return vk_fail(e, EX_ERR_UNSUPPORTED, "source %d is beyond 32-bit indexing", i);
+        for (int d = 0; d < 4; d++)
+            if (((written >> i) & 1) && ne[d] > 1 && s[i][d] == 0)
+                return vk_fail(e, EX_ERR_ARG, "an updated tensor broadcasts");
+    }
+    if (!same(&n->dst, &n->src[0]))
+        return vk_fail(e, EX_ERR_ARG, "dst must be src[0] (the update is in place)");
+    memset(pc, 0, sizeof *pc);
+    put4(pc->ne, ne);
+    pc->n = (uint32_t)vk_numel(&n->dst);
+    pc->p = vk_ref(e, &n->src[0]);
+    put4(pc->sp, s[0]);
+    pc->g = vk_ref(e, &n->src[1]);
+    put4(pc->sg, s[1]);
+    if (nalign > 2) {
+        pc->m = vk_ref(e, &n->src[2]);
+        put4(pc->sm, s[2]);
+    }
+    if (nalign > 3) {
+        pc->v = vk_ref(e, &n->src[3]);
+        put4(pc->sv, s[3]);
+    }
+    return EX_OK;
+}
+
+/* A small f32 source read by logical index (lr, hyper, norm). */
+static ex_status scalars(vk_exec *e, const ex_tdesc *t, int count, opt_pc *pc)
+{
+    if (!valid(t) || vk_numel(t) != count)
+        return vk_fail(e, EX_ERR_SHAPE, "expected an f32 source of %d element(s)", count);
+    pc->sc = vk_ref(e, t);
+    pc->sc1 = count > 1 ? (uint32_t)vk_at(t, 1) : 0;
+    return EX_OK;
+}
+
+static ex_status go(vk_exec *e, int variant, const opt_pc *pc)
+{
+    return vk_dispatch(e, VK_SH_optim_update, variant, pc, sizeof *pc, vk_groups(pc->n, 128), 1, 1);
+}
+
+static ex_status sgd(vk_exec *e, const ex_node_exec *n)
+{
+    opt_pc pc;
+    ex_status st = setup(e, n, 4, 3, 1u | 1u << 2, &pc);
+    if (st == EX_OK)
+        st = scalars(e, &n->src[3], 1, &pc);
+    if (st != EX_OK)
+        return st;
+    pc.f[0] = n->fp[0];
+    pc.f[1] = n->fp[1];
+    return go(e, n->ip[0] ? OPT_SGD_NESTEROV : OPT_SGD, &pc);
+}
+
+static ex_status adam(vk_exec *e, const ex_node_exec *n)
+{
+    opt_pc pc;
+    ex_status st = setup(e, n, 5, 4, 1u | 1u << 2 | 1u << 3, &pc);
+    if (st == EX_OK)
+        st = scalars(e, &n->src[4], 2, &pc);
+    if (st != EX_OK)
+        return st;
+    memcpy(pc.f, n->fp, sizeof pc.f);
+    return go(e, OPT_ADAM, &pc);
+}
+
+static ex_status clip(vk_exec *e, const ex_node_exec *n)
+{
+    opt_pc pc;
+    if (n->nsrc != 2 || n->src == NULL)
+        return vk_fail(e, EX_ERR_ARG, "%d sources, expected 2", n->nsrc);
+    ex_status st = setup(e, n, 2, 1, 1u, &pc);
+    if (st != EX_OK)
+        return st;
+    pc.g = pc.p;
+    memcpy(pc.sg, pc.sp, sizeof pc.sg);
+    st = scalars(e, &n->src[1], 1, &pc);
+    if (st != EX_OK)
+        return st;
+    pc.f[0] = n->fp[0];
+    return go(e, OPT_CLIP, &pc);
+}
+
+/* Each tensor may lie in its own block: the bindings are reset per tensor. */
+static ex_status grad_norm(vk_exec *e, const ex_node_exec *n)
+{
+    if (n->nsrc < 0 || (n->nsrc > 0 && n->src == NULL))
+        return vk_fail(e, EX_ERR_ARG, "%d sources", n->nsrc);
+    if (!valid(&n->dst) || vk_numel(&n->dst) != 1)
+        return vk_fail(e, EX_ERR_SHAPE, "dst must be one f32 element");
+    for (int i = 0; i < n->nsrc; i++)
+        if (!valid(&n->src[i]))
+            return vk_fail(e, EX_ERR_ARG, "source %d must be f32 with 1 to 4 dims", i);
+    uint32_t part = 0;
+    ex_status st = vk_scratch(e, 4 * (uint64_t)(n->nsrc > 0 ? n->nsrc : 1), &part);
+    for (int i = 0; i < n->nsrc && st == EX_OK; i++) {
+        vk_bind_reset(e);
+        uint32_t p = vk_ref_rebind(e, part);
+        st = vk_reduce_all(e, &n->src[i], vk_ref(e, &n->src[i]), e->dry ? 0 : p + (uint32_t)i,
+                           RED_SUMSQ);
+    }
+    if (st != EX_OK)
+        return st;
+    vk_bind_reset(e);
+    uint32_t p = vk_ref_rebind(e, part);
+    vk_barrier(e);
+    if (n->nsrc == 0) /* the norm of nothing: one zero partial */
+        return vk_fail(e, EX_ERR_ARG, "no tensors to take the norm of");
+    return vk_reduce_flat(e, p, (uint32_t)n->nsrc, vk_ref(e, &n->dst), RED_SQRT_SUM);
+}
+
+ex_status vk_run_optim(vk_exec *e, const ex_node_exec *n)
+{
+    switch (n->op) {
+    case EX_OP_SGD: return sgd(e, n);
+    case EX_OP_ADAM: return adam(e, n);
+    case EX_OP_CLIP: return clip(e, n);
+    case EX_OP_GRAD_NORM: return grad_norm(e, n);
+    default: return vk_fail(e, EX_ERR_UNSUPPORTED, "not an optimizer op");
+    }
+}

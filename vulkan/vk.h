@@ -1,0 +1,218 @@
+/* The Vulkan backend's internals: memory blocks, what a family file needs to dispatch a
+ * node's shaders, and one function per op family. Included by the C files of vulkan/ only.
+ *
+ * Conventions (docs/vulkan.md has the whole story):
+ * - Device memory is a few large blocks, each with one VkBuffer over all of it; an
+ *   ex_buffer is a range of one block. A shader sees at most VK_BINDINGS blocks, bound as
+ *   storage buffers 0..3 of the one descriptor set layout; a tensor is addressed by a
+ *   reference (vk_ref): the binding in the top two bits, the element offset of its
+ *   element 0 inside that block below.
+ * - Every shader's push constants are at most VK_PC_BYTES and start with the node's gate
+ *   reference (VK_NOREF: no gate), which vk_dispatch() fills in; shaders return at once
+ *   when the gate element is 0 (shaders/common.glsl: GATE_RETURN()).
+ * - A family function runs in two passes, like the CUDA backend's: the dry pass checks
+ *   the node exactly as the CPU backend does and asks for scratch; the recording pass
+ *   records dispatches into a command buffer that is re-submitted every step. So no
+ *   family function may read device memory or depend on anything but the node.
+ * - Between two dispatches of one node that depend on each other the family calls
+ *   vk_barrier(); between nodes the recorder places barriers itself from the ranges each
+ *   node reads and writes. */
+#ifndef EXAPT_VULKAN_VK_H
+#define EXAPT_VULKAN_VK_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <vulkan/vulkan.h>
+
+#include "exapt/backend.h"
+#include "vk_shaders.h"
+
+/** Storage-buffer bindings of the descriptor set layout: Vulkan 1.1 guarantees 4 per stage. */
+#define VK_BINDINGS 4
+/** Push-constant bytes every pipeline layout declares: what Vulkan 1.1 guarantees. */
+#define VK_PC_BYTES 128
+/** A reference that points nowhere (no gate, an absent operand). */
+#define VK_NOREF 0xFFFFFFFFu
+/** Largest element offset a reference holds: blocks stay below 4 GiB. */
+#define VK_REF_MAX_ELEM ((1u << 30) - 1u)
+/** Workgroups along x at most (Vulkan guarantees 65535): shaders loop grid-stride. */
+#define VK_MAX_GROUPS 65535u
+
+typedef struct vk_backend vk_backend;
+
+/** An ex_buffer of this backend: a range of one memory block. */
+typedef struct vk_buffer {
+    int block;
+    uint64_t offset; /**< bytes from the block's start */
+    uint64_t bytes;
+} vk_buffer;
+
+/** What a node's family function needs. */
+typedef struct vk_exec {
+    vk_backend *b;
+    VkCommandBuffer cmd; /**< NULL in the dry pass */
+    int dry;
+    const ex_node_exec *n;
+    int64_t index;           /**< the node's index in the list */
+    int blocks[VK_BINDINGS]; /**< block bound at each binding, nblocks of them */
+    int nblocks;
+    int prev_blocks[VK_BINDINGS]; /**< the bindings before the last vk_bind_reset() */
+    int ref_error;                /**< a reference was asked for a block with no binding */
+    uint32_t gate;                /**< the gate's reference, or VK_NOREF */
+    uint64_t scratch_at;          /**< bytes of scratch this node has taken */
+    uint64_t need;                /**< dry pass: most scratch any node asked for */
+    VkPipeline bound;             /**< the pipeline bound last in cmd */
+    VkDescriptorSet bound_set;    /**< the descriptor set bound last in cmd */
+    char *msg;
+    size_t msg_len;
+} vk_exec;
+
+/* ---- helpers for family files (vulkan/exec.c) ---- */
+
+/** Writes a message naming the node's op and returns st. */
+ex_status vk_fail(vk_exec *e, ex_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/** The reference of t's element 0 (one of the node's operands, f32 or i32). Binds t's
+ *  block when a binding is free; when none is, the next vk_dispatch() fails with
+ *  EX_ERR_UNSUPPORTED. A node's gate, dst and sources are bound in that order before its
+ *  family function runs, as far as four bindings go. */
+uint32_t vk_ref(vk_exec *e, const ex_tdesc *t);
+/** Frees every binding but the gate's, for a node whose operands lie in more blocks than
+ *  one dispatch can bind (GRAD_NORM over many tensors): take references again after it,
+ *  or carry an earlier one over with vk_ref_rebind(). */
+void vk_bind_reset(vk_exec *e);
+/** A reference taken before the last vk_bind_reset(), valid again (rebinding its block). */
+uint32_t vk_ref_rebind(vk_exec *e, uint32_t ref);
+/** Scratch of bytes (a multiple of 4) for this node: *ref addresses it. The recorder
+ *  places a barrier first when an earlier node still uses the range. */
+ex_status vk_scratch(vk_exec *e, uint64_t bytes, uint32_t *ref);
+/** Records one dispatch of shader (specialization constant 0 = variant) with the push
+ *  constants pc (at most VK_PC_BYTES; word 0 is overwritten with the gate). Nothing in
+ *  the dry pass. */
+ex_status vk_dispatch(vk_exec *e, vk_shader_id shader, int32_t variant, const void *pc,
+                      size_t pc_bytes, uint32_t gx, uint32_t gy, uint32_t gz);
+/** A compute-to-compute memory barrier between two dependent dispatches of one node. */
+void vk_barrier(vk_exec *e);
+
+/** Workgroups for a grid-stride loop over n items with wg invocations per group. */
+static inline uint32_t vk_groups(int64_t n, uint32_t wg)
+{
+    int64_t g = (n + wg - 1) / wg;
+    return g < 1 ? 1u : g > (int64_t)VK_MAX_GROUPS ? VK_MAX_GROUPS : (uint32_t)g;
+}
+
+/** Shape and strides padded on the left to 4 dims (size 1, stride 0). */
+static inline void vk_shape4(const ex_tdesc *t, int64_t ne[4], int64_t st[4])
+{
+    int pad = 4 - t->ndim;
+    for (int d = 0; d < 4; d++) {
+        ne[d] = d < pad ? 1 : t->ne[d - pad];
+        st[d] = d < pad ? 0 : t->st[d - pad];
+    }
+}
+
+static inline int64_t vk_numel(const ex_tdesc *t)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++)
+        n *= t->ne[d];
+    return n;
+}
+
+/** Whether t is 1 to 4 dims of dtype dt in a buffer. */
+static inline int vk_valid(const ex_tdesc *t, ex_dtype dt)
+{
+    return t->ndim >= 1 && t->ndim <= 4 && t->dtype == dt && t->buf != NULL;
+}
+
+/** Strides of t read as the padded shape ne (a size-1 dim broadcasts); 0 when it does
+ *  not fit. */
+static inline int vk_align(const ex_tdesc *t, const int64_t ne[4], int64_t st[4])
+{
+    int64_t tne[4];
+    if (t->ndim < 1 || t->ndim > 4 || t->buf == NULL)
+        return 0;
+    vk_shape4(t, tne, st);
+    for (int d = 0; d < 4; d++) {
+        if (tne[d] == ne[d])
+            continue;
+        if (tne[d] != 1)
+            return 0;
+        st[d] = 0;
+    }
+    return 1;
+}
+
+/** Whether a written tensor of padded shape ne never writes one element twice. */
+static inline int vk_dst_ok(const int64_t ne[4], const int64_t st[4])
+{
+    for (int d = 0; d < 4; d++)
+        if (ne[d] > 1 && st[d] == 0)
+            return 0;
+    return 1;
+}
+
+/** Whether every size and stride fits the shaders' 32-bit arithmetic. */
+static inline int vk_fits32(const int64_t ne[4], const int64_t st[4])
+{
+    int64_t n = 1;
+    for (int d = 0; d < 4; d++) {
+        if (st[d] < 0 || st[d] > INT32_MAX || ne[d] > INT32_MAX)
+            return 0;
+        n *= ne[d];
+    }
+    return n <= INT32_MAX;
+}
+
+/** Element offset of the row-major logical index i of t (host side). */
+static inline int64_t vk_at(const ex_tdesc *t, int64_t i)
+{
+    int64_t off = 0;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        off += (i % t->ne[d]) * t->st[d];
+        i /= t->ne[d];
+    }
+    return off;
+}
+
+/* ---- one function per op family; backend.c holds the switch ---- */
+/* elementwise.c: ADD SUB MUL SCALE AXPY RELU RELU_BWD FILL COPY DROP_PATH */
+ex_status vk_run_elementwise(vk_exec *e, const ex_node_exec *n);
+/* reduce.c: SUM MEAN MAX MAX_BWD */
+ex_status vk_run_reduce(vk_exec *e, const ex_node_exec *n);
+/** Folds n contiguous f32 at src into the one f32 at dst in a fixed order, variant one of
+ *  shaders/reduce/variants.h (RED_SUM, RED_MEAN, RED_SQRT_SUM): the last pass of the
+ *  losses, counts and norms (reduce.c). */
+ex_status vk_reduce_flat(vk_exec *e, uint32_t src, uint32_t n, uint32_t dst, int variant);
+/** Folds every element of x (reference xref) into the f32 at dst (RED_SUM, RED_SUMSQ, ...). */
+ex_status vk_reduce_all(vk_exec *e, const ex_tdesc *x, uint32_t xref, uint32_t dst, int variant);
+/** dst[i][j] (strides drow, dcol) = sum over b of src[b][i][j] (contiguous [nb][rows][cols]),
+ *  b in order: the last pass of a split GEMM. */
+ex_status vk_reduce_batch(vk_exec *e, uint32_t src, uint32_t nb, uint32_t rows, uint32_t cols,
+                          uint32_t dst, uint32_t drow, uint32_t dcol);
+/* softmax.c: SOFTMAX(_BWD) LOG_SOFTMAX(_BWD) CROSS_ENTROPY(_BWD) ACCURACY */
+ex_status vk_run_softmax(vk_exec *e, const ex_node_exec *n);
+/* gemm.c: PWCONV PWCONV_BWD_FILTER MATMUL LINEAR */
+ex_status vk_run_gemm(vk_exec *e, const ex_node_exec *n);
+/* optim.c: SGD ADAM GRAD_NORM CLIP */
+ex_status vk_run_optim(vk_exec *e, const ex_node_exec *n);
+/* random.c: RAND_UNIFORM RAND_NORMAL */
+ex_status vk_run_random(vk_exec *e, const ex_node_exec *n);
+/* conv.c: CONV2D(_BWD_DATA, _BWD_FILTER) DWCONV2D(_BWD_DATA, _BWD_FILTER) */
+ex_status vk_run_conv(vk_exec *e, const ex_node_exec *n);
+/* pool.c: AVG_POOL(_BWD) MAX_POOL(_BWD) GLOBAL_AVG_POOL */
+ex_status vk_run_pool(vk_exec *e, const ex_node_exec *n);
+/* batchnorm.c: BN_STATS BN_APPLY BN_BWD_REDUCE BN_BWD_DATA */
+ex_status vk_run_batchnorm(vk_exec *e, const ex_node_exec *n);
+/* nas.c: MIXED_SUM(_BWD_W) GUMBEL_SOFTMAX(_BWD) HARDMAX_ST ENTROPY(_BWD) TOPK_MASK */
+ex_status vk_run_nas(vk_exec *e, const ex_node_exec *n);
+
+/** Status words a shader may report through (cross-entropy's label check): a
+ *  reference to VK_STATUS_WORDS u32 that the step starts at 0; word 0 code, 1 node, 2
+ *  row, 3 value. Written first-come (atomicCompSwap on word 0). */
+#define VK_STATUS_WORDS 4
+enum vk_status_code { VK_STATUS_OK = 0, VK_STATUS_LABEL = 1, VK_STATUS_SHAPE = 2 };
+/** The status words' reference for this node (binds their block like an operand). */
+ex_status vk_status_ref(vk_exec *e, uint32_t *ref);
+
+#endif

@@ -1,0 +1,164 @@
+/* The Vulkan backend's state, shared by backend.c (instance, device, the switch),
+ * memory.c (blocks, buffers, transfers) and exec.c (pipelines, descriptor sets,
+ * barriers, recorded steps). Family files see only vk.h. */
+#ifndef EXAPT_VULKAN_VK_BACKEND_H
+#define EXAPT_VULKAN_VK_BACKEND_H
+
+#include "vulkan/vk.h"
+
+/** Largest block of shared sub-allocation: small buffers share blocks of this size. */
+#define VK_BLOCK_BYTES ((uint64_t)64 << 20)
+/** Host-visible staging for uploads and downloads. */
+#define VK_STAGE_BYTES ((uint64_t)8 << 20)
+/** Recorded node lists kept. */
+#define VK_STEPS 8
+/** Descriptor sets kept (one per tuple of bound blocks). */
+#define VK_SETS 64
+/** Pipelines kept (one per shader and variant). */
+#define VK_PIPES 256
+/** Sub-allocations are aligned to this (covers minStorageBufferOffsetAlignment ≤ 256). */
+#define VK_ALIGN 256u
+
+/** A free range of a block. */
+typedef struct vk_range {
+    uint64_t at, bytes;
+} vk_range;
+
+/** One device allocation with one buffer over all of it. */
+typedef struct vk_block {
+    VkDeviceMemory mem;
+    VkBuffer buf;
+    uint64_t bytes;
+    int dedicated; /**< holds one large ex_buffer; freed with it */
+    vk_range *free;
+    int nfree, capfree;
+} vk_block;
+
+/** A pending access range of the hazard tracker. */
+typedef struct vk_access {
+    int block;
+    uint64_t lo, hi; /**< bytes */
+} vk_access;
+
+typedef struct vk_set {
+    int blocks[VK_BINDINGS];
+    VkDescriptorSet set;
+} vk_set;
+
+typedef struct vk_pipe {
+    vk_shader_id shader;
+    int32_t variant;
+    VkPipeline pipe;
+} vk_pipe;
+
+/** A node list recorded into a command buffer. */
+typedef struct vk_step {
+    const ex_node_exec *nodes;
+    int64_t count;
+    uint64_t fingerprint;
+    uint64_t epoch; /**< the memory epoch it was recorded in */
+    VkCommandBuffer cmd;
+    uint64_t used; /**< tick of the last submission; 0: empty */
+} vk_step;
+
+/** What the device offers, after the portable profile's cuts. */
+typedef struct vk_features {
+    int portable;
+    int timestamps;      /**< timestamp queries on the compute queue */
+    double ts_period_ns; /**< ns per timestamp tick */
+    uint32_t ts_mask;    /**< valid bits of a timestamp */
+    int subgroup_arith;  /**< subgroup arithmetic in compute (detected, reported) */
+    uint32_t subgroup_size;
+    int storage16;       /**< 16-bit storage buffer access (detected, reported) */
+    uint64_t max_range;  /**< maxStorageBufferRange */
+    uint64_t max_alloc;  /**< maxMemoryAllocationSize */
+    uint32_t max_shared; /**< maxComputeSharedMemorySize */
+    uint32_t max_invoc;  /**< maxComputeWorkGroupInvocations */
+    uint32_t align;      /**< minStorageBufferOffsetAlignment */
+    uint32_t max_allocs; /**< maxMemoryAllocationCount */
+} vk_features;
+
+struct vk_backend {
+    VkInstance inst;
+    VkDebugUtilsMessengerEXT messenger;
+    VkPhysicalDevice phys;
+    VkPhysicalDeviceProperties props;
+    VkDevice dev;
+    VkQueue queue;
+    uint32_t qfamily;
+    vk_features feat;
+    uint32_t mem_device; /**< memory type for blocks */
+    uint32_t mem_host;   /**< host-visible coherent type for staging */
+    VkCommandPool pool;
+    VkCommandBuffer xfer; /**< one-off work: transfers, fills, copies */
+    VkFence fence;
+    /* memory */
+    vk_block *blocks;
+    int nblocks;
+    uint64_t epoch; /**< bumped when a block goes away: recorded steps and sets die */
+    VkBuffer stage;
+    VkDeviceMemory stage_mem;
+    char *stage_map;
+    VkCommandBuffer up;  /**< uploads recorded and not yet submitted */
+    int up_open;         /**< up is recording */
+    uint64_t stage_used; /**< staging bytes holding those uploads' data */
+    vk_buffer *internal; /**< status words, then scratch */
+    uint64_t scratch_bytes;
+    /* recording */
+    VkDescriptorSetLayout set_layout;
+    VkPipelineLayout layout;
+    VkDescriptorPool dpool;
+    VkShaderModule modules[VK_SH_COUNT];
+    vk_pipe pipes[VK_PIPES];
+    int npipes;
+    vk_set sets[VK_SETS];
+    int nsets;
+    vk_step steps[VK_STEPS];
+    uint64_t tick;
+    vk_access *reads, *writes;
+    int64_t nreads, nwrites, capreads, capwrites;
+    VkQueryPool queries;
+    uint32_t nqueries;
+    /* status read back after each step */
+    VkBuffer status_host;
+    VkDeviceMemory status_mem;
+    uint32_t *status_map;
+    uint64_t host_syncs;
+    /* validation */
+    int validation;
+    uint64_t vmsgs, vmsgs_seen;
+    char vmsg[512];
+    char msg[512];
+};
+
+/* memory.c */
+ex_status vkm_init(vk_backend *b);
+void vkm_destroy(vk_backend *b);
+ex_status vkm_alloc(vk_backend *b, uint64_t bytes, vk_buffer **out);
+void vkm_free(vk_backend *b, vk_buffer *buf);
+/** Submits the pending uploads (if any) and then cmd (may be NULL) in one batch and
+ *  waits: the one place the host waits for the device. */
+ex_status vkm_submit_wait(vk_backend *b, VkCommandBuffer cmd);
+/** Begins b->xfer with a full barrier against all earlier work. */
+ex_status vkm_begin(vk_backend *b);
+void vk_full_barrier(VkCommandBuffer cmd);
+ex_status vk_upload(void *impl, ex_buffer *buf, uint64_t off, const void *src, uint64_t n);
+ex_status vk_download(void *impl, ex_buffer *buf, uint64_t off, void *dst, uint64_t n);
+ex_status vk_copy(void *impl, ex_buffer *dst, uint64_t doff, ex_buffer *src, uint64_t soff,
+                  uint64_t n);
+ex_status vk_fill(void *impl, ex_buffer *buf, uint64_t off, uint64_t n, uint32_t pattern);
+
+/* exec.c */
+ex_status vkx_init(vk_backend *b);
+void vkx_destroy(vk_backend *b);
+/** Drops recorded steps and descriptor sets (a block went away). */
+void vkx_invalidate(vk_backend *b);
+ex_status vkx_compute(vk_backend *b, const ex_node_exec *nodes, int64_t count, double *node_ms);
+
+/* backend.c */
+/** The one switch over ex_op. */
+ex_status vk_run_node(vk_exec *e, const ex_node_exec *n);
+/** EX_OK, or the Vulkan result as a status with a message naming what failed. */
+ex_status vk_check(vk_backend *b, VkResult r, const char *what);
+
+#endif
