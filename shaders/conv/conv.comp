@@ -113,8 +113,8 @@ void filter_grad(bool dwise)
             int ih = int(oh * pc.g2.z) + offh, iw = int(ow * pc.g2.w) + offw;
             if (ih >= 0 && ih < h && iw >= 0 && iw < wd)
                 acc += ldf(pc.y, nb * pc.sy.x + oc * pc.sy.y + oh * pc.sy.z + ow * pc.sy.w) *
-                       ldf(pc.x, nb * pc.sx.x + ic * pc.sx.y + uint(ih) * pc.sx.z +
-                                     uint(iw) * pc.sx.w);
+                       ldf(pc.x,
+                           nb * pc.sx.x + ic * pc.sx.y + uint(ih) * pc.sx.z + uint(iw) * pc.sx.w);
         }
         part[lid] = acc;
         barrier();
