@@ -15,6 +15,10 @@ typedef struct conv_pc {
 
 _Static_assert(sizeof(conv_pc) <= VK_PC_BYTES, "conv.comp's push constants");
 
+/** (chunk, tap) items the filter gradient aims at: enough to fill a GPU, few enough that
+ *  the shares' scratch stays small (at most 4 bytes each). */
+#define CONV_FILTER_ITEMS 65536
+
 /** Output extent of one spatial dimension, or -1 when not even one window fits. */
 static int64_t conv_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d)
 {
@@ -39,7 +43,7 @@ static ex_status conv_check_types(vk_exec *e, const ex_node_exec *nd)
 static int conv_fits(const int64_t g[16])
 {
     const int64_t lim = (int64_t)1 << 30;
-    /* g: n ci co dw | h w ho wo | kh kw sh sw | ph pw dh dw */
+    /* g: n ci co depthwise | h w ho wo | kh kw sh sw | ph pw dh dw */
     return g[4] + 2 * g[12] < lim && g[5] + 2 * g[13] < lim && g[14] * g[8] < lim &&
            g[15] * g[9] < lim && g[10] * g[6] < lim && g[11] * g[7] < lim &&
            g[2] * (g[3] ? 1 : g[1]) * g[8] * g[9] <= INT32_MAX && g[0] * g[6] * g[7] <= INT32_MAX;
@@ -53,6 +57,49 @@ static int conv_strides(const ex_tdesc *t, uint32_t out[4])
     for (int d = 0; d < 4; d++)
         out[d] = (uint32_t)t->st[d];
     return 1;
+}
+
+/* The filter gradient (x, dy -> dw). Enough (chunk, tap) items to fill a device, from
+ * the shape alone: at least one chunk of output rows, at most one chunk per row. One
+ * chunk writes dw directly; more write their shares to scratch, which a second dispatch
+ * adds in order. Each dispatch binds only what it touches, so the scratch never needs a
+ * fifth binding. */
+static ex_status conv_filter(vk_exec *e, const ex_tdesc *x, const ex_tdesc *w, const ex_tdesc *y,
+                             const int64_t g[16], conv_pc *pc, int dwv)
+{
+    int64_t taps = g[2] * (dwv ? 1 : g[1]) * g[8] * g[9], rows = g[0] * g[6];
+    int64_t chunks = CONV_FILTER_ITEMS / taps;
+    chunks = chunks < 1 ? 1 : chunks > rows ? rows : chunks;
+    pc->g0[3] = (uint32_t)chunks;
+    vk_bind_reset(e);
+    pc->x = vk_ref(e, x);
+    pc->y = vk_ref(e, y);
+    if (chunks == 1) {
+        pc->w = vk_ref(e, w);
+        return vk_dispatch(e, VK_SH_conv_conv, CV_FILTER_PART + dwv, pc, sizeof *pc,
+                           vk_groups(taps, 128), 1, 1);
+    }
+    uint32_t sw[4] = {pc->sw[0], pc->sw[1], pc->sw[2], pc->sw[3]}, part = 0;
+    /* the shares' layout: [chunk][co][cin][kh][kw], contiguous */
+    pc->sw[3] = 1;
+    pc->sw[2] = (uint32_t)g[9];
+    pc->sw[1] = (uint32_t)(g[8] * g[9]);
+    pc->sw[0] = (uint32_t)(taps / g[2]);
+    ex_status st = vk_scratch(e, 4 * (uint64_t)(taps * chunks), &part);
+    pc->w = part;
+    if (st == EX_OK)
+        st = vk_dispatch(e, VK_SH_conv_conv, CV_FILTER_PART + dwv, pc, sizeof *pc,
+                         vk_groups(taps * chunks, 128), 1, 1);
+    if (st != EX_OK)
+        return st;
+    vk_barrier(e);
+    vk_bind_reset(e);
+    pc->x = vk_ref_rebind(e, part);
+    pc->y = VK_NOREF;
+    pc->w = vk_ref(e, w);
+    memcpy(pc->sw, sw, sizeof sw);
+    return vk_dispatch(e, VK_SH_conv_conv, CV_FILTER_SUM + dwv, pc, sizeof *pc,
+                       vk_groups(taps, 128), 1, 1);
 }
 
 /* which: 0 forward (x, w -> y), 1 backward data (dy, w -> dx), 2 filter (x, dy -> dw). */
@@ -91,22 +138,20 @@ static ex_status conv_run(vk_exec *e, const ex_node_exec *nd, int which, int dep
         !conv_strides(y, pc.sy))
         return vk_fail(e, EX_ERR_UNSUPPORTED, "operands beyond 32-bit indexing");
     for (int i = 0; i < 4; i++) {
-        pc.g0[i] = (uint32_t)g[i];
+        pc.g0[i] = i < 3 ? (uint32_t)g[i] : 0;
         pc.g1[i] = (uint32_t)g[4 + i];
         pc.g2[i] = (uint32_t)g[8 + i];
         pc.g3[i] = (uint32_t)g[12 + i];
     }
+    int dwv = depthwise ? CV_DEPTHWISE : 0;
+    if (which == 2)
+        return conv_filter(e, x, w, y, g, &pc, dwv);
     pc.x = vk_ref(e, x);
     pc.w = vk_ref(e, w);
     pc.y = vk_ref(e, y);
-    if (which == 2) {
-        int64_t taps = g[2] * (depthwise ? 1 : g[1]) * g[8] * g[9];
-        uint32_t groups = taps > (int64_t)VK_MAX_GROUPS ? VK_MAX_GROUPS : (uint32_t)taps;
-        return vk_dispatch(e, VK_SH_conv_conv, CV_FILTER, &pc, sizeof pc, groups, 1, 1);
-    }
     int64_t count = which == 0 ? vk_numel(y) : vk_numel(x);
-    return vk_dispatch(e, VK_SH_conv_conv, which == 0 ? CV_FWD : CV_BWD_DATA, &pc, sizeof pc,
-                       vk_groups(count, 128), 1, 1);
+    return vk_dispatch(e, VK_SH_conv_conv, (which == 0 ? CV_FWD : CV_BWD_DATA) + dwv, &pc,
+                       sizeof pc, vk_groups(count, 128), 1, 1);
 }
 
 ex_status vk_run_conv(vk_exec *e, const ex_node_exec *n)

@@ -3,9 +3,11 @@
 // channel counts are small; direct loops also honour every stride of every operand).
 // Forward and backward-data give each element they write to one invocation, which sums
 // its taps in a fixed order; backward-data gathers from the outputs that read its input
-// element, so nothing is scattered and no atomics are needed. The filter gradient gives
-// each tap to one workgroup: each invocation sums its share of (n, oh, ow) in order, then
-// a fixed shared-memory tree adds the shares, so results are repeatable.
+// element, so nothing is scattered and no atomics are needed. The filter gradient splits
+// the output rows (n, oh) into chunks, a choice made from the shape alone: one invocation
+// per (chunk, tap) sums its rows in order, then one invocation per tap adds the chunks in
+// order. No shared memory, no barriers (costly on CPU implementations such as lavapipe),
+// no atomics, so results are repeatable.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -15,14 +17,12 @@ layout(local_size_x = 128) in;
 layout(push_constant) uniform PC
 {
     uint gate, x, w, y; // the roles: x input (dx), w filter (dw), y output (dy)
-    uvec4 g0;           // n, ci, co, depthwise
+    uvec4 g0;           // n, ci, co, chunks of output rows (filter gradient)
     uvec4 g1;           // h, w, ho, wo
     uvec4 g2;           // kh, kw, stride h, stride w
     uvec4 g3;           // pad h, pad w, dilation h, dilation w
     uvec4 sx, sw, sy;   // element strides of the three roles
 } pc;
-
-shared float part[128];
 
 // The output index that input i meets through filter tap k along one axis, or -1.
 int conv_src(int i, int k, int s, int p, int d, int lim)
@@ -96,47 +96,69 @@ void bwd_data(bool dwise)
     }
 }
 
-// Workgroup-uniform loop over taps (co, wc, kh, kw); the tree's barriers stay uniform.
-void filter_grad(bool dwise)
+// Item i = (chunk, tap): the sum over the chunk's output rows (n, oh), in order, each
+// row walked only where its input column is in bounds (no division, no bounds test in
+// the inner loop). Stored at chunk * taps + the tap's place by the strides sw (dw's own
+// strides when there is one chunk, a contiguous scratch layout otherwise).
+void filter_part(bool dwise)
 {
-    uint n = pc.g0.x, ci = pc.g0.y, co = pc.g0.z, ho = pc.g1.z, wo = pc.g1.w;
-    int h = int(pc.g1.x), wd = int(pc.g1.y);
-    uint kh = pc.g2.x, kw = pc.g2.y, cin = dwise ? 1u : ci, lid = gl_LocalInvocationID.x;
-    uint taps = co * cin * kh * kw, per = ho * wo, total = n * per;
-    for (uint tap = gl_WorkGroupID.x; tap < taps; tap += gl_NumWorkGroups.x) {
+    uint ci = pc.g0.y, co = pc.g0.z, chunks = pc.g0.w, ho = pc.g1.z, rows = pc.g0.x * ho;
+    int h = int(pc.g1.x), wd = int(pc.g1.y), wo = int(pc.g1.w), sw = int(pc.g2.w);
+    uint kh = pc.g2.x, kw = pc.g2.y, cin = dwise ? 1u : ci, taps = co * cin * kh * kw;
+    for (uint i = gl_GlobalInvocationID.x; i < taps * chunks; i += gl_NumWorkGroups.x * 128u) {
+        uint tap = i % taps, c = i / taps;
         uint b = tap % kw, a = (tap / kw) % kh, wc = (tap / (kw * kh)) % cin;
         uint oc = tap / (kw * kh * cin), ic = dwise ? oc : wc;
         int offh = int(a * pc.g3.z) - int(pc.g3.x), offw = int(b * pc.g3.w) - int(pc.g3.y);
+        // the outputs [lo, hi) of a row whose input column ow * sw + offw is in [0, wd)
+        int lo = offw < 0 ? (sw - 1 - offw) / sw : 0;
+        int hi = offw < wd ? min((wd - 1 - offw) / sw + 1, wo) : 0;
+        uint r0 = c * (rows / chunks) + min(c, rows % chunks);
+        uint r1 = r0 + rows / chunks + (c < rows % chunks ? 1u : 0u);
         float acc = 0.0;
-        for (uint q = lid; q < total; q += 128u) {
-            uint nb = q / per, p = q % per, oh = p / wo, ow = p % wo;
-            int ih = int(oh * pc.g2.z) + offh, iw = int(ow * pc.g2.w) + offw;
-            if (ih >= 0 && ih < h && iw >= 0 && iw < wd)
-                acc += ldf(pc.y, nb * pc.sy.x + oc * pc.sy.y + oh * pc.sy.z + ow * pc.sy.w) *
-                       ldf(pc.x,
-                           nb * pc.sx.x + ic * pc.sx.y + uint(ih) * pc.sx.z + uint(iw) * pc.sx.w);
+        for (uint r = r0; r < r1; r++) {
+            uint nb = r / ho, oh = r - nb * ho;
+            int ih = int(oh * pc.g2.z) + offh;
+            if (ih < 0 || ih >= h)
+                continue;
+            uint yo = nb * pc.sy.x + oc * pc.sy.y + oh * pc.sy.z;
+            uint xo = nb * pc.sx.x + ic * pc.sx.y + uint(ih) * pc.sx.z;
+            // a sum per row, then of rows: rounding grows with their sum, not their product
+            float row = 0.0;
+            for (int ow = lo; ow < hi; ow++)
+                row += ldf(pc.y, yo + uint(ow) * pc.sy.w) *
+                       ldf(pc.x, xo + uint(ow * sw + offw) * pc.sx.w);
+            acc += row;
         }
-        part[lid] = acc;
-        barrier();
-        for (uint s = 64u; s > 0u; s >>= 1) {
-            if (lid < s)
-                part[lid] += part[lid + s];
-            barrier();
-        }
-        if (lid == 0u)
-            stf(pc.w, oc * pc.sw.x + wc * pc.sw.y + a * pc.sw.z + b * pc.sw.w, part[0]);
-        barrier();
+        stf(pc.w, c * taps + oc * pc.sw.x + wc * pc.sw.y + a * pc.sw.z + b * pc.sw.w, acc);
+    }
+}
+
+// dw of tap i: the chunks' shares (at pc.x, chunk-major) added in chunk order.
+void filter_sum(bool dwise)
+{
+    uint chunks = pc.g0.w, kh = pc.g2.x, kw = pc.g2.y, cin = dwise ? 1u : pc.g0.y;
+    uint taps = pc.g0.z * cin * kh * kw;
+    for (uint i = gl_GlobalInvocationID.x; i < taps; i += gl_NumWorkGroups.x * 128u) {
+        uint b = i % kw, a = (i / kw) % kh, wc = (i / (kw * kh)) % cin, oc = i / (kw * kh * cin);
+        float acc = 0.0;
+        for (uint c = 0u; c < chunks; c++)
+            acc += ldf(pc.x, c * taps + i);
+        stf(pc.w, oc * pc.sw.x + wc * pc.sw.y + a * pc.sw.z + b * pc.sw.w, acc);
     }
 }
 
 void main()
 {
     GATE_RETURN();
-    bool dwise = pc.g0.w != 0u;
-    if (VARIANT == CV_FWD)
+    const bool dwise = (VARIANT & CV_DEPTHWISE) != 0;
+    const int v = VARIANT & (CV_DEPTHWISE - 1);
+    if (v == CV_FWD)
         fwd(dwise);
-    else if (VARIANT == CV_BWD_DATA)
+    else if (v == CV_BWD_DATA)
         bwd_data(dwise);
+    else if (v == CV_FILTER_PART)
+        filter_part(dwise);
     else
-        filter_grad(dwise);
+        filter_sum(dwise);
 }
