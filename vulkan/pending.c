@@ -8,18 +8,6 @@ static ex_status pending(vk_exec *e, const char *family)
     return vk_fail(e, EX_ERR_UNSUPPORTED, "the Vulkan %s family is not written yet", family);
 }
 
-ex_status vk_run_conv(vk_exec *e, const ex_node_exec *n)
-{
-    (void)n;
-    return pending(e, "convolution");
-}
-
-ex_status vk_run_pool(vk_exec *e, const ex_node_exec *n)
-{
-    (void)n;
-    return pending(e, "pooling");
-}
-
 ex_status vk_run_batchnorm(vk_exec *e, const ex_node_exec *n)
 {
     (void)n;

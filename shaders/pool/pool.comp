@@ -1,0 +1,141 @@
+// Average, max and global average pooling and their backward passes. Windows are
+// clipped to the input: padding never counts, neither in an average nor as a maximum.
+// Forward variants give each output to one invocation, which walks its window in
+// row-major order as the CPU backend does. Backward variants give each input element to
+// one invocation, which gathers from the outputs whose windows hold it, in output order
+// (the order the CPU backend scatters in), so no atomics are needed. Max pooling's
+// backward first stores each window's first maximum (PL_MAX_AT), so the gather compares
+// indices instead of searching every window again. Global average pooling sums each
+// plane with a fixed shared-memory tree.
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+#include "pool/variants.h"
+
+layout(local_size_x = 128) in;
+layout(push_constant) uniform PC
+{
+    uint gate, a, d, at; // source (x or dy), dst (y, dx or the maxima's places), maxima
+    uvec4 g0;            // n, c, h, w
+    uvec4 g1;            // ho, wo, kernel h, kernel w
+    uvec4 g2;            // stride h, stride w, pad h, pad w
+    uvec4 sa, sd;        // element strides of the source and dst
+} pc;
+
+shared float part[128];
+
+// The input rows (or columns) [lo, hi) of output o's window, clipped to [0, lim).
+ivec2 span(int o, int s, int p, int k, int lim)
+{
+    int lo = o * s - p, hi = o * s - p + k;
+    return ivec2(max(lo, 0), min(hi, lim));
+}
+
+// The outputs [x, y] whose windows along one axis hold input i.
+ivec2 outs(int i, int s, int p, int k, int lim)
+{
+    int lo = i + p - k + 1, hi = (i + p) / s;
+    return ivec2(lo <= 0 ? 0 : (lo + s - 1) / s, min(hi, lim - 1));
+}
+
+// Whether v replaces best as the window maximum: the first maximum wins, and a NaN wins
+// once and then stays, so NaNs propagate.
+bool better(float v, float best)
+{
+    return v > best || (isnan(v) && !isnan(best));
+}
+
+// Output i's window (forward variants): the average, or the first maximum and its place.
+void fwd()
+{
+    uint c = pc.g0.y, ho = pc.g1.x, wo = pc.g1.y;
+    int h = int(pc.g0.z), w = int(pc.g0.w), kh = int(pc.g1.z), kw = int(pc.g1.w);
+    int sh = int(pc.g2.x), sw = int(pc.g2.y), ph = int(pc.g2.z), pw = int(pc.g2.w);
+    uint total = pc.g0.x * c * ho * wo;
+    for (uint i = gl_GlobalInvocationID.x; i < total; i += gl_NumWorkGroups.x * 128u) {
+        uint ow = i % wo, t = i / wo, oh = t % ho, plane = t / ho;
+        uint xo = (plane / c) * pc.sa.x + (plane % c) * pc.sa.y;
+        ivec2 rh = span(int(oh), sh, ph, kh, h), rw = span(int(ow), sw, pw, kw, w);
+        float acc = VARIANT == PL_AVG ? 0.0 : uintBitsToFloat(0xFF800000u);
+        int place = rh.x * w + rw.x;
+        for (int ih = rh.x; ih < rh.y; ih++)
+            for (int iw = rw.x; iw < rw.y; iw++) {
+                float v = ldf(pc.a, xo + uint(ih) * pc.sa.z + uint(iw) * pc.sa.w);
+                if (VARIANT == PL_AVG) {
+                    acc += v;
+                } else if (better(v, acc)) {
+                    acc = v;
+                    place = ih * w + iw;
+                }
+            }
+        if (VARIANT == PL_MAX_AT)
+            st(pc.d, i, uint(place));
+        else if (VARIANT == PL_AVG)
+            stf(pc.d, plane / c * pc.sd.x + plane % c * pc.sd.y + oh * pc.sd.z + ow * pc.sd.w,
+                acc / float((rh.y - rh.x) * (rw.y - rw.x)));
+        else
+            stf(pc.d, plane / c * pc.sd.x + plane % c * pc.sd.y + oh * pc.sd.z + ow * pc.sd.w, acc);
+    }
+}
+
+// dx of input i: the dy of every window holding it, in output order.
+void bwd()
+{
+    uint c = pc.g0.y, h = pc.g0.z, w = pc.g0.w;
+    int ho = int(pc.g1.x), wo = int(pc.g1.y), kh = int(pc.g1.z), kw = int(pc.g1.w);
+    int sh = int(pc.g2.x), sw = int(pc.g2.y), ph = int(pc.g2.z), pw = int(pc.g2.w);
+    uint total = pc.g0.x * c * h * w;
+    for (uint i = gl_GlobalInvocationID.x; i < total; i += gl_NumWorkGroups.x * 128u) {
+        uint iw = i % w, t = i / w, ih = t % h, plane = t / h;
+        uint yo = (plane / c) * pc.sa.x + (plane % c) * pc.sa.y;
+        uint ao = plane * uint(ho * wo), me = ih * w + iw;
+        ivec2 rh = outs(int(ih), sh, ph, kh, ho), rw = outs(int(iw), sw, pw, kw, wo);
+        float acc = 0.0;
+        for (int oh = rh.x; oh <= rh.y; oh++)
+            for (int ow = rw.x; ow <= rw.y; ow++) {
+                float g = ldf(pc.a, yo + uint(oh) * pc.sa.z + uint(ow) * pc.sa.w);
+                if (VARIANT == PL_MAX_BWD) {
+                    if (ld(pc.at, ao + uint(oh * wo + ow)) == me)
+                        acc += g;
+                } else {
+                    ivec2 wh = span(oh, sh, ph, kh, int(h)), ww = span(ow, sw, pw, kw, int(w));
+                    acc += g / float((wh.y - wh.x) * (ww.y - ww.x));
+                }
+            }
+        stf(pc.d, plane / c * pc.sd.x + plane % c * pc.sd.y + ih * pc.sd.z + iw * pc.sd.w, acc);
+    }
+}
+
+// Workgroup-uniform loop over planes; the tree's barriers stay uniform.
+void gap()
+{
+    uint c = pc.g0.y, w = pc.g0.w, hw = pc.g0.z * w, lid = gl_LocalInvocationID.x;
+    uint planes = pc.g0.x * c;
+    for (uint plane = gl_WorkGroupID.x; plane < planes; plane += gl_NumWorkGroups.x) {
+        uint xo = (plane / c) * pc.sa.x + (plane % c) * pc.sa.y;
+        float acc = 0.0;
+        for (uint q = lid; q < hw; q += 128u)
+            acc += ldf(pc.a, xo + (q / w) * pc.sa.z + (q % w) * pc.sa.w);
+        part[lid] = acc;
+        barrier();
+        for (uint s = 64u; s > 0u; s >>= 1) {
+            if (lid < s)
+                part[lid] += part[lid + s];
+            barrier();
+        }
+        if (lid == 0u)
+            stf(pc.d, (plane / c) * pc.sd.x + (plane % c) * pc.sd.y, part[0] / float(hw));
+        barrier();
+    }
+}
+
+void main()
+{
+    GATE_RETURN();
+    if (VARIANT == PL_GAP)
+        gap();
+    else if (VARIANT == PL_AVG_BWD || VARIANT == PL_MAX_BWD)
+        bwd();
+    else
+        fwd();
+}

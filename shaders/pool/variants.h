@@ -1,0 +1,7 @@
+// Variants of pool/pool.comp, shared by the shader and vulkan/pool.c.
+#define PL_AVG 0      // average over the window's in-bounds elements, one per output
+#define PL_MAX 1      // first maximum of the window, one per output
+#define PL_AVG_BWD 2  // dx: a gather of dy / count over the windows holding each input
+#define PL_MAX_AT 3   // where each window's first maximum lies (ih * w + iw), into scratch
+#define PL_MAX_BWD 4  // dx: a gather of the dy whose window maximum is this input
+#define PL_GAP 5      // global average: one workgroup per (n, c) plane, a fixed tree

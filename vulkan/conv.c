@@ -1,0 +1,168 @@
+/* Convolution family: CONV2D, CONV2D_BWD_DATA, CONV2D_BWD_FILTER and their depthwise
+ * forms, all through conv/conv.comp (direct loops; see the shader for the algorithm).
+ * The checks are the CPU backend's; every operand keeps its own strides. */
+#include <string.h>
+
+#include "shaders/conv/variants.h"
+#include "vulkan/vk.h"
+
+/* Mirrors conv.comp's push constants. */
+typedef struct conv_pc {
+    uint32_t gate, x, w, y;
+    uint32_t g0[4], g1[4], g2[4], g3[4];
+    uint32_t sx[4], sw[4], sy[4];
+} conv_pc;
+
+_Static_assert(sizeof(conv_pc) <= VK_PC_BYTES, "conv.comp's push constants");
+
+/** (chunk, tap) items the filter gradient aims at: enough to fill a GPU, few enough that
+ *  the shares' scratch stays small (at most 4 bytes each). */
+#define CONV_FILTER_ITEMS 65536
+
+/** Output extent of one spatial dimension, or -1 when not even one window fits. */
+static int64_t conv_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d)
+{
+    int64_t span = in + 2 * p - d * (k - 1) - 1;
+    return span < 0 ? -1 : span / s + 1;
+}
+
+static ex_status conv_check_types(vk_exec *e, const ex_node_exec *nd)
+{
+    const ex_tdesc *t[3] = {&nd->src[0], &nd->src[1], &nd->dst};
+    for (int i = 0; i < 3; i++)
+        if (t[i]->dtype != EX_F32 || t[i]->ndim != 4 || t[i]->buf == NULL)
+            return vk_fail(e, EX_ERR_ARG, "operand %d must be a 4-d f32 tensor", i);
+    const int32_t *ip = nd->ip;
+    if (ip[0] < 1 || ip[1] < 1 || ip[2] < 0 || ip[3] < 0 || ip[4] < 1 || ip[5] < 1)
+        return vk_fail(e, EX_ERR_ARG, "bad geometry stride %dx%d pad %dx%d dilation %dx%d", ip[0],
+                       ip[1], ip[2], ip[3], ip[4], ip[5]);
+    return EX_OK;
+}
+
+/** Whether the shader's signed 32-bit coordinate arithmetic holds for this geometry. */
+static int conv_fits(const int64_t g[16])
+{
+    const int64_t lim = (int64_t)1 << 30;
+    /* g: n ci co depthwise | h w ho wo | kh kw sh sw | ph pw dh dw */
+    return g[4] + 2 * g[12] < lim && g[5] + 2 * g[13] < lim && g[14] * g[8] < lim &&
+           g[15] * g[9] < lim && g[10] * g[6] < lim && g[11] * g[7] < lim &&
+           g[2] * (g[3] ? 1 : g[1]) * g[8] * g[9] <= INT32_MAX && g[0] * g[6] * g[7] <= INT32_MAX;
+}
+
+/** Strides of a checked 4-d operand into out, or 0 when beyond 32-bit indexing. */
+static int conv_strides(const ex_tdesc *t, uint32_t out[4])
+{
+    if (!vk_fits32(t->ne, t->st))
+        return 0;
+    for (int d = 0; d < 4; d++)
+        out[d] = (uint32_t)t->st[d];
+    return 1;
+}
+
+/* The filter gradient (x, dy -> dw). Enough (chunk, tap) items to fill a device, from
+ * the shape alone: at least one chunk of output rows, at most one chunk per row. One
+ * chunk writes dw directly; more write their shares to scratch, which a second dispatch
+ * adds in order. Each dispatch binds only what it touches, so the scratch never needs a
+ * fifth binding. */
+static ex_status conv_filter(vk_exec *e, const ex_tdesc *x, const ex_tdesc *w, const ex_tdesc *y,
+                             const int64_t g[16], conv_pc *pc, int dwv)
+{
+    int64_t taps = g[2] * (dwv ? 1 : g[1]) * g[8] * g[9], rows = g[0] * g[6];
+    int64_t chunks = CONV_FILTER_ITEMS / taps;
+    chunks = chunks < 1 ? 1 : chunks > rows ? rows : chunks;
+    pc->g0[3] = (uint32_t)chunks;
+    vk_bind_reset(e);
+    pc->x = vk_ref(e, x);
+    pc->y = vk_ref(e, y);
+    if (chunks == 1) {
+        pc->w = vk_ref(e, w);
+        return vk_dispatch(e, VK_SH_conv_conv, CV_FILTER_PART + dwv, pc, sizeof *pc,
+                           vk_groups(taps, 128), 1, 1);
+    }
+    uint32_t sw[4] = {pc->sw[0], pc->sw[1], pc->sw[2], pc->sw[3]}, part = 0;
+    /* the shares' layout: [chunk][co][cin][kh][kw], contiguous */
+    pc->sw[3] = 1;
+    pc->sw[2] = (uint32_t)g[9];
+    pc->sw[1] = (uint32_t)(g[8] * g[9]);
+    pc->sw[0] = (uint32_t)(taps / g[2]);
+    ex_status st = vk_scratch(e, 4 * (uint64_t)(taps * chunks), &part);
+    pc->w = part;
+    if (st == EX_OK)
+        st = vk_dispatch(e, VK_SH_conv_conv, CV_FILTER_PART + dwv, pc, sizeof *pc,
+                         vk_groups(taps * chunks, 128), 1, 1);
+    if (st != EX_OK)
+        return st;
+    vk_barrier(e);
+    vk_bind_reset(e);
+    pc->x = vk_ref_rebind(e, part);
+    pc->y = VK_NOREF;
+    pc->w = vk_ref(e, w);
+    memcpy(pc->sw, sw, sizeof sw);
+    return vk_dispatch(e, VK_SH_conv_conv, CV_FILTER_SUM + dwv, pc, sizeof *pc,
+                       vk_groups(taps, 128), 1, 1);
+}
+
+/* which: 0 forward (x, w -> y), 1 backward data (dy, w -> dx), 2 filter (x, dy -> dw). */
+static ex_status conv_run(vk_exec *e, const ex_node_exec *nd, int which, int depthwise)
+{
+    if (nd->nsrc != 2 || nd->src == NULL)
+        return vk_fail(e, EX_ERR_ARG, "expected 2 sources, got %d", nd->nsrc);
+    ex_status st = conv_check_types(e, nd);
+    if (st != EX_OK)
+        return st;
+    const ex_tdesc *x = which == 1 ? &nd->dst : &nd->src[0];
+    const ex_tdesc *w = which == 2 ? &nd->dst : &nd->src[1];
+    const ex_tdesc *y = which == 0 ? &nd->dst : which == 1 ? &nd->src[0] : &nd->src[1];
+    const int32_t *ip = nd->ip;
+    int64_t g[16] = {x->ne[0], x->ne[1], w->ne[0], depthwise, x->ne[2], x->ne[3], 0,     0,
+                     w->ne[2], w->ne[3], ip[0],    ip[1],     ip[2],    ip[3],    ip[4], ip[5]};
+    g[6] = conv_out_size(g[4], g[8], g[10], g[12], g[14]);
+    g[7] = conv_out_size(g[5], g[9], g[11], g[13], g[15]);
+    int ok = g[6] > 0 && g[7] > 0 && g[8] > 0 && g[9] > 0 && y->ne[0] == g[0] && y->ne[1] == g[2] &&
+             y->ne[2] == g[6] && y->ne[3] == g[7];
+    ok = ok && (depthwise ? w->ne[1] == 1 && g[2] == g[1] : w->ne[1] == g[1]);
+    if (!ok)
+        return vk_fail(e, EX_ERR_SHAPE,
+                       "x [%lld,%lld,%lld,%lld], w [%lld,%lld,%lld,%lld] and y "
+                       "[%lld,%lld,%lld,%lld] do not fit stride %dx%d pad %dx%d dilation %dx%d",
+                       (long long)x->ne[0], (long long)x->ne[1], (long long)x->ne[2],
+                       (long long)x->ne[3], (long long)w->ne[0], (long long)w->ne[1],
+                       (long long)w->ne[2], (long long)w->ne[3], (long long)y->ne[0],
+                       (long long)y->ne[1], (long long)y->ne[2], (long long)y->ne[3], ip[0], ip[1],
+                       ip[2], ip[3], ip[4], ip[5]);
+    if (!vk_dst_ok(nd->dst.ne, nd->dst.st))
+        return vk_fail(e, EX_ERR_ARG, "dst broadcasts (stride 0)");
+    conv_pc pc;
+    memset(&pc, 0, sizeof pc);
+    if (!conv_fits(g) || !conv_strides(x, pc.sx) || !conv_strides(w, pc.sw) ||
+        !conv_strides(y, pc.sy))
+        return vk_fail(e, EX_ERR_UNSUPPORTED, "operands beyond 32-bit indexing");
+    for (int i = 0; i < 4; i++) {
+        pc.g0[i] = i < 3 ? (uint32_t)g[i] : 0;
+        pc.g1[i] = (uint32_t)g[4 + i];
+        pc.g2[i] = (uint32_t)g[8 + i];
+        pc.g3[i] = (uint32_t)g[12 + i];
+    }
+    int dwv = depthwise ? CV_DEPTHWISE : 0;
+    if (which == 2)
+        return conv_filter(e, x, w, y, g, &pc, dwv);
+    pc.x = vk_ref(e, x);
+    pc.w = vk_ref(e, w);
+    pc.y = vk_ref(e, y);
+    int64_t count = which == 0 ? vk_numel(y) : vk_numel(x);
+    return vk_dispatch(e, VK_SH_conv_conv, (which == 0 ? CV_FWD : CV_BWD_DATA) + dwv, &pc,
+                       sizeof pc, vk_groups(count, 128), 1, 1);
+}
+
+ex_status vk_run_conv(vk_exec *e, const ex_node_exec *n)
+{
+    switch (n->op) {
+    case EX_OP_CONV2D: return conv_run(e, n, 0, 0);
+    case EX_OP_CONV2D_BWD_DATA: return conv_run(e, n, 1, 0);
+    case EX_OP_CONV2D_BWD_FILTER: return conv_run(e, n, 2, 0);
+    case EX_OP_DWCONV2D: return conv_run(e, n, 0, 1);
+    case EX_OP_DWCONV2D_BWD_DATA: return conv_run(e, n, 1, 1);
+    case EX_OP_DWCONV2D_BWD_FILTER: return conv_run(e, n, 2, 1);
+    default: return vk_fail(e, EX_ERR_UNSUPPORTED, "not a convolution-family op");
+    }
+}
