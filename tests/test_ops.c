@@ -6,7 +6,9 @@
  *   test_ops --backend cpu|cpu-ref|vulkan|cuda
  *
  * A backend that cannot be opened is a failure, never a skip. OPS_VERBOSE=1 prints every
- * error measure next to its bound. */
+ * error measure next to its bound. OPS_FILTER=PATTERN runs only the tests whose name
+ * matches (cmocka's * and ? wildcards, e.g. OPS_FILTER=family_conv): for developing one
+ * family; the coverage test then fails unless it matches too. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -102,6 +104,9 @@ int main(int argc, char **argv)
         cmocka_unit_test_prestate(family_random, &s),
         cmocka_unit_test_prestate(coverage, &s),
     };
+    const char *filter = getenv("OPS_FILTER");
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
     int failed = cmocka_run_group_tests_name(name, tests, NULL, NULL);
     ex_backend_close(s.be);
     return failed ? 1 : 0;

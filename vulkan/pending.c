@@ -20,12 +20,6 @@ ex_status vk_run_pool(vk_exec *e, const ex_node_exec *n)
     return pending(e, "pooling");
 }
 
-ex_status vk_run_batchnorm(vk_exec *e, const ex_node_exec *n)
-{
-    (void)n;
-    return pending(e, "batch norm");
-}
-
 ex_status vk_run_nas(vk_exec *e, const ex_node_exec *n)
 {
     (void)n;
