@@ -19,9 +19,3 @@ ex_status vk_run_pool(vk_exec *e, const ex_node_exec *n)
     (void)n;
     return pending(e, "pooling");
 }
-
-ex_status vk_run_nas(vk_exec *e, const ex_node_exec *n)
-{
-    (void)n;
-    return pending(e, "NAS");
-}
