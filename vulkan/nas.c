@@ -147,11 +147,11 @@ static int bindable(const vk_exec *e, const ex_tdesc *t)
 static ex_status mix_table(vk_exec *e, const ex_node_exec *n, const ex_tdesc *w, mix_ops *m)
 {
     uint64_t words = (uint64_t)MIX_TAB * MIX_MAX + (uint64_t)m->n * (uint64_t)m->nch;
+    vk_bind_reset(e); /* the node's own bindings may have taken all four */
     ex_status st = vk_scratch(e, words * 4, &m->tab);
     if (st != EX_OK)
         return st;
     m->part = m->tab + MIX_TAB * MIX_MAX;
-    rebind(e, m);
     mixtab_pc pc;
     memset(&pc, 0, sizeof pc);
     pc.tab = m->tab;
