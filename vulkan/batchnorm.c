@@ -1,7 +1,8 @@
 /* Batch norm 2d: BN_STATS (with the running-statistics update), BN_APPLY, BN_BWD_REDUCE and
- * BN_BWD_DATA. The per-channel sums go through batchnorm/channel.comp, one workgroup per
- * channel with a fixed-order tree (no float atomics, no scratch, repeatable); apply and
- * backward-data are element-wise through batchnorm/pointwise.comp. Checks mirror the CPU
+ * BN_BWD_DATA. The per-channel sums go through batchnorm/channel.comp in two passes: one
+ * workgroup per segment of a channel (a fixed-order tree into scratch), then one
+ * invocation per channel merging its segments in order (no float atomics, repeatable);
+ * apply and backward-data are element-wise through batchnorm/pointwise.comp. Checks mirror the CPU
  * backend's, so a bad node fails with the same status before anything is submitted. */
 #include <string.h>
 
@@ -12,8 +13,8 @@
 typedef struct bn_red_pc {
     uint32_t gate, d, x, y;
     uint32_t a, b, m, c;
-    uint32_t r0, r1;
-    float eps, mom;
+    uint32_t part, nseg, r0, r1;
+    float eps, mom, r2, r3;
     uint32_t ne[4], sx[4], sy[4];
     uint32_t sv[4];
 } bn_red_pc;
@@ -90,9 +91,33 @@ static uint32_t col_st(const ex_tdesc *t)
     return (uint32_t)t->st[t->ndim - 1];
 }
 
-static ex_status channels(vk_exec *e, int variant, const bn_red_pc *pc)
+/* The segment pass (variant seg: x, and dy and stats for BN_SEG_RED) into scratch, then
+ * the finishing pass (variant fin: dst, and the running statistics for BN_FIN_STATS).
+ * Each binds only what it reads, so that the scratch always finds a binding. */
+static ex_status channels(vk_exec *e, const ex_node_exec *n, int seg, int fin, bn_red_pc *pc)
 {
-    return vk_dispatch(e, VK_SH_batchnorm_channel, variant, pc, sizeof *pc, vk_groups(pc->c, 1), 1,
+    int64_t nseg = (pc->m + BN_SEG - 1) / BN_SEG, items = (int64_t)pc->c * nseg;
+    if (items > INT32_MAX / 2)
+        return vk_fail(e, EX_ERR_UNSUPPORTED, "%lld channel segments are beyond 32-bit indexing",
+                       (long long)items);
+    vk_bind_reset(e);
+    ex_status st = vk_scratch(e, (uint64_t)items * 8, &pc->part);
+    if (st != EX_OK)
+        return st;
+    pc->nseg = (uint32_t)nseg;
+    pc->x = vk_ref(e, &n->src[0]);
+    pc->y = seg == BN_SEG_RED ? vk_ref(e, &n->src[2]) : VK_NOREF;
+    pc->a = seg == BN_SEG_RED ? vk_ref(e, &n->src[1]) : VK_NOREF;
+    st = vk_dispatch(e, VK_SH_batchnorm_channel, seg, pc, sizeof *pc, vk_groups(items, 1), 1, 1);
+    if (st != EX_OK)
+        return st;
+    vk_barrier(e);
+    vk_bind_reset(e);
+    pc->part = vk_ref_rebind(e, pc->part);
+    pc->d = vk_ref(e, &n->dst);
+    pc->a = fin == BN_FIN_STATS ? vk_ref(e, &n->src[1]) : VK_NOREF;
+    pc->b = fin == BN_FIN_STATS ? vk_ref(e, &n->src[2]) : VK_NOREF;
+    return vk_dispatch(e, VK_SH_batchnorm_channel, fin, pc, sizeof *pc, vk_groups(pc->c, 128), 1,
                        1);
 }
 
@@ -117,11 +142,6 @@ static ex_status bn_stats(vk_exec *e, const ex_node_exec *n)
                        (long long)m);
     bn_red_pc pc;
     memset(&pc, 0, sizeof pc);
-    pc.d = vk_ref(e, &n->dst);
-    pc.x = vk_ref(e, x);
-    pc.y = VK_NOREF;
-    pc.a = vk_ref(e, &n->src[1]);
-    pc.b = vk_ref(e, &n->src[2]);
     pc.m = (uint32_t)m;
     pc.c = (uint32_t)c;
     pc.eps = n->fp[0];
@@ -132,7 +152,13 @@ static ex_status bn_stats(vk_exec *e, const ex_node_exec *n)
     pc.sv[1] = (uint32_t)n->dst.st[1];
     pc.sv[2] = col_st(&n->src[1]);
     pc.sv[3] = col_st(&n->src[2]);
-    return channels(e, train ? BN_STATS_TRAIN : BN_STATS_EVAL, &pc);
+    if (train)
+        return channels(e, n, BN_SEG_STATS, BN_FIN_STATS, &pc);
+    pc.d = vk_ref(e, &n->dst);
+    pc.a = vk_ref(e, &n->src[1]);
+    pc.b = vk_ref(e, &n->src[2]);
+    return vk_dispatch(e, VK_SH_batchnorm_channel, BN_EVAL, &pc, sizeof pc, vk_groups(c, 128), 1,
+                       1);
 }
 
 static ex_status bn_bwd_reduce(vk_exec *e, const ex_node_exec *n)
@@ -150,11 +176,6 @@ static ex_status bn_bwd_reduce(vk_exec *e, const ex_node_exec *n)
     const ex_tdesc *x = &n->src[0], *s = &n->src[1];
     bn_red_pc pc;
     memset(&pc, 0, sizeof pc);
-    pc.d = vk_ref(e, &n->dst);
-    pc.x = vk_ref(e, x);
-    pc.y = vk_ref(e, &n->src[2]);
-    pc.a = vk_ref(e, s);
-    pc.b = VK_NOREF;
     pc.m = (uint32_t)(x->ne[0] * x->ne[2] * x->ne[3]);
     pc.c = (uint32_t)c;
     put4(pc.ne, x->ne);
@@ -164,7 +185,7 @@ static ex_status bn_bwd_reduce(vk_exec *e, const ex_node_exec *n)
     pc.sv[1] = (uint32_t)n->dst.st[1];
     pc.sv[2] = (uint32_t)s->st[0];
     pc.sv[3] = (uint32_t)s->st[1];
-    return channels(e, BN_RED, &pc);
+    return channels(e, n, BN_SEG_RED, BN_FIN_RED, &pc);
 }
 
 /* x, stats and dst of the element-wise pair; the caller adds its own operands. */
