@@ -91,32 +91,48 @@ static uint32_t col_st(const ex_tdesc *t)
     return (uint32_t)t->st[t->ndim - 1];
 }
 
+/* Frees the bindings (but the gate's) unless t[0..n) fit besides them, keeping the
+ * scratch reference *part valid. */
+static void make_room(vk_exec *e, uint32_t *part, const ex_tdesc *const *t, int n)
+{
+    if (vk_room(e, t, n))
+        return;
+    vk_bind_reset(e);
+    *part = vk_ref_rebind(e, *part);
+}
+
 /* The segment pass (variant seg: x, and dy and stats for BN_SEG_RED) into scratch, then
  * the finishing pass (variant fin: dst, and the running statistics for BN_FIN_STATS).
- * Each binds only what it reads, so that the scratch always finds a binding. */
+ * Where the node's operands and the scratch do not fit the four bindings at once, each
+ * pass binds only what it reads. */
 static ex_status channels(vk_exec *e, const ex_node_exec *n, int seg, int fin, bn_red_pc *pc)
 {
     int64_t nseg = (pc->m + BN_SEG - 1) / BN_SEG, items = (int64_t)pc->c * nseg;
     if (items > INT32_MAX / 2)
         return vk_fail(e, EX_ERR_UNSUPPORTED, "%lld channel segments are beyond 32-bit indexing",
                        (long long)items);
-    vk_bind_reset(e);
+    if (e->nblocks == VK_BINDINGS)
+        vk_bind_reset(e); /* the node's operands took every binding: none is left for scratch */
     ex_status st = vk_scratch(e, (uint64_t)items * 8, &pc->part);
     if (st != EX_OK)
         return st;
+    int red = seg == BN_SEG_RED;
+    const ex_tdesc *in[3] = {&n->src[0], red ? &n->src[1] : NULL, red ? &n->src[2] : NULL};
+    make_room(e, &pc->part, in, 3);
     pc->nseg = (uint32_t)nseg;
-    pc->x = vk_ref(e, &n->src[0]);
-    pc->y = seg == BN_SEG_RED ? vk_ref(e, &n->src[2]) : VK_NOREF;
-    pc->a = seg == BN_SEG_RED ? vk_ref(e, &n->src[1]) : VK_NOREF;
+    pc->x = vk_ref(e, in[0]);
+    pc->a = red ? vk_ref(e, in[1]) : VK_NOREF;
+    pc->y = red ? vk_ref(e, in[2]) : VK_NOREF;
     st = vk_dispatch(e, VK_SH_batchnorm_channel, seg, pc, sizeof *pc, vk_groups(items, 1), 1, 1);
     if (st != EX_OK)
         return st;
     vk_barrier(e);
-    vk_bind_reset(e);
-    pc->part = vk_ref_rebind(e, pc->part);
-    pc->d = vk_ref(e, &n->dst);
-    pc->a = fin == BN_FIN_STATS ? vk_ref(e, &n->src[1]) : VK_NOREF;
-    pc->b = fin == BN_FIN_STATS ? vk_ref(e, &n->src[2]) : VK_NOREF;
+    int run = fin == BN_FIN_STATS;
+    const ex_tdesc *out[3] = {&n->dst, run ? &n->src[1] : NULL, run ? &n->src[2] : NULL};
+    make_room(e, &pc->part, out, 3);
+    pc->d = vk_ref(e, out[0]);
+    pc->a = run ? vk_ref(e, out[1]) : VK_NOREF;
+    pc->b = run ? vk_ref(e, out[2]) : VK_NOREF;
     return vk_dispatch(e, VK_SH_batchnorm_channel, fin, pc, sizeof *pc, vk_groups(pc->c, 128), 1,
                        1);
 }

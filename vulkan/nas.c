@@ -8,8 +8,9 @@
  * writing dst and the others adding to it (candidates in index order, as on the CPU).
  * The weight gradient dots each chunk of dy with every active candidate (a fixed tree
  * per chunk into scratch) and nas/mixdw.comp adds the chunks by a fixed tree: no float
- * atomics, repeatable. Each dispatch binds only what it reads, so the candidates may lie
- * in any number of memory blocks.
+ * atomics, repeatable. Where the node's operands do not fit the four bindings at once,
+ * each dispatch binds only what it reads, so the candidates may lie in any number of
+ * memory blocks.
  *
  * The row ops (nas/rows.comp) give each row of K to one invocation. Checks mirror the
  * CPU backend's; a candidate that does not fit fails the node only if its mask entry is
@@ -124,34 +125,29 @@ static void mix_align(const ex_node_exec *n, mix_ops *m)
     }
 }
 
-/* Frees the bindings (but the gate's) for a dispatch that binds only what it reads; the
- * scratch references move with it. */
-static void rebind(vk_exec *e, mix_ops *m)
+/* Frees the bindings (but the gate's) unless t[0..n) fit besides them, for a dispatch
+ * that binds only what it reads; the scratch references move with it. */
+static void make_room(vk_exec *e, mix_ops *m, const ex_tdesc *const *t, int n)
 {
+    if (vk_room(e, t, n))
+        return;
     vk_bind_reset(e);
     m->tab = vk_ref_rebind(e, m->tab);
     m->part = vk_ref_rebind(e, m->part);
-}
-
-/* Whether t's block is bound or a binding is free for it. */
-static int bindable(const vk_exec *e, const ex_tdesc *t)
-{
-    int block = ((const vk_buffer *)t->buf)->block;
-    for (int i = 0; i < e->nblocks; i++)
-        if (e->blocks[i] == block)
-            return 1;
-    return e->nblocks < VK_BINDINGS;
 }
 
 /* Scratch (table, then n * nch partials) and the table from weights w (NULL: 1). */
 static ex_status mix_table(vk_exec *e, const ex_node_exec *n, const ex_tdesc *w, mix_ops *m)
 {
     uint64_t words = (uint64_t)MIX_TAB * MIX_MAX + (uint64_t)m->n * (uint64_t)m->nch;
-    vk_bind_reset(e); /* the node's own bindings may have taken all four */
+    if (e->nblocks == VK_BINDINGS)
+        vk_bind_reset(e); /* the node's operands took every binding: none is left for scratch */
     ex_status st = vk_scratch(e, words * 4, &m->tab);
     if (st != EX_OK)
         return st;
     m->part = m->tab + MIX_TAB * MIX_MAX;
+    const ex_tdesc *need[2] = {w, &n->src[1]};
+    make_room(e, m, need, 2);
     mixtab_pc pc;
     memset(&pc, 0, sizeof pc);
     pc.tab = m->tab;
@@ -187,7 +183,7 @@ static int mix_group(vk_exec *e, const ex_node_exec *n, const mix_ops *m, int j0
     pc->cnt = 0;
     for (; j < m->n && (int)pc->cnt < MIX_GROUP && !((m->bad >> j) & 1); j++) {
         const ex_tdesc *x = &n->src[2 + j];
-        if (memcmp(m->st[j], m->st[j0], sizeof m->st[j]) != 0 || !bindable(e, x))
+        if (memcmp(m->st[j], m->st[j0], sizeof m->st[j]) != 0 || !vk_room(e, &x, 1))
             break;
         pc->x[pc->cnt++] = vk_ref(e, x);
     }
@@ -206,7 +202,8 @@ static ex_status mix_groups(vk_exec *e, const ex_node_exec *n, mix_ops *m, const
     while (j < m->n && ((m->bad >> j) & 1))
         j++;
     while (j < m->n || (first && !dot)) {
-        rebind(e, m);
+        const ex_tdesc *need[2] = {d, j < m->n ? &n->src[2 + j] : NULL};
+        make_room(e, m, need, 2);
         mix_pc pc;
         memset(&pc, 0, sizeof pc);
         pc.d = vk_ref(e, d);
@@ -281,7 +278,7 @@ static ex_status mixed_sum_bwd_w(vk_exec *e, const ex_node_exec *n)
     if (st != EX_OK)
         return st;
     vk_barrier(e);
-    rebind(e, &m);
+    make_room(e, &m, &d, 1);
     mixdw_pc pc;
     memset(&pc, 0, sizeof pc);
     pc.d = vk_ref(e, d);
