@@ -175,8 +175,9 @@ static ex_status mix_table(vk_exec *e, const ex_node_exec *n, const ex_tdesc *w,
     return st;
 }
 
-/* Candidates j0 .. *j1 - 1 form the next group: good, sharing candidate j0's strides,
- * at most MIX_GROUP, and bindable with what pc already binds. Bad ones are skipped. */
+/* Fills pc with the group that starts at good candidate j0: the good candidates after it
+ * that share its strides, at most MIX_GROUP, as far as their blocks find bindings.
+ * Returns the candidate after the group. */
 static int mix_group(vk_exec *e, const ex_node_exec *n, const mix_ops *m, int j0, mix_pc *pc)
 {
     int j = j0;
