@@ -388,6 +388,9 @@ static const tcase bn_cases[] = {
        (SHAPE(3, 8, 7, 9), UNI(-1, 3), SLICE(1, 2, 5)), AFFINE),
     BN("batch_norm eval, transposed view", 0, 3, (SHAPE(2, 5, 11, 7), UNI(-1, 3), TRANS(2, 3)),
        {0}),
+    /* M = 4608: more than one segment of a channel where a backend splits them (Vulkan:
+     * 4096) */
+    BN("batch_norm train affine, M = 4608", 1, 5, (SHAPE(2, 5, 48, 48), UNI(-1, 3)), AFFINE),
 };
 
 void family_batchnorm(void **state)

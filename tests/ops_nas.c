@@ -62,6 +62,15 @@ static const tcase mixed_sum_cases[] = {
            {GIN("x1"), SHAPE(2, 3, 7, 5), UNI(-1, 1), TRANS(2, 3)},
            {GIN("x2"), SHAPE(2, 3, 5, 7), UNI(-1, 1)}},
      .ip = {2, 0, 1, 0, 0, 0, 0, 0x7}, .bwd = B_FD, .init = i_mixed_sum},
+    /* 2592 elements: the weight gradient's dot products span several chunks of the
+     * backends that split dy (Vulkan: 1024, CUDA: 1024) */
+    {CASE("mixed_sum over several chunks", EX_OP_MIXED_SUM, b_mixed_sum, r_mixed_sum, 5),
+     .r = {{PAR("alpha"), SHAPE(2, 4), UNI(-1, 1)},
+           {IN("mask"), SHAPE(4), CONST(0)},
+           {GIN("x0"), SHAPE(4, 8, 9, 9), UNI(-1, 1)},
+           {GIN("x1"), SHAPE(4, 8, 9, 9), POISON, .nocheck = true},
+           {GIN("x2"), SHAPE(4, 8, 9, 9), UNI(-1, 1), TRANS(2, 3)}},
+     .ip = {3, 1, 0, 0, 0, 0, 1, 0xd}, .bwd = B_FD, .init = i_mixed_sum},
 };
 
 /* ---- Gumbel-softmax: roots logits [E, K], tau [1], counter (i32 [2]); ip0 = hard.

@@ -175,6 +175,29 @@ static inline int64_t vk_at(const ex_tdesc *t, int64_t i)
     return off;
 }
 
+/** Whether the memory blocks of t[0..n) (NULL or buffer-less entries skipped) can all be
+ *  bound besides what is bound now: a multi-pass family frees the bindings
+ *  (vk_bind_reset) only when they cannot, so its passes keep the node's descriptor set. */
+static inline int vk_room(const vk_exec *e, const ex_tdesc *const *t, int n)
+{
+    int extra[VK_BINDINGS], ne = 0;
+    for (int i = 0; i < n; i++) {
+        if (!t[i] || !t[i]->buf)
+            continue;
+        int block = ((const vk_buffer *)t[i]->buf)->block, seen = 0;
+        for (int k = 0; k < e->nblocks && !seen; k++)
+            seen = e->blocks[k] == block;
+        for (int k = 0; k < ne && !seen; k++)
+            seen = extra[k] == block;
+        if (seen)
+            continue;
+        if (e->nblocks + ne == VK_BINDINGS)
+            return 0;
+        extra[ne++] = block;
+    }
+    return 1;
+}
+
 /* ---- one function per op family; backend.c holds the switch ---- */
 /* elementwise.c: ADD SUB MUL SCALE AXPY RELU RELU_BWD FILL COPY DROP_PATH */
 ex_status vk_run_elementwise(vk_exec *e, const ex_node_exec *n);

@@ -1,0 +1,9 @@
+// Variants of batchnorm/channel.comp and batchnorm/pointwise.comp, shared with vulkan/batchnorm.c.
+#define BN_SEG_STATS 0 // channel.comp: a segment's mean and squared deviations, into part
+#define BN_SEG_RED 1   // channel.comp: a segment's sums of dy * xhat and of dy, into part
+#define BN_FIN_STATS 2 // channel.comp: a channel's segments merged, running statistics moved
+#define BN_FIN_RED 3   // channel.comp: a channel's segment sums added
+#define BN_EVAL 4      // channel.comp: mean and invstd from the running statistics
+#define BN_SEG 4096    // elements of a channel per segment (one workgroup's share)
+#define BN_APPLY 0     // pointwise.comp: (x - mean) * invstd * gamma + beta
+#define BN_DATA 1      // pointwise.comp: dx

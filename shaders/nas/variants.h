@@ -1,0 +1,13 @@
+// Variants and sizes of the NAS shaders, shared with vulkan/nas.c.
+#define MIX_FWD 0     // mix.comp: dst = sum of the group's active candidates
+#define MIX_FWD_ACC 1 // mix.comp: dst += the same (groups after the first)
+#define MIX_DOT 2     // mix.comp: per chunk of dy, its dot with each active candidate
+#define MIX_GROUP 12  // candidates one mix.comp dispatch takes (push-constant room)
+#define MIX_CHUNK 1024 // elements of dy per MIX_DOT partial
+#define MIX_TAB 3     // words per candidate in the table: coefficient, active, weight index
+#define ROW_GUMBEL 0  // rows.comp
+#define ROW_GUMBEL_BWD 1
+#define ROW_HARDMAX 2
+#define ROW_ENTROPY 3
+#define ROW_ENTROPY_BWD 4
+#define ROW_TOPK 5

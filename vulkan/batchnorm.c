@@ -1,0 +1,295 @@
+/* Batch norm 2d: BN_STATS (with the running-statistics update), BN_APPLY, BN_BWD_REDUCE and
+ * BN_BWD_DATA. The per-channel sums go through batchnorm/channel.comp in two passes: one
+ * workgroup per segment of a channel (a fixed-order tree into scratch), then one
+ * invocation per channel merging its segments in order (no float atomics, repeatable);
+ * apply and backward-data are element-wise through batchnorm/pointwise.comp. Checks mirror the CPU
+ * backend's, so a bad node fails with the same status before anything is submitted. */
+#include <string.h>
+
+#include "shaders/batchnorm/variants.h"
+#include "vulkan/vk.h"
+
+/* Mirrors channel.comp's push constants. */
+typedef struct bn_red_pc {
+    uint32_t gate, d, x, y;
+    uint32_t a, b, m, c;
+    uint32_t part, nseg, r0, r1;
+    float eps, mom, r2, r3;
+    uint32_t ne[4], sx[4], sy[4];
+    uint32_t sv[4];
+} bn_red_pc;
+
+/* Mirrors pointwise.comp's push constants. */
+typedef struct bn_pw_pc {
+    uint32_t gate, d, x, s;
+    uint32_t y, r, g, b;
+    uint32_t ne[4], sx[4], sd[4], sy[4];
+    uint32_t sv[4];
+    uint32_t gs, bs, train, n;
+} bn_pw_pc;
+
+_Static_assert(sizeof(bn_red_pc) <= VK_PC_BYTES, "channel.comp's push constants");
+_Static_assert(sizeof(bn_pw_pc) <= VK_PC_BYTES, "pointwise.comp's push constants");
+
+static void put4(uint32_t out[4], const int64_t v[4])
+{
+    for (int d = 0; d < 4; d++)
+        out[d] = (uint32_t)v[d];
+}
+
+/* A 4-d operand of x's shape (dst: also writing each element once), within 32 bits. */
+static ex_status check_4d(vk_exec *e, const ex_tdesc *t, const ex_tdesc *x, const char *what,
+                          int written)
+{
+    int ok = t->dtype == EX_F32 && t->ndim == 4 && t->buf != NULL;
+    for (int d = 0; d < 4 && ok; d++)
+        ok = t->ne[d] == x->ne[d];
+    if (!ok)
+        return vk_fail(e, EX_ERR_SHAPE, "%s must be an f32 tensor of x's shape", what);
+    if (written && !vk_dst_ok(t->ne, t->st))
+        return vk_fail(e, EX_ERR_ARG, "%s broadcasts (stride 0)", what);
+    if (!vk_fits32(t->ne, t->st))
+        return vk_fail(e, EX_ERR_UNSUPPORTED, "%s is beyond 32-bit indexing", what);
+    return EX_OK;
+}
+
+/* A per-channel operand: [C] (rows 1) or [2, C]; written ones may not broadcast. */
+static ex_status check_c(vk_exec *e, const ex_tdesc *t, int rows, int64_t c, const char *what,
+                         int written)
+{
+    int ok = t->dtype == EX_F32 && t->buf != NULL &&
+             (rows == 1 ? t->ndim == 1 && t->ne[0] == c
+                        : t->ndim == 2 && t->ne[0] == rows && t->ne[1] == c);
+    if (!ok)
+        return vk_fail(e, EX_ERR_SHAPE, "%s must be an f32 [%s%lld] tensor", what,
+                       rows == 1 ? "" : "2, ", (long long)c);
+    int64_t ne[4], st[4];
+    vk_shape4(t, ne, st);
+    if (written && !vk_dst_ok(ne, st))
+        return vk_fail(e, EX_ERR_ARG, "%s broadcasts (stride 0)", what);
+    if (!vk_fits32(ne, st))
+        return vk_fail(e, EX_ERR_UNSUPPORTED, "%s is beyond 32-bit indexing", what);
+    return EX_OK;
+}
+
+/* The source count and x (source 0): a 4-d f32 tensor whose indices fit 32 bits. */
+static ex_status begin(vk_exec *e, const ex_node_exec *n, int nmin, int nmax)
+{
+    if (n->nsrc < nmin || n->nsrc > nmax || n->src == NULL)
+        return vk_fail(e, EX_ERR_ARG, "unexpected source count %d", n->nsrc);
+    const ex_tdesc *x = &n->src[0];
+    if (x->dtype != EX_F32 || x->ndim != 4 || x->buf == NULL)
+        return vk_fail(e, EX_ERR_ARG, "x must be a 4-d f32 tensor");
+    if (!vk_fits32(x->ne, x->st))
+        return vk_fail(e, EX_ERR_UNSUPPORTED, "x is beyond 32-bit indexing");
+    return EX_OK;
+}
+
+/* The column stride of a [C] operand or of one row of a [2, C] one. */
+static uint32_t col_st(const ex_tdesc *t)
+{
+    return (uint32_t)t->st[t->ndim - 1];
+}
+
+/* Frees the bindings (but the gate's) unless t[0..n) fit besides them, keeping the
+ * scratch reference *part valid. */
+static void make_room(vk_exec *e, uint32_t *part, const ex_tdesc *const *t, int n)
+{
+    if (vk_room(e, t, n))
+        return;
+    vk_bind_reset(e);
+    *part = vk_ref_rebind(e, *part);
+}
+
+/* The segment pass (variant seg: x, and dy and stats for BN_SEG_RED) into scratch, then
+ * the finishing pass (variant fin: dst, and the running statistics for BN_FIN_STATS).
+ * Where the node's operands and the scratch do not fit the four bindings at once, each
+ * pass binds only what it reads. */
+static ex_status channels(vk_exec *e, const ex_node_exec *n, int seg, int fin, bn_red_pc *pc)
+{
+    int64_t nseg = (pc->m + BN_SEG - 1) / BN_SEG, items = (int64_t)pc->c * nseg;
+    if (items > INT32_MAX / 2)
+        return vk_fail(e, EX_ERR_UNSUPPORTED, "%lld channel segments are beyond 32-bit indexing",
+                       (long long)items);
+    if (e->nblocks == VK_BINDINGS)
+        vk_bind_reset(e); /* the node's operands took every binding: none is left for scratch */
+    ex_status st = vk_scratch(e, (uint64_t)items * 8, &pc->part);
+    if (st != EX_OK)
+        return st;
+    int red = seg == BN_SEG_RED;
+    const ex_tdesc *in[3] = {&n->src[0], red ? &n->src[1] : NULL, red ? &n->src[2] : NULL};
+    make_room(e, &pc->part, in, 3);
+    pc->nseg = (uint32_t)nseg;
+    pc->x = vk_ref(e, in[0]);
+    pc->a = red ? vk_ref(e, in[1]) : VK_NOREF;
+    pc->y = red ? vk_ref(e, in[2]) : VK_NOREF;
+    st = vk_dispatch(e, VK_SH_batchnorm_channel, seg, pc, sizeof *pc, vk_groups(items, 1), 1, 1);
+    if (st != EX_OK)
+        return st;
+    vk_barrier(e);
+    int run = fin == BN_FIN_STATS;
+    const ex_tdesc *out[3] = {&n->dst, run ? &n->src[1] : NULL, run ? &n->src[2] : NULL};
+    make_room(e, &pc->part, out, 3);
+    pc->d = vk_ref(e, out[0]);
+    pc->a = run ? vk_ref(e, out[1]) : VK_NOREF;
+    pc->b = run ? vk_ref(e, out[2]) : VK_NOREF;
+    return vk_dispatch(e, VK_SH_batchnorm_channel, fin, pc, sizeof *pc, vk_groups(pc->c, 128), 1,
+                       1);
+}
+
+static ex_status bn_stats(vk_exec *e, const ex_node_exec *n)
+{
+    ex_status st = begin(e, n, 3, 3);
+    int64_t c = st == EX_OK ? n->src[0].ne[1] : 0;
+    if (st == EX_OK)
+        st = check_c(e, &n->src[1], 1, c, "running_mean", 1);
+    if (st == EX_OK)
+        st = check_c(e, &n->src[2], 1, c, "running_var", 1);
+    if (st == EX_OK)
+        st = check_c(e, &n->dst, 2, c, "dst", 1);
+    if (st != EX_OK)
+        return st;
+    const ex_tdesc *x = &n->src[0];
+    int64_t m = x->ne[0] * x->ne[2] * x->ne[3];
+    int train = n->ip[0] != 0;
+    if (train && m < 2)
+        return vk_fail(e, EX_ERR_SHAPE,
+                       "training needs more than one value per channel (N*H*W = %lld)",
+                       (long long)m);
+    bn_red_pc pc;
+    memset(&pc, 0, sizeof pc);
+    pc.m = (uint32_t)m;
+    pc.c = (uint32_t)c;
+    pc.eps = n->fp[0];
+    pc.mom = n->fp[1];
+    put4(pc.ne, x->ne);
+    put4(pc.sx, x->st);
+    pc.sv[0] = (uint32_t)n->dst.st[0];
+    pc.sv[1] = (uint32_t)n->dst.st[1];
+    pc.sv[2] = col_st(&n->src[1]);
+    pc.sv[3] = col_st(&n->src[2]);
+    if (train)
+        return channels(e, n, BN_SEG_STATS, BN_FIN_STATS, &pc);
+    pc.d = vk_ref(e, &n->dst);
+    pc.a = vk_ref(e, &n->src[1]);
+    pc.b = vk_ref(e, &n->src[2]);
+    return vk_dispatch(e, VK_SH_batchnorm_channel, BN_EVAL, &pc, sizeof pc, vk_groups(c, 128), 1,
+                       1);
+}
+
+static ex_status bn_bwd_reduce(vk_exec *e, const ex_node_exec *n)
+{
+    ex_status st = begin(e, n, 3, 3);
+    int64_t c = st == EX_OK ? n->src[0].ne[1] : 0;
+    if (st == EX_OK)
+        st = check_c(e, &n->src[1], 2, c, "stats", 0);
+    if (st == EX_OK)
+        st = check_4d(e, &n->src[2], &n->src[0], "dy", 0);
+    if (st == EX_OK)
+        st = check_c(e, &n->dst, 2, c, "dst", 1);
+    if (st != EX_OK)
+        return st;
+    const ex_tdesc *x = &n->src[0], *s = &n->src[1];
+    bn_red_pc pc;
+    memset(&pc, 0, sizeof pc);
+    pc.m = (uint32_t)(x->ne[0] * x->ne[2] * x->ne[3]);
+    pc.c = (uint32_t)c;
+    put4(pc.ne, x->ne);
+    put4(pc.sx, x->st);
+    put4(pc.sy, n->src[2].st);
+    pc.sv[0] = (uint32_t)n->dst.st[0];
+    pc.sv[1] = (uint32_t)n->dst.st[1];
+    pc.sv[2] = (uint32_t)s->st[0];
+    pc.sv[3] = (uint32_t)s->st[1];
+    return channels(e, n, BN_SEG_RED, BN_FIN_RED, &pc);
+}
+
+/* x, stats and dst of the element-wise pair; the caller adds its own operands. */
+static void pw_common(vk_exec *e, const ex_node_exec *n, bn_pw_pc *pc)
+{
+    const ex_tdesc *x = &n->src[0], *s = &n->src[1];
+    memset(pc, 0, sizeof *pc);
+    pc->d = vk_ref(e, &n->dst);
+    pc->x = vk_ref(e, x);
+    pc->s = vk_ref(e, s);
+    pc->y = pc->r = pc->g = pc->b = VK_NOREF;
+    put4(pc->ne, x->ne);
+    put4(pc->sx, x->st);
+    put4(pc->sd, n->dst.st);
+    pc->sv[0] = (uint32_t)s->st[0];
+    pc->sv[1] = (uint32_t)s->st[1];
+    pc->n = (uint32_t)vk_numel(x);
+}
+
+static ex_status pointwise(vk_exec *e, int variant, const bn_pw_pc *pc)
+{
+    return vk_dispatch(e, VK_SH_batchnorm_pointwise, variant, pc, sizeof *pc, vk_groups(pc->n, 128),
+                       1, 1);
+}
+
+static ex_status bn_apply(vk_exec *e, const ex_node_exec *n)
+{
+    ex_status st = begin(e, n, 2, 4);
+    int64_t c = st == EX_OK ? n->src[0].ne[1] : 0;
+    if (st == EX_OK && n->nsrc == 3)
+        st = vk_fail(e, EX_ERR_ARG, "gamma and beta come together");
+    if (st == EX_OK)
+        st = check_c(e, &n->src[1], 2, c, "stats", 0);
+    for (int i = 2; i < n->nsrc && st == EX_OK; i++)
+        st = check_c(e, &n->src[i], 1, c, i == 2 ? "gamma" : "beta", 0);
+    if (st == EX_OK)
+        st = check_4d(e, &n->dst, &n->src[0], "dst", 1);
+    if (st != EX_OK)
+        return st;
+    bn_pw_pc pc;
+    pw_common(e, n, &pc);
+    if (n->nsrc == 4) {
+        pc.g = vk_ref(e, &n->src[2]);
+        pc.b = vk_ref(e, &n->src[3]);
+        pc.gs = col_st(&n->src[2]);
+        pc.bs = col_st(&n->src[3]);
+    }
+    return pointwise(e, BN_APPLY, &pc);
+}
+
+static ex_status bn_bwd_data(vk_exec *e, const ex_node_exec *n)
+{
+    ex_status st = begin(e, n, 4, 5);
+    int64_t c = st == EX_OK ? n->src[0].ne[1] : 0;
+    if (st == EX_OK)
+        st = check_c(e, &n->src[1], 2, c, "stats", 0);
+    if (st == EX_OK)
+        st = check_4d(e, &n->src[2], &n->src[0], "dy", 0);
+    if (st == EX_OK)
+        st = check_c(e, &n->src[3], 2, c, "red", 0);
+    if (st == EX_OK && n->nsrc == 5)
+        st = check_c(e, &n->src[4], 1, c, "gamma", 0);
+    if (st == EX_OK)
+        st = check_4d(e, &n->dst, &n->src[0], "dst", 1);
+    if (st != EX_OK)
+        return st;
+    bn_pw_pc pc;
+    pw_common(e, n, &pc);
+    pc.y = vk_ref(e, &n->src[2]);
+    pc.r = vk_ref(e, &n->src[3]);
+    put4(pc.sy, n->src[2].st);
+    pc.sv[2] = (uint32_t)n->src[3].st[0];
+    pc.sv[3] = (uint32_t)n->src[3].st[1];
+    if (n->nsrc == 5) {
+        pc.g = vk_ref(e, &n->src[4]);
+        pc.gs = col_st(&n->src[4]);
+    }
+    pc.train = n->ip[0] != 0;
+    return pointwise(e, BN_DATA, &pc);
+}
+
+ex_status vk_run_batchnorm(vk_exec *e, const ex_node_exec *n)
+{
+    switch (n->op) {
+    case EX_OP_BN_STATS: return bn_stats(e, n);
+    case EX_OP_BN_APPLY: return bn_apply(e, n);
+    case EX_OP_BN_BWD_REDUCE: return bn_bwd_reduce(e, n);
+    case EX_OP_BN_BWD_DATA: return bn_bwd_data(e, n);
+    default: return vk_fail(e, EX_ERR_UNSUPPORTED, "not a batch-norm op");
+    }
+}

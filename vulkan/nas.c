@@ -1,0 +1,428 @@
+/* NAS ops: MIXED_SUM, MIXED_SUM_BWD_W, GUMBEL_SOFTMAX, GUMBEL_SOFTMAX_BWD, HARDMAX_ST,
+ * ENTROPY, ENTROPY_BWD, TOPK_MASK.
+ *
+ * The mixed sum reads its mask on the device, so a search whose active set changes from
+ * step to step replays one recorded step: nas/mixtab.comp first writes a table of each
+ * candidate's coefficient, activity and weight index into scratch, and nas/mix.comp then
+ * sums groups of consecutive candidates that share their strides, the first group
+ * writing dst and the others adding to it (candidates in index order, as on the CPU).
+ * The weight gradient dots each chunk of dy with every active candidate (a fixed tree
+ * per chunk into scratch) and nas/mixdw.comp adds the chunks by a fixed tree: no float
+ * atomics, repeatable. Where the node's operands do not fit the four bindings at once,
+ * each dispatch binds only what it reads, so the candidates may lie in any number of
+ * memory blocks.
+ *
+ * The row ops (nas/rows.comp) give each row of K to one invocation. Checks mirror the
+ * CPU backend's; a candidate that does not fit fails the node only if its mask entry is
+ * active, which the device reports through the status words. */
+#include <string.h>
+
+#include "shaders/nas/variants.h"
+#include "vulkan/vk.h"
+
+#define MIX_MAX EX_NODE_IPARAMS
+
+_Static_assert(MIX_MAX <= 16, "mixtab.comp packs 16 weight indices, mixdw.comp totals 16");
+
+/* Mirrors mixtab.comp's push constants. */
+typedef struct mixtab_pc {
+    uint32_t gate, tab, w, mask;
+    uint32_t n, bad, node, sref;
+    uint32_t wne[4], wst[4], mne[4], mst[4];
+    uint32_t idx[8];
+} mixtab_pc;
+
+/* Mirrors mix.comp's push constants. */
+typedef struct mix_pc {
+    uint32_t gate, d, tab, part;
+    uint32_t n, nch, j0, cnt;
+    uint32_t ne[4], sd[4], sx[4];
+    uint32_t x[MIX_GROUP];
+} mix_pc;
+
+/* Mirrors mixdw.comp's push constants. */
+typedef struct mixdw_pc {
+    uint32_t gate, d, tab, part;
+    uint32_t n, nch, k, r0;
+    uint32_t dne[4], dst[4];
+} mixdw_pc;
+
+/* Mirrors rows.comp's push constants. */
+typedef struct rows_pc {
+    uint32_t gate, d, a, b;
+    uint32_t k, rows, tau, ctr;
+    uint32_t cst, k0, k1, topk;
+    float thr;
+    uint32_t r0, r1, r2;
+    uint32_t ne[4], sd[4], sa[4], sb[4];
+} rows_pc;
+
+_Static_assert(sizeof(mixtab_pc) <= VK_PC_BYTES, "mixtab.comp's push constants");
+_Static_assert(sizeof(mix_pc) <= VK_PC_BYTES, "mix.comp's push constants");
+_Static_assert(sizeof(mixdw_pc) <= VK_PC_BYTES, "mixdw.comp's push constants");
+_Static_assert(sizeof(rows_pc) <= VK_PC_BYTES, "rows.comp's push constants");
+
+static void put4(uint32_t out[4], const int64_t v[4])
+{
+    for (int d = 0; d < 4; d++)
+        out[d] = (uint32_t)v[d];
+}
+
+/* f32 with 1 to 4 dims whose indices fit 32 bits; strides as read (padded) in st. */
+static int fits(const ex_tdesc *t, int64_t ne[4], int64_t st[4])
+{
+    if (!vk_valid(t, EX_F32))
+        return 0;
+    vk_shape4(t, ne, st);
+    return vk_fits32(ne, st);
+}
+
+/* ---- the mixed sum ---- */
+
+/** A mixed op's operands: d is dst (forward) or dy (weight gradient), ne its padded shape;
+ *  candidate j is src[2 + j] with strides st[j], unless bit j of bad says it does not
+ *  fit (checked only if active, on the device). */
+typedef struct mix_ops {
+    int n;
+    unsigned bad;
+    int64_t k, numel, nch;
+    int64_t ne[4], sd[4];
+    int64_t st[MIX_MAX][4];
+    uint32_t tab, part; /**< scratch references, rebound before each dispatch */
+} mix_ops;
+
+/* The source count, weights and mask, and the weight indices against K. */
+static ex_status mix_select(vk_exec *e, const ex_node_exec *n, const ex_tdesc *w, mix_ops *m)
+{
+    memset(m, 0, sizeof *m);
+    m->n = n->nsrc - 2;
+    if (n->nsrc < 2 || m->n > MIX_MAX || n->src == NULL)
+        return vk_fail(e, EX_ERR_ARG, "%d sources, expected 2 to %d", n->nsrc, MIX_MAX + 2);
+    const ex_tdesc *mask = &n->src[1];
+    int64_t ne[4], st[4];
+    if (!vk_valid(mask, EX_F32) || (w && !vk_valid(w, EX_F32)))
+        return vk_fail(e, EX_ERR_ARG, "weights and mask must be f32");
+    m->k = vk_numel(mask);
+    if (w && vk_numel(w) != m->k)
+        return vk_fail(e, EX_ERR_SHAPE, "%lld weights, %lld mask entries", (long long)vk_numel(w),
+                       (long long)m->k);
+    for (int j = 0; j < m->n; j++)
+        if (n->ip[j] < 0 || n->ip[j] >= m->k)
+            return vk_fail(e, EX_ERR_ARG, "candidate %d has weight index %d outside [0, %lld)", j,
+                           n->ip[j], (long long)m->k);
+    if (!fits(mask, ne, st) || (w && !fits(w, ne, st)) || m->k > 0xFFFF)
+        return vk_fail(e, EX_ERR_UNSUPPORTED, "more than 65535 weights, or beyond 32-bit indexing");
+    return EX_OK;
+}
+
+/* Aligns the candidates to ne; one that does not fit sets its bit of bad. */
+static void mix_align(const ex_node_exec *n, mix_ops *m)
+{
+    for (int j = 0; j < m->n; j++) {
+        const ex_tdesc *x = &n->src[2 + j];
+        if (!vk_valid(x, EX_F32) || !vk_align(x, m->ne, m->st[j]) || !vk_fits32(m->ne, m->st[j]))
+            m->bad |= 1u << j;
+    }
+}
+
+/* Frees the bindings (but the gate's) unless t[0..n) fit besides them, for a dispatch
+ * that binds only what it reads; the scratch references move with it. */
+static void make_room(vk_exec *e, mix_ops *m, const ex_tdesc *const *t, int n)
+{
+    if (vk_room(e, t, n))
+        return;
+    vk_bind_reset(e);
+    m->tab = vk_ref_rebind(e, m->tab);
+    m->part = vk_ref_rebind(e, m->part);
+}
+
+/* Scratch (table, then n * nch partials) and the table from weights w (NULL: 1). */
+static ex_status mix_table(vk_exec *e, const ex_node_exec *n, const ex_tdesc *w, mix_ops *m)
+{
+    uint64_t words = (uint64_t)MIX_TAB * MIX_MAX + (uint64_t)m->n * (uint64_t)m->nch;
+    if (e->nblocks == VK_BINDINGS)
+        vk_bind_reset(e); /* the node's operands took every binding: none is left for scratch */
+    ex_status st = vk_scratch(e, words * 4, &m->tab);
+    if (st != EX_OK)
+        return st;
+    m->part = m->tab + MIX_TAB * MIX_MAX;
+    const ex_tdesc *need[2] = {w, &n->src[1]};
+    make_room(e, m, need, 2);
+    mixtab_pc pc;
+    memset(&pc, 0, sizeof pc);
+    pc.tab = m->tab;
+    st = vk_status_ref(e, &pc.sref);
+    if (st != EX_OK)
+        return st;
+    int64_t ne[4], sw[4];
+    pc.w = w ? vk_ref(e, w) : VK_NOREF;
+    if (w) {
+        vk_shape4(w, ne, sw);
+        put4(pc.wne, ne);
+        put4(pc.wst, sw);
+    }
+    pc.mask = vk_ref(e, &n->src[1]);
+    vk_shape4(&n->src[1], ne, sw);
+    put4(pc.mne, ne);
+    put4(pc.mst, sw);
+    pc.n = (uint32_t)m->n;
+    pc.bad = m->bad;
+    pc.node = (uint32_t)e->index;
+    for (int j = 0; j < m->n; j++)
+        pc.idx[j / 2] |= (uint32_t)n->ip[j] << (16 * (j % 2));
+    st = vk_dispatch(e, VK_SH_nas_mixtab, 0, &pc, sizeof pc, 1, 1, 1);
+    vk_barrier(e);
+    return st;
+}
+
+/* Fills pc with the group that starts at good candidate j0: the good candidates after it
+ * that share its strides, at most MIX_GROUP, as far as their blocks find bindings.
+ * Returns the candidate after the group. */
+static int mix_group(vk_exec *e, const ex_node_exec *n, const mix_ops *m, int j0, mix_pc *pc)
+{
+    int j = j0;
+    pc->cnt = 0;
+    for (; j < m->n && (int)pc->cnt < MIX_GROUP && !((m->bad >> j) & 1); j++) {
+        const ex_tdesc *x = &n->src[2 + j];
+        if (memcmp(m->st[j], m->st[j0], sizeof m->st[j]) != 0 || !vk_room(e, &x, 1))
+            break;
+        pc->x[pc->cnt++] = vk_ref(e, x);
+    }
+    pc->j0 = (uint32_t)j0;
+    put4(pc->sx, m->st[j0 < m->n ? j0 : 0]);
+    return j;
+}
+
+/* The groups' dispatches of variant (MIX_FWD, then MIX_FWD_ACC; or MIX_DOT) over the
+ * operand d of n elements. Forward, a first dispatch runs even without a good candidate,
+ * so dst is written. */
+static ex_status mix_groups(vk_exec *e, const ex_node_exec *n, mix_ops *m, const ex_tdesc *d,
+                            int dot)
+{
+    int j = 0, first = 1;
+    while (j < m->n && ((m->bad >> j) & 1))
+        j++;
+    while (j < m->n || (first && !dot)) {
+        const ex_tdesc *need[2] = {d, j < m->n ? &n->src[2 + j] : NULL};
+        make_room(e, m, need, 2);
+        mix_pc pc;
+        memset(&pc, 0, sizeof pc);
+        pc.d = vk_ref(e, d);
+        pc.tab = m->tab;
+        pc.part = m->part;
+        pc.n = (uint32_t)m->numel;
+        pc.nch = (uint32_t)m->nch;
+        put4(pc.ne, m->ne);
+        put4(pc.sd, m->sd);
+        j = mix_group(e, n, m, j, &pc);
+        if (j < m->n && pc.cnt == 0 && !((m->bad >> j) & 1))
+            return vk_fail(e, EX_ERR_UNSUPPORTED, "candidate %d's memory block has no binding left",
+                           j);
+        ex_status st =
+            dot ? vk_dispatch(e, VK_SH_nas_mix, MIX_DOT, &pc, sizeof pc, vk_groups(m->nch, 1), 1, 1)
+                : vk_dispatch(e, VK_SH_nas_mix, first ? MIX_FWD : MIX_FWD_ACC, &pc, sizeof pc,
+                              vk_groups(m->numel, 128), 1, 1);
+        if (st != EX_OK)
+            return st;
+        if (!dot)
+            vk_barrier(e); /* the next group adds to what this one wrote */
+        first = 0;
+        while (j < m->n && ((m->bad >> j) & 1))
+            j++;
+    }
+    return EX_OK;
+}
+
+static ex_status mixed_sum(vk_exec *e, const ex_node_exec *n)
+{
+    mix_ops m;
+    ex_status st = mix_select(e, n, n->src ? &n->src[0] : NULL, &m);
+    if (st != EX_OK)
+        return st;
+    const ex_tdesc *d = &n->dst;
+    if (!vk_valid(d, EX_F32))
+        return vk_fail(e, EX_ERR_ARG, "dst must be f32 with 1 to 4 dims");
+    vk_shape4(d, m.ne, m.sd);
+    if (!vk_dst_ok(m.ne, m.sd))
+        return vk_fail(e, EX_ERR_ARG, "dst broadcasts (stride 0)");
+    if (!vk_fits32(m.ne, m.sd))
+        return vk_fail(e, EX_ERR_UNSUPPORTED, "dst is beyond 32-bit indexing");
+    m.numel = vk_numel(d);
+    mix_align(n, &m);
+    st = mix_table(e, n, &n->src[0], &m);
+    return st == EX_OK ? mix_groups(e, n, &m, d, 0) : st;
+}
+
+static ex_status mixed_sum_bwd_w(vk_exec *e, const ex_node_exec *n)
+{
+    mix_ops m;
+    ex_status st = mix_select(e, n, NULL, &m);
+    if (st != EX_OK)
+        return st;
+    const ex_tdesc *dy = &n->src[0], *d = &n->dst;
+    if (!vk_valid(dy, EX_F32))
+        return vk_fail(e, EX_ERR_ARG, "dy must be f32 with 1 to 4 dims");
+    int64_t dne[4], dst[4];
+    if (!vk_valid(d, EX_F32) || vk_numel(d) != m.k)
+        return vk_fail(e, EX_ERR_SHAPE, "dst must be f32 with one entry per mask entry");
+    vk_shape4(d, dne, dst);
+    if (!vk_dst_ok(dne, dst))
+        return vk_fail(e, EX_ERR_ARG, "dst broadcasts (stride 0)");
+    if (!fits(dy, m.ne, m.sd) || !vk_fits32(dne, dst))
+        return vk_fail(e, EX_ERR_UNSUPPORTED, "dy or dst is beyond 32-bit indexing");
+    m.numel = vk_numel(dy);
+    m.nch = (m.numel + MIX_CHUNK - 1) / MIX_CHUNK;
+    mix_align(n, &m);
+    st = mix_table(e, n, NULL, &m);
+    if (st == EX_OK)
+        st = mix_groups(e, n, &m, dy, 1);
+    if (st != EX_OK)
+        return st;
+    vk_barrier(e);
+    make_room(e, &m, &d, 1);
+    mixdw_pc pc;
+    memset(&pc, 0, sizeof pc);
+    pc.d = vk_ref(e, d);
+    pc.tab = m.tab;
+    pc.part = m.part;
+    pc.n = (uint32_t)m.n;
+    pc.nch = (uint32_t)m.nch;
+    pc.k = (uint32_t)m.k;
+    put4(pc.dne, dne);
+    put4(pc.dst, dst);
+    return vk_dispatch(e, VK_SH_nas_mixdw, 0, &pc, sizeof pc, 1, 1, 1);
+}
+
+/* ---- row ops over [E, K] ---- */
+
+/* dst and sources 0 .. nalign - 1 aligned to the padded shape of ref (dst, or ENTROPY's
+ * p): dims 0..2 index rows, dim 3 runs along a row. */
+static ex_status rows_setup(vk_exec *e, const ex_node_exec *n, int nsrc, int nalign,
+                            const ex_tdesc *ref, rows_pc *pc)
+{
+    if (n->nsrc != nsrc || n->src == NULL)
+        return vk_fail(e, EX_ERR_ARG, "%d sources, expected %d", n->nsrc, nsrc);
+    if (!vk_valid(ref, EX_F32) || !vk_valid(&n->dst, EX_F32))
+        return vk_fail(e, EX_ERR_ARG, "tensors must be f32 with 1 to 4 dims");
+    int64_t ne[4], own[4], s[3][4];
+    vk_shape4(ref, ne, own);
+    if (ne[0] * ne[1] * ne[2] * ne[3] < 1)
+        return vk_fail(e, EX_ERR_SHAPE, "no elements");
+    int64_t dne[4];
+    vk_shape4(&n->dst, dne, own);
+    if (!vk_align(&n->dst, ne, s[0]) || !vk_dst_ok(dne, s[0]))
+        return vk_fail(e, EX_ERR_SHAPE, "dst does not fit the rows");
+    for (int i = 0; i < nalign; i++)
+        if (n->src[i].dtype != EX_F32 || !vk_align(&n->src[i], ne, s[1 + i]))
+            return vk_fail(e, EX_ERR_SHAPE, "source %d is not f32 of the rows' shape", i);
+    for (int i = 0; i <= nalign; i++)
+        if (!vk_fits32(ne, s[i]))
+            return vk_fail(e, EX_ERR_UNSUPPORTED, "operands beyond 32-bit indexing");
+    memset(pc, 0, sizeof *pc);
+    pc->d = vk_ref(e, &n->dst);
+    pc->a = vk_ref(e, &n->src[0]);
+    pc->b = nalign > 1 ? vk_ref(e, &n->src[1]) : VK_NOREF;
+    pc->tau = pc->ctr = VK_NOREF;
+    pc->k = (uint32_t)ne[3];
+    pc->rows = (uint32_t)(ne[0] * ne[1] * ne[2]);
+    put4(pc->ne, ne);
+    put4(pc->sd, s[0]);
+    put4(pc->sa, s[1]);
+    if (nalign > 1)
+        put4(pc->sb, s[2]);
+    return EX_OK;
+}
+
+static ex_status rows_run(vk_exec *e, int variant, const rows_pc *pc)
+{
+    return vk_dispatch(e, VK_SH_nas_rows, variant, pc, sizeof *pc, vk_groups(pc->rows, 128), 1, 1);
+}
+
+/* A one-element f32 source such as tau. */
+static ex_status scalar(vk_exec *e, const ex_tdesc *t, const char *what, uint32_t *ref)
+{
+    if (!vk_valid(t, EX_F32) || vk_numel(t) != 1)
+        return vk_fail(e, EX_ERR_SHAPE, "%s must be one f32 element", what);
+    *ref = vk_ref(e, t) + (uint32_t)vk_at(t, 0);
+    return EX_OK;
+}
+
+static ex_status gumbel_softmax(vk_exec *e, const ex_node_exec *n)
+{
+    rows_pc pc;
+    ex_status st = rows_setup(e, n, 3, 1, &n->dst, &pc);
+    if (st == EX_OK)
+        st = scalar(e, &n->src[1], "tau", &pc.tau);
+    if (st != EX_OK)
+        return st;
+    const ex_tdesc *ct = &n->src[2];
+    if (!vk_valid(ct, EX_I32) || vk_numel(ct) < 2)
+        return vk_fail(e, EX_ERR_ARG, "counter must be i32 [2]");
+    int64_t ne[4], cs[4];
+    vk_shape4(ct, ne, cs);
+    if (!vk_fits32(ne, cs) || (int64_t)pc.rows * pc.k > UINT32_MAX)
+        return vk_fail(e, EX_ERR_UNSUPPORTED, "beyond 32-bit indexing");
+    pc.ctr = vk_ref(e, ct);
+    pc.cst = (uint32_t)vk_at(ct, 1);
+    pc.k0 = (uint32_t)n->ip[0];
+    pc.k1 = (uint32_t)n->ip[1];
+    return rows_run(e, ROW_GUMBEL, &pc);
+}
+
+static ex_status gumbel_softmax_bwd(vk_exec *e, const ex_node_exec *n)
+{
+    rows_pc pc;
+    ex_status st = rows_setup(e, n, 3, 2, &n->dst, &pc);
+    if (st == EX_OK)
+        st = scalar(e, &n->src[2], "tau", &pc.tau);
+    return st == EX_OK ? rows_run(e, ROW_GUMBEL_BWD, &pc) : st;
+}
+
+static ex_status entropy(vk_exec *e, const ex_node_exec *n)
+{
+    if (n->nsrc != 1 || n->src == NULL)
+        return vk_fail(e, EX_ERR_ARG, "%d sources, expected 1", n->nsrc);
+    const ex_tdesc *p = &n->src[0], *d = &n->dst;
+    int ok = d->ndim == p->ndim && p->ndim >= 1 && p->ndim <= 4 && d->ne[d->ndim - 1] == 1;
+    for (int k = 0; ok && k < p->ndim - 1; k++)
+        ok = d->ne[k] == p->ne[k];
+    if (!ok)
+        return vk_fail(e, EX_ERR_SHAPE, "dst must be p's shape with last dim 1");
+    rows_pc pc;
+    ex_status st = rows_setup(e, n, 1, 1, p, &pc);
+    return st == EX_OK ? rows_run(e, ROW_ENTROPY, &pc) : st;
+}
+
+static ex_status topk_mask(vk_exec *e, const ex_node_exec *n)
+{
+    if (n->ip[0] < 0)
+        return vk_fail(e, EX_ERR_ARG, "k is %lld", (long long)n->ip[0]);
+    rows_pc pc;
+    ex_status st = rows_setup(e, n, 1, 1, &n->dst, &pc);
+    pc.topk = (uint32_t)n->ip[0];
+    pc.thr = n->fp[0];
+    return st == EX_OK ? rows_run(e, ROW_TOPK, &pc) : st;
+}
+
+/* HARDMAX_ST (x) and ENTROPY_BWD (p, dy): rows of dst's shape. */
+static ex_status rows_plain(vk_exec *e, const ex_node_exec *n, int nsrc, int variant)
+{
+    rows_pc pc;
+    ex_status st = rows_setup(e, n, nsrc, nsrc, &n->dst, &pc);
+    return st == EX_OK ? rows_run(e, variant, &pc) : st;
+}
+
+ex_status vk_run_nas(vk_exec *e, const ex_node_exec *n)
+{
+    switch (n->op) {
+    case EX_OP_MIXED_SUM: return mixed_sum(e, n);
+    case EX_OP_MIXED_SUM_BWD_W: return mixed_sum_bwd_w(e, n);
+    case EX_OP_GUMBEL_SOFTMAX: return gumbel_softmax(e, n);
+    case EX_OP_GUMBEL_SOFTMAX_BWD: return gumbel_softmax_bwd(e, n);
+    case EX_OP_HARDMAX_ST: return rows_plain(e, n, 1, ROW_HARDMAX);
+    case EX_OP_ENTROPY: return entropy(e, n);
+    case EX_OP_ENTROPY_BWD: return rows_plain(e, n, 2, ROW_ENTROPY_BWD);
+    case EX_OP_TOPK_MASK: return topk_mask(e, n);
+    default: return vk_fail(e, EX_ERR_UNSUPPORTED, "not a NAS op");
+    }
+}
