@@ -106,9 +106,8 @@ static void transfers(void **state)
 /* Two scales and two products, each gated by a mask element the device reads; then the
  * same plan again with the mask flipped: the recorded step is reused, one host sync per
  * run, and the profiler reports gated-off nodes as skipped. */
-static void gates_and_steps(void **state)
+static void gated_plan(void)
 {
-    (void)state;
     ex_backend *be = open_vk();
     ex_ctx *c = ex_ctx_new();
     int64_t ne[2] = {8, 8}, two = 2;
@@ -159,6 +158,16 @@ static void gates_and_steps(void **state)
     ex_plan_free(p);
     ex_ctx_free(c);
     ex_backend_close(be);
+}
+
+/* In both profiles: the portable one profiles node by node on the host clock. */
+static void gates_and_steps(void **state)
+{
+    (void)state;
+    gated_plan();
+    setenv("EXAPT_VK_PORTABLE", "1", 1);
+    gated_plan();
+    unsetenv("EXAPT_VK_PORTABLE");
 }
 
 /* A label outside [0, K) is found by the shader and reported after the step as the CPU
