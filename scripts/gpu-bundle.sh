@@ -12,8 +12,11 @@ exclude="$(git rev-parse --git-dir)/info/exclude"
 grep -qx "/.gpu/" "$exclude" 2>/dev/null || echo /.gpu/ >> "$exclude"
 export PATH=/usr/local/cuda/bin:$PATH
 build=build-gpu
+# Vulkan whenever glslang is here (said explicitly: an older cache may hold OFF)
+vulkan=OFF
+command -v glslangValidator >/dev/null && vulkan=ON
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DEXAPT_CUDA=ON -DEXAPT_CUDA_ARCHS=90 \
-      -DEXAPT_VIZ=OFF >/dev/null
+      -DEXAPT_VIZ=OFF -DEXAPT_VULKAN=$vulkan >/dev/null
 cmake --build "$build" -j"$(nproc)" >/dev/null
 stage=.gpu/stage
 rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib" "$stage/data"
