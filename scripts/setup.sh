@@ -12,6 +12,8 @@ fi
 
 packages=(build-essential cmake pkg-config libopenblas-dev libopenblas-openmp-dev libcmocka-dev
           libjansson-dev zlib1g-dev dataset-fashion-mnist)
+# the fuzz targets (EXAPT_FUZZ): clang with libFuzzer and the sanitizer runtimes
+packages+=(clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
