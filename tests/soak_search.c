@@ -4,8 +4,8 @@
  * grow by less than 1%.
  *   soak_search [--backend NAME] [--size quick|tiny] [--steps N]
  * quick: the quick preset's supernet (label long, 10000 steps by hand); tiny: a one-cell
- * supernet (label unit, a few hundred steps). Progress goes to stderr every 5% so a run
- * cut short still shows its trend. */
+ * supernet (label unit, a few hundred steps). Progress goes to stderr every 5% (at most
+ * every 50 steps) so a run cut short still shows its trend. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -102,7 +102,7 @@ static void soak(void **state)
     assert_non_null(yv);
     /* warm-up: allocator pools, the loader's threads and the plan's first runs settle */
     long warm = opts.steps / 10 > 20 ? opts.steps / 10 : 20, base = 0, every = opts.steps / 20;
-    every = every > 0 ? every : 1;
+    every = every > 50 ? 50 : every > 0 ? every : 1;
     for (long i = 0; i < opts.steps; i++) {
         int nt = 0, nv = 0;
         ex_search_stats r;

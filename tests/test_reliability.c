@@ -250,16 +250,41 @@ static void alloc_fault_sweep(void **state)
     ex_backend_close(be);
 }
 
+/* A plan bigger than the device's memory is refused when planned, before any allocation
+ * or run, with the planned and the available bytes in the message. */
+static void plan_larger_than_memory_is_refused(void **state)
+{
+    (void)state;
+    ex_backend *be = open_backend();
+    const ex_backend_caps *caps = ex_backend_get_caps(be);
+    assert_true(caps->memory_bytes > 0);
+    ex_ctx *ctx = ex_ctx_new();
+    /* two tensors of 3/4 of the memory each: neither alone is over, together they are */
+    int64_t n = (int64_t)(caps->memory_bytes / 4 * 3 / sizeof(float));
+    ex_tensor *x = ex_input(ctx, EX_F32, 1, &n, "x");
+    ex_keep(ctx, ex_relu(ctx, x));
+    ex_plan *p = NULL;
+    ex_plan_opts o = {.chunk_limit = caps->memory_bytes};
+    assert_int_equal(ex_graph_plan(ctx, be, &o, &p), EX_ERR_NOMEM);
+    assert_null(p);
+    char avail[32];
+    snprintf(avail, sizeof avail, "%llu", (unsigned long long)caps->memory_bytes);
+    const char *m = ex_ctx_error(ctx);
+    assert_non_null(strstr(m, "needs"));
+    assert_non_null(strstr(m, avail));
+    ex_ctx_free(ctx);
+    ex_backend_close(be);
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--backend"))
             backend_name = argv[i + 1];
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(nonfinite_step_is_undone),
-        cmocka_unit_test(nonfinite_run_stops),
-        cmocka_unit_test(huge_learning_rate_stops),
-        cmocka_unit_test(alloc_fault_sweep),
+        cmocka_unit_test(nonfinite_step_is_undone),           cmocka_unit_test(nonfinite_run_stops),
+        cmocka_unit_test(huge_learning_rate_stops),           cmocka_unit_test(alloc_fault_sweep),
+        cmocka_unit_test(plan_larger_than_memory_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
