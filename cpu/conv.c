@@ -1239,6 +1239,7 @@ static ex_status dw_fast_bwd_filter(const cpu_exec *e, const conv_geom *g, const
     int32_t *mask = fast ? dw_fg_masks(e, g, x, dy, &proto, &bad) : NULL;
     if (!part || bad) {
         free(part);
+        free(mask);
         return cpu_fail(e, EX_ERR_NOMEM, "dwconv2d_bwd_filter: no memory for partial sums");
     }
 #pragma omp parallel for schedule(static) num_threads(dw_nthreads(e))
