@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "exapt/exapt.h"
+#include "exapt/metrics.h"
 #include "exapt/search.h"
 
 #define B 4
@@ -250,6 +251,59 @@ static void alloc_fault_sweep(void **state)
     ex_backend_close(be);
 }
 
+/* The metrics log's "skipped" field: written only when true, read back, absent means
+ * false (older logs), anything but a boolean is malformed. */
+static void skipped_step_in_metrics(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/exapt-rel-metrics-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char m[256];
+    ex_metrics_writer *w = NULL;
+    assert_int_equal(ex_metrics_open(path, EX_METRICS_NEW, &w, m, sizeof m), EX_OK);
+    ex_metrics_header *h = calloc(1, sizeof *h);
+    assert_non_null(h);
+    snprintf(h->mode, sizeof h->mode, "darts");
+    if (ex_metrics_write_header(w, h, m, sizeof m) != EX_OK)
+        fail_msg("header: %s", m);
+    free(h);
+    ex_metrics_step *st = calloc(1, sizeof *st);
+    assert_non_null(st);
+    st->train_loss = NAN;
+    st->skipped = true;
+    assert_int_equal(ex_metrics_write_step(w, st, m, sizeof m), EX_OK);
+    st->global_step = 1;
+    st->train_loss = 1.0;
+    st->skipped = false;
+    assert_int_equal(ex_metrics_write_step(w, st, m, sizeof m), EX_OK);
+    assert_int_equal(ex_metrics_close(w, m, sizeof m), EX_OK);
+    free(st);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[4096];
+    ex_metrics_record *rec = calloc(1, sizeof *rec);
+    assert_non_null(rec);
+    bool want[2] = {true, false};
+    assert_non_null(fgets(line, sizeof line, f)); /* the header */
+    for (int i = 0; i < 2; i++) {
+        assert_non_null(fgets(line, sizeof line, f));
+        assert_int_equal((strstr(line, "\"skipped\":true") != NULL), want[i]);
+        assert_int_equal(ex_metrics_parse_line(line, strcspn(line, "\n"), rec, m, sizeof m), EX_OK);
+        assert_int_equal(rec->kind, EX_METRICS_STEP);
+        assert_int_equal(rec->step.skipped, want[i]);
+    }
+    fclose(f);
+    unlink(path);
+    const char *bad = "{\"type\":\"step\",\"epoch\":0,\"step\":0,\"global_step\":0,\"lr\":0.1,"
+                      "\"train_loss\":null,\"train_acc\":0,\"images_per_s\":1,\"step_ms\":1,"
+                      "\"skipped\":1}";
+    assert_int_equal(ex_metrics_parse_line(bad, strlen(bad), rec, m, sizeof m), EX_ERR_FORMAT);
+    assert_non_null(strstr(m, "skipped"));
+    free(rec);
+}
+
 /* A plan bigger than the device's memory is refused when planned, before any allocation
  * or run, with the planned and the available bytes in the message. */
 static void plan_larger_than_memory_is_refused(void **state)
@@ -282,9 +336,12 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--backend"))
             backend_name = argv[i + 1];
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(nonfinite_step_is_undone),           cmocka_unit_test(nonfinite_run_stops),
-        cmocka_unit_test(huge_learning_rate_stops),           cmocka_unit_test(alloc_fault_sweep),
+        cmocka_unit_test(nonfinite_step_is_undone),
+        cmocka_unit_test(nonfinite_run_stops),
+        cmocka_unit_test(huge_learning_rate_stops),
+        cmocka_unit_test(alloc_fault_sweep),
         cmocka_unit_test(plan_larger_than_memory_is_refused),
+        cmocka_unit_test(skipped_step_in_metrics),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
