@@ -325,7 +325,8 @@ static void log_step(search_run *r, const ex_search_stats *st, float lr, float t
                            .valid_loss = st->valid_loss,
                            .valid_acc = st->valid_acc,
                            .images_per_s = ips,
-                           .step_ms = st->step_ms};
+                           .step_ms = st->step_ms,
+                           .skipped = st->skipped};
     m->has_tau = r->cfg.mode == EX_SEARCH_GDAS;
     m->tau = tau;
     int edges = ex_search_edges(r->s), k = r->cfg.ncand;
@@ -507,8 +508,15 @@ static int run_epochs(search_run *r)
             r->syncs_per_step +=
                 ((double)(ex_backend_host_syncs(r->be) - syncs) - r->syncs_per_step) /
                 (double)(done + 1);
-            loss += st.train_loss;
-            acc += st.train_acc;
+            if (st.skipped) {
+                fprintf(stderr,
+                        "exapt search: step %lld: non-finite loss or gradients; update undone "
+                        "(%d in a row)\n",
+                        (long long)r->global_step, st.nonfinite_run);
+            } else {
+                loss += st.train_loss;
+                acc += st.train_acc;
+            }
             double el = run_now() - t0, ips = 2.0 * r->cfg.batch * (double)(done + 1) / el;
             log_step(r, &st, lr, tau, ips, r->step % 10 == 0 || r->step + 1 == steps);
             if (profile)

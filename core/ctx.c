@@ -5,26 +5,26 @@
 
 #include "core/graph.h"
 
-static bool hook_fails(ex_ctx *ctx)
+bool ex__alloc_fails(ex_ctx *ctx)
 {
-    if (!ctx || !ctx->hook.fail_at)
+    if (!ctx)
         return false;
     return ++ctx->hook.count == ctx->hook.fail_at;
 }
 
 void *ex__malloc(ex_ctx *ctx, size_t n)
 {
-    return hook_fails(ctx) ? NULL : malloc(n ? n : 1);
+    return ex__alloc_fails(ctx) ? NULL : malloc(n ? n : 1);
 }
 
 void *ex__calloc(ex_ctx *ctx, size_t count, size_t size)
 {
-    return hook_fails(ctx) ? NULL : calloc(count ? count : 1, size ? size : 1);
+    return ex__alloc_fails(ctx) ? NULL : calloc(count ? count : 1, size ? size : 1);
 }
 
 void *ex__realloc(ex_ctx *ctx, void *p, size_t n)
 {
-    return hook_fails(ctx) ? NULL : realloc(p, n ? n : 1);
+    return ex__alloc_fails(ctx) ? NULL : realloc(p, n ? n : 1);
 }
 
 ex_ctx *ex_ctx_new(void)
@@ -103,6 +103,11 @@ void ex_ctx_fail_alloc_after(ex_ctx *ctx, uint64_t n)
         return;
     ctx->hook.fail_at = n;
     ctx->hook.count = 0;
+}
+
+uint64_t ex_ctx_alloc_count(const ex_ctx *ctx)
+{
+    return ctx ? ctx->hook.count : 0;
 }
 
 void ex_ctx_set_error(ex_ctx *ctx, ex_status st, const char *fmt, ...)

@@ -75,6 +75,9 @@ struct ex_ctx {
 void *ex__malloc(ex_ctx *ctx, size_t n);
 void *ex__calloc(ex_ctx *ctx, size_t count, size_t size);
 void *ex__realloc(ex_ctx *ctx, void *p, size_t n);
+/** Counts one allocation made elsewhere (a backend buffer, a kernel's scratch) and says
+ *  whether the hook fails it. */
+bool ex__alloc_fails(ex_ctx *ctx);
 
 /* ---- errors ---- */
 /** Records the first failure (later ones are ignored) and returns the inert tensor. */

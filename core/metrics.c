@@ -374,6 +374,8 @@ ex_status ex_metrics_write_step(ex_metrics_writer *w, const ex_metrics_step *s, 
     jb_set(&b, j, "step_ms", num(s->step_ms));
     if (s->has_tau)
         jb_set(&b, j, "tau", num(s->tau));
+    if (s->skipped)
+        jb_set(&b, j, "skipped", json_true());
     step_cells(&b, j, s);
     return emit(w, j, &b, msg, msg_len);
 }
@@ -779,6 +781,10 @@ static void parse_step(jp *p, json_t *o, ex_metrics_step *s)
     s->has_tau = json_object_get(o, "tau") != NULL;
     if (s->has_tau)
         s->tau = jp_num(p, o, "tau");
+    json_t *sk = json_object_get(o, "skipped");
+    if (sk && !json_is_boolean(sk))
+        jp_bad(p, "skipped", "is not a boolean");
+    s->skipped = json_is_true(sk);
     s->n_edges = s->n_cands = -1;
     s->has_alphas =
         parse_cells(p, o, "alphas", s, &s->alpha_normal[0][0], &s->alpha_reduce[0][0], NULL, NULL);

@@ -138,6 +138,7 @@ typedef struct chunk_use {
 } chunk_use;
 
 typedef struct arena {
+    ex_ctx *ctx;     /* allocations are counted by its hook */
     chunk_use **use; /* per chunk: live ranges sorted by start */
     int64_t *nuse, *capuse;
     uint64_t *top;
@@ -150,19 +151,19 @@ static bool arena_grow(arena *a, bool persistent)
 {
     if (a->nchunks == a->cap) {
         int cap = a->cap ? 2 * a->cap : 4;
-        chunk_use **u = realloc(a->use, (size_t)cap * sizeof *u);
+        chunk_use **u = ex__realloc(a->ctx, a->use, (size_t)cap * sizeof *u);
         if (u)
             a->use = u;
-        int64_t *n = realloc(a->nuse, (size_t)cap * sizeof *n);
+        int64_t *n = ex__realloc(a->ctx, a->nuse, (size_t)cap * sizeof *n);
         if (n)
             a->nuse = n;
-        int64_t *c = realloc(a->capuse, (size_t)cap * sizeof *c);
+        int64_t *c = ex__realloc(a->ctx, a->capuse, (size_t)cap * sizeof *c);
         if (c)
             a->capuse = c;
-        uint64_t *t = realloc(a->top, (size_t)cap * sizeof *t);
+        uint64_t *t = ex__realloc(a->ctx, a->top, (size_t)cap * sizeof *t);
         if (t)
             a->top = t;
-        bool *p = realloc(a->persistent, (size_t)cap * sizeof *p);
+        bool *p = ex__realloc(a->ctx, a->persistent, (size_t)cap * sizeof *p);
         if (p)
             a->persistent = p;
         if (!u || !n || !c || !t || !p)
@@ -181,7 +182,7 @@ static bool use_insert(arena *a, int c, int64_t at, uint64_t start, uint64_t end
 {
     if (a->nuse[c] == a->capuse[c]) {
         int64_t cap = a->capuse[c] ? 2 * a->capuse[c] : 16;
-        chunk_use *u = realloc(a->use[c], (size_t)cap * sizeof *u);
+        chunk_use *u = ex__realloc(a->ctx, a->use[c], (size_t)cap * sizeof *u);
         if (!u)
             return false;
         a->use[c] = u;
@@ -249,8 +250,8 @@ static ex_status make_slots(ex_plan *p, live *L)
 {
     const ex_ctx *ctx = p->ctx;
     int64_t nt = p->ntensors;
-    p->slot_of = malloc((size_t)nt * sizeof *p->slot_of);
-    p->slots = calloc((size_t)nt, sizeof *p->slots);
+    p->slot_of = ex__malloc(p->ctx, (size_t)nt * sizeof *p->slot_of);
+    p->slots = ex__calloc(p->ctx, (size_t)nt, sizeof *p->slots);
     if (!p->slot_of || !p->slots)
         return ex__plan_fail(p, EX_ERR_NOMEM, "plan: out of host memory");
     for (int64_t i = 0; i < nt; i++)
@@ -281,12 +282,12 @@ static ex_status make_slots(ex_plan *p, live *L)
 
 static ex_status place_all(ex_plan *p, uint64_t limit)
 {
-    arena a = {.limit = limit};
+    arena a = {.ctx = p->ctx, .limit = limit};
     bool reuse = !p->opts.no_reuse;
     ex_status st = EX_OK;
     /* slots are in creation order, which is first-write order: walk time forward, freeing
      * what died before each new slot's birth */
-    int64_t *live_ids = malloc((size_t)(p->nslots + 1) * sizeof *live_ids);
+    int64_t *live_ids = ex__malloc(p->ctx, (size_t)(p->nslots + 1) * sizeof *live_ids);
     int64_t nlive = 0;
     if (!live_ids)
         st = ex__plan_fail(p, EX_ERR_NOMEM, "plan: out of host memory");
@@ -318,9 +319,10 @@ static ex_status place_all(ex_plan *p, uint64_t limit)
     free(live_ids);
     if (st == EX_OK) {
         p->nchunks = a.nchunks;
-        p->chunks = calloc((size_t)a.nchunks + 1, sizeof *p->chunks);
-        p->chunk_bytes = calloc((size_t)a.nchunks + 1, sizeof *p->chunk_bytes);
-        p->chunk_persistent = calloc((size_t)a.nchunks + 1, sizeof *p->chunk_persistent);
+        p->chunks = ex__calloc(p->ctx, (size_t)a.nchunks + 1, sizeof *p->chunks);
+        p->chunk_bytes = ex__calloc(p->ctx, (size_t)a.nchunks + 1, sizeof *p->chunk_bytes);
+        p->chunk_persistent =
+            ex__calloc(p->ctx, (size_t)a.nchunks + 1, sizeof *p->chunk_persistent);
         if (!p->chunks || !p->chunk_bytes || !p->chunk_persistent)
             st = ex__plan_fail(p, EX_ERR_NOMEM, "plan: out of host memory");
         for (int c = 0; st == EX_OK && c < a.nchunks; c++) {
@@ -339,10 +341,40 @@ static ex_status place_all(ex_plan *p, uint64_t limit)
     return st;
 }
 
+/* Device memory, counted by the context's allocation hook like host memory. */
+static ex_status buffer_alloc(ex_plan *p, uint64_t bytes, ex_buffer **out)
+{
+    if (ex__alloc_fails(p->ctx)) {
+        *out = NULL;
+        return EX_ERR_NOMEM;
+    }
+    return p->f->buffer_alloc(p->impl, bytes, out);
+}
+
+/* The snapshot's copy of each persistent chunk (ex_plan_snapshot). */
+static ex_status alloc_backup(ex_plan *p)
+{
+    p->backup = ex__calloc(p->ctx, (size_t)p->nchunks + 1, sizeof *p->backup);
+    if (!p->backup)
+        return ex__plan_fail(p, EX_ERR_NOMEM, "plan: out of host memory");
+    for (int c = 0; c < p->nchunks; c++) {
+        if (!p->chunk_persistent[c])
+            continue;
+        ex_status st =
+            buffer_alloc(p, p->chunk_bytes[c] ? p->chunk_bytes[c] : ALIGN, &p->backup[c]);
+        if (st != EX_OK)
+            return ex__plan_fail(p, st, "plan: snapshot of chunk %d, %llu bytes: %s", c,
+                                 (unsigned long long)p->chunk_bytes[c], p->f->error(p->impl));
+    }
+    return EX_OK;
+}
+
 static ex_status alloc_chunks(ex_plan *p)
 {
     const ex_backend_caps *caps = ex_backend_get_caps(p->be);
     uint64_t need = p->stats.arena_bytes + p->stats.persistent_bytes;
+    if (p->opts.snapshot)
+        need += p->stats.persistent_bytes;
     if (caps->memory_bytes && need > caps->memory_bytes)
         return ex__plan_fail(p, EX_ERR_NOMEM,
                              "plan: needs %llu bytes (arena %llu, persistent %llu) but %s has %llu",
@@ -350,8 +382,8 @@ static ex_status alloc_chunks(ex_plan *p)
                              (unsigned long long)p->stats.persistent_bytes, caps->name,
                              (unsigned long long)caps->memory_bytes);
     for (int c = 0; c < p->nchunks; c++) {
-        ex_status st = p->f->buffer_alloc(p->impl, p->chunk_bytes[c] ? p->chunk_bytes[c] : ALIGN,
-                                          &p->chunks[c]);
+        ex_status st =
+            buffer_alloc(p, p->chunk_bytes[c] ? p->chunk_bytes[c] : ALIGN, &p->chunks[c]);
         if (st != EX_OK)
             return ex__plan_fail(p, st, "plan: chunk %d of %llu bytes: %s", c,
                                  (unsigned long long)p->chunk_bytes[c], p->f->error(p->impl));
@@ -361,7 +393,7 @@ static ex_status alloc_chunks(ex_plan *p)
                 EX_OK)
             return ex__plan_fail(p, st, "plan: zeroing chunk %d: %s", c, p->f->error(p->impl));
     }
-    return EX_OK;
+    return p->opts.snapshot ? alloc_backup(p) : EX_OK;
 }
 
 void ex__plan_desc(const ex_plan *p, const ex_tensor *t, ex_tdesc *d)
@@ -387,16 +419,16 @@ static ex_status build_nodes(ex_plan *p)
             nn++;
             nd += ctx->tensors[i]->nsrc + (ctx->tensors[i]->gate != NULL);
         }
-    p->nodes = calloc((size_t)nn + 1, sizeof *p->nodes);
-    p->node_tensor = calloc((size_t)nn + 1, sizeof *p->node_tensor);
-    p->descs = calloc((size_t)nd + 1, sizeof *p->descs);
-    p->node_ms = calloc((size_t)nn + 1, sizeof *p->node_ms);
+    p->nodes = ex__calloc(p->ctx, (size_t)nn + 1, sizeof *p->nodes);
+    p->node_tensor = ex__calloc(p->ctx, (size_t)nn + 1, sizeof *p->node_tensor);
+    p->descs = ex__calloc(p->ctx, (size_t)nd + 1, sizeof *p->descs);
+    p->node_ms = ex__calloc(p->ctx, (size_t)nn + 1, sizeof *p->node_ms);
     if (!p->nodes || !p->node_tensor || !p->descs || !p->node_ms)
         return ex__plan_fail(p, EX_ERR_NOMEM, "plan: out of host memory for %lld nodes",
                              (long long)nn);
     p->nstages = ctx->stage + 1;
-    p->stage_first = calloc((size_t)p->nstages, sizeof *p->stage_first);
-    p->stage_count = calloc((size_t)p->nstages, sizeof *p->stage_count);
+    p->stage_first = ex__calloc(p->ctx, (size_t)p->nstages, sizeof *p->stage_first);
+    p->stage_count = ex__calloc(p->ctx, (size_t)p->nstages, sizeof *p->stage_count);
     if (!p->stage_first || !p->stage_count)
         return ex__plan_fail(p, EX_ERR_NOMEM, "plan: out of host memory");
     ex_tdesc *d = p->descs;
@@ -432,8 +464,10 @@ static ex_status build_nodes(ex_plan *p)
 static ex_status plan_build(ex_plan *p)
 {
     int64_t nt = p->ntensors;
-    live L = {malloc((size_t)nt * sizeof(int64_t)), malloc((size_t)nt * sizeof(int64_t)),
-              malloc((size_t)nt * sizeof(int64_t)), malloc((size_t)nt * sizeof(bool))};
+    live L = {ex__malloc(p->ctx, (size_t)nt * sizeof(int64_t)),
+              ex__malloc(p->ctx, (size_t)nt * sizeof(int64_t)),
+              ex__malloc(p->ctx, (size_t)nt * sizeof(int64_t)),
+              ex__malloc(p->ctx, (size_t)nt * sizeof(bool))};
     ex_status st = EX_OK;
     if (!L.first || !L.last || !L.parent || !L.persistent)
         st = ex__plan_fail(p, EX_ERR_NOMEM, "plan: out of host memory");
@@ -477,7 +511,7 @@ ex_status ex_graph_plan(ex_ctx *ctx, ex_backend *be, const ex_plan_opts *opts, e
         ex__fail(ctx, EX_ERR_ARG, "plan: backend is NULL");
         return EX_ERR_ARG;
     }
-    ex_plan *p = calloc(1, sizeof *p);
+    ex_plan *p = ex__calloc(ctx, 1, sizeof *p);
     if (!p) {
         ex__fail(ctx, EX_ERR_NOMEM, "plan: out of host memory");
         return EX_ERR_NOMEM;
@@ -506,6 +540,10 @@ void ex_plan_free(ex_plan *p)
     for (int c = 0; p->chunks && c < p->nchunks; c++)
         if (p->chunks[c])
             p->f->buffer_free(p->impl, p->chunks[c]);
+    for (int c = 0; p->backup && c < p->nchunks; c++)
+        if (p->backup[c])
+            p->f->buffer_free(p->impl, p->backup[c]);
+    free(p->backup);
     free(p->chunks);
     free(p->chunk_bytes);
     free(p->chunk_persistent);

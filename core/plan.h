@@ -24,6 +24,7 @@ struct ex_plan {
     plan_slot *slots;
     int64_t nslots;
     ex_buffer **chunks;
+    ex_buffer **backup; /* per persistent chunk, its snapshot (opts.snapshot) */
     uint64_t *chunk_bytes;
     bool *chunk_persistent;
     int nchunks;

@@ -6,6 +6,11 @@
 
 #define NAN_PATTERN 0x7FC00000u
 
+static bool ctx_alloc_fails(void *ctx)
+{
+    return ex__alloc_fails(ctx);
+}
+
 static ex_status run_nodes(ex_plan *p, int64_t first, int64_t count)
 {
     for (int c = 0; p->opts.poison && c < p->nchunks; c++) {
@@ -16,13 +21,47 @@ static ex_status run_nodes(ex_plan *p, int64_t first, int64_t count)
         if (st != EX_OK)
             return ex__plan_fail(p, st, "run: poisoning the arena: %s", p->f->error(p->impl));
     }
+    /* the backend's scratch memory is counted by the context's allocation hook */
+    if (p->f->set_alloc_hook)
+        p->f->set_alloc_hook(p->impl, ctx_alloc_fails, p->ctx);
     ex_status st = p->f->compute(p->impl, p->nodes + first, count,
                                  p->opts.profile ? p->node_ms + first : NULL);
+    if (p->f->set_alloc_hook)
+        p->f->set_alloc_hook(p->impl, NULL, NULL);
     if (st == EX_OK)
         st = p->f->synchronize(p->impl);
     if (st != EX_OK)
         return ex__plan_fail(p, st, "run: %s", p->f->error(p->impl));
     return EX_OK;
+}
+
+/* Copies every persistent chunk one way: to the snapshot or back. */
+static ex_status copy_persistent(ex_plan *p, bool restore, const char *what)
+{
+    if (!p)
+        return EX_ERR_ARG;
+    if (!p->backup)
+        return ex__plan_fail(p, EX_ERR_STATE, "%s: the plan was made without opts.snapshot", what);
+    for (int c = 0; c < p->nchunks; c++) {
+        if (!p->chunk_persistent[c])
+            continue;
+        ex_buffer *dst = restore ? p->chunks[c] : p->backup[c];
+        ex_buffer *src = restore ? p->backup[c] : p->chunks[c];
+        ex_status st = p->f->copy(p->impl, dst, 0, src, 0, p->chunk_bytes[c]);
+        if (st != EX_OK)
+            return ex__plan_fail(p, st, "%s: %s", what, p->f->error(p->impl));
+    }
+    return EX_OK;
+}
+
+ex_status ex_plan_snapshot(ex_plan *p)
+{
+    return copy_persistent(p, false, "snapshot");
+}
+
+ex_status ex_plan_restore(ex_plan *p)
+{
+    return copy_persistent(p, true, "restore");
 }
 
 ex_status ex_plan_set_profile(ex_plan *p, bool on)
@@ -95,7 +134,7 @@ static ex_status strided(ex_plan *p, ex_tensor *t, const ex_tdesc *d, void *host
     size_t es = (size_t)ex_dtype_size(t->dtype);
     uint64_t start = d->offset + (uint64_t)(lo * (int64_t)es); /* lo <= 0 */
     size_t n = (size_t)(hi - lo + 1) * es;
-    char *tmp = malloc(n);
+    char *tmp = ex__malloc(p->ctx, n);
     if (!tmp)
         return ex__plan_fail(p, EX_ERR_NOMEM, "transfer: out of host memory");
     ex_status st = p->f->download(p->impl, d->buf, start, tmp, n);

@@ -15,6 +15,8 @@ typedef struct cpu_backend {
     int reference;
     int threads;
     char msg[512];
+    bool (*fails)(void *user);
+    void *user;
 } cpu_backend;
 
 static ex_status run_node(const cpu_exec *e, const ex_node_exec *n)
@@ -94,7 +96,7 @@ static bool gated_off(const ex_node_exec *n)
 static ex_status cpu_compute(void *impl, const ex_node_exec *nodes, int64_t count, double *node_ms)
 {
     cpu_backend *b = impl;
-    cpu_exec e = {b->reference, b->threads, b->msg, sizeof b->msg};
+    cpu_exec e = {b->reference, b->threads, b->msg, sizeof b->msg, b->fails, b->user};
 #ifdef _OPENMP
     omp_set_num_threads(b->reference ? 1 : b->threads);
 #endif
@@ -113,6 +115,13 @@ static ex_status cpu_compute(void *impl, const ex_node_exec *nodes, int64_t coun
             node_ms[i] = now_ms() - t0;
     }
     return EX_OK;
+}
+
+static void cpu_set_alloc_hook(void *impl, bool (*fails)(void *user), void *user)
+{
+    cpu_backend *b = impl;
+    b->fails = fails;
+    b->user = user;
 }
 
 static void cpu_close(void *impl)
@@ -218,6 +227,7 @@ static const ex_backend_iface cpu_iface = {
     .copy = cpu_copy_buf,
     .fill = cpu_fill_buf,
     .compute = cpu_compute,
+    .set_alloc_hook = cpu_set_alloc_hook,
     .synchronize = cpu_sync,
 };
 
@@ -252,6 +262,11 @@ static int thread_count(void)
 ex_status ex_cpu_backend_create(int reference, const ex_backend_iface **iface, void **impl,
                                 ex_backend_caps *caps, char *msg, size_t msg_len)
 {
+    if (!iface || !impl || !caps) {
+        if (msg && msg_len)
+            snprintf(msg, msg_len, "cpu: NULL %s", !iface ? "iface" : !impl ? "impl" : "caps");
+        return EX_ERR_ARG;
+    }
     cpu_backend *b = calloc(1, sizeof *b);
     if (!b) {
         if (msg && msg_len)

@@ -334,7 +334,7 @@ static void bn_stats_combine(const ex_node_exec *nd, const bn_geom *g, const dou
 static ex_status bn_stats_fast(const cpu_exec *e, const ex_node_exec *nd, const bn_geom *g)
 {
     int64_t planes = g->n * g->c;
-    double *part = malloc((size_t)(3 * planes) * sizeof(double) + 1);
+    double *part = cpu_alloc(e, (size_t)(3 * planes) * sizeof(double) + 1);
     if (!part)
         return cpu_fail(e, EX_ERR_NOMEM, "bn_stats: no memory for partial sums");
 #pragma omp parallel for schedule(static) num_threads(bn_threads(e))
@@ -547,7 +547,7 @@ static void bn_reduce_ref(const ex_node_exec *nd, const bn_geom *g)
 static ex_status bn_reduce_fast(const cpu_exec *e, const ex_node_exec *nd, const bn_geom *g)
 {
     int64_t planes = g->n * g->c;
-    double *part = malloc((size_t)(2 * planes) * sizeof(double) + 1);
+    double *part = cpu_alloc(e, (size_t)(2 * planes) * sizeof(double) + 1);
     if (!part)
         return cpu_fail(e, EX_ERR_NOMEM, "bn_bwd_reduce: no memory for partial sums");
     bn_vec mean = bn_row(&nd->src[1], 0), inv = bn_row(&nd->src[1], 1);

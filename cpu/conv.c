@@ -288,7 +288,7 @@ static ex_status conv_ws_alloc(const cpu_exec *e, const conv_geom *g, conv_ws *w
         return cpu_fail(e, EX_ERR_UNSUPPORTED, "%s: GEMM dimensions exceed the BLAS int range",
                         name);
     size_t floats = (size_t)((ws->k + g->co) * gp + g->co * ws->k);
-    ws->col = malloc(floats * sizeof(float) + 1);
+    ws->col = cpu_alloc(e, floats * sizeof(float) + 1);
     if (!ws->col)
         return cpu_fail(e, EX_ERR_NOMEM, "%s: no memory for %zu bytes of im2col space", name,
                         floats * sizeof(float));
@@ -1106,14 +1106,14 @@ static dw_fg dw_fg_of(const conv_geom *g, const conv_t4 *x, const conv_t4 *dy, i
  *  in step with them): mask[b * oh * ow + i] = -1 where filter column b lies inside x
  *  under dy element i, else 0; fl and fr as in dw_fg. NULL for other planes, and when
  *  memory ran out (*bad). */
-static int32_t *dw_fg_masks(const conv_geom *g, const conv_t4 *x, const conv_t4 *dy, dw_fg *proto,
-                            int *bad)
+static int32_t *dw_fg_masks(const cpu_exec *e, const conv_geom *g, const conv_t4 *x,
+                            const conv_t4 *dy, dw_fg *proto, int *bad)
 {
     *bad = 0;
     if (g->sh != 1 || g->sw != 1 || x->st[2] != dy->st[2] || dy->st[2] != g->wo)
         return NULL;
     int64_t n = g->ho * g->wo;
-    int32_t *m = malloc((size_t)(g->kw * n) * sizeof(int32_t) + 1);
+    int32_t *m = cpu_alloc(e, (size_t)(g->kw * n) * sizeof(int32_t) + 1);
     *bad = m == NULL;
     proto->fl = 0;
     proto->fr = g->wo;
@@ -1163,7 +1163,7 @@ static int dw_tid(void)
 static float *dw_scratch(const cpu_exec *e, const dw_padg *pg, int64_t *per)
 {
     *per = (pg->hp + pg->to) * pg->wp + DW_W;
-    return malloc((size_t)(*per * dw_nthreads(e)) * sizeof(float));
+    return cpu_alloc(e, (size_t)(*per * dw_nthreads(e)) * sizeof(float));
 }
 
 static ex_status dw_fast_fwd(const cpu_exec *e, const conv_geom *g, const conv_t4 *x,
@@ -1233,12 +1233,13 @@ static ex_status dw_fast_bwd_filter(const cpu_exec *e, const conv_geom *g, const
                                     const conv_t4 *dy, const conv_t4 *dw)
 {
     int64_t planes = g->n * g->ci, kk = g->kh * g->kw;
-    double *part = malloc((size_t)(planes * kk) * sizeof(double) + 1);
+    double *part = cpu_alloc(e, (size_t)(planes * kk) * sizeof(double) + 1);
     int fast = dw_fast_ok(g, x, dy), bad = 0;
     dw_fg proto = dw_fg_of(g, x, dy, 0, 0);
-    int32_t *mask = fast ? dw_fg_masks(g, x, dy, &proto, &bad) : NULL;
+    int32_t *mask = fast ? dw_fg_masks(e, g, x, dy, &proto, &bad) : NULL;
     if (!part || bad) {
         free(part);
+        free(mask);
         return cpu_fail(e, EX_ERR_NOMEM, "dwconv2d_bwd_filter: no memory for partial sums");
     }
 #pragma omp parallel for schedule(static) num_threads(dw_nthreads(e))

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "exapt/backend.h"
 
@@ -19,7 +20,21 @@ typedef struct cpu_exec {
     int threads;
     char *msg; /**< where a kernel writes its error message */
     size_t msg_len;
+    bool (*fails)(void *user); /**< the context's allocation hook, or NULL */
+    void *user;
 } cpu_exec;
+
+/** A kernel's scratch memory: malloc, counted by the allocation hook. Safe to call from
+ *  OpenMP threads (the hook's count is not). */
+static inline void *cpu_alloc(const cpu_exec *e, size_t n)
+{
+    bool fail = false;
+    if (e->fails) {
+#pragma omp critical(cpu_alloc_hook)
+        fail = e->fails(e->user);
+    }
+    return fail ? NULL : malloc(n);
+}
 
 /** Fixed chunk of elements for reductions: chunks are combined in index order, so sums
  *  do not depend on the thread count. */

@@ -85,7 +85,7 @@ static ex_status gm_blas_of(const cpu_exec *e, const gm_mat *m, int load, gm_bla
     if (m->cols > INT_MAX)
         return cpu_fail(e, EX_ERR_UNSUPPORTED, "gemm: %lld columns exceed the BLAS int range",
                         (long long)m->cols);
-    b->own = malloc((size_t)(m->rows * m->cols) * sizeof(float) + 1);
+    b->own = cpu_alloc(e, (size_t)(m->rows * m->cols) * sizeof(float) + 1);
     if (!b->own)
         return cpu_fail(e, EX_ERR_NOMEM, "gemm: no memory to pack a %lldx%lld matrix",
                         (long long)m->rows, (long long)m->cols);
@@ -301,7 +301,7 @@ CPU_OP(pwconv_bwd_filter)
     /* each sample's product on its own thread into its own slice, then the slices added
      * in sample order: the same sum for any thread count */
     int64_t co = dw->ne[0], ci = dw->ne[1], ns = x->ne[0];
-    float *part = malloc((size_t)(ns * co * ci) * sizeof *part);
+    float *part = cpu_alloc(e, (size_t)(ns * co * ci) * sizeof *part);
     if (!part)
         return cpu_fail(e, EX_ERR_NOMEM, "pwconv_bwd_filter: out of memory");
     int failed = 0;

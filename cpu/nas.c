@@ -292,7 +292,7 @@ CPU_OP(mixed_sum_bwd_w)
         st = dw_setup(e, n, &m, &o);
     if (st != EX_OK)
         return st;
-    double *part = malloc(sizeof(double) * (size_t)(m.na * o.nch + 1));
+    double *part = cpu_alloc(e, sizeof(double) * (size_t)(m.na * o.nch + 1));
     if (part == NULL)
         return cpu_fail(e, EX_ERR_NOMEM, "mixed_sum_bwd_w: no memory for partial sums");
 #pragma omp parallel for if (!e->reference) num_threads(nas_threads(e)) schedule(static)

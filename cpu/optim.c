@@ -242,12 +242,12 @@ CPU_OP(grad_norm)
         return cpu_fail(e, EX_ERR_ARG, "grad_norm: %d sources", n->nsrc);
     if (!opt_valid(&n->dst) || cpu_numel(&n->dst) != 1)
         return cpu_fail(e, EX_ERR_SHAPE, "grad_norm: dst must be one f32 element");
-    int64_t *first = malloc(sizeof(int64_t) * (size_t)(n->nsrc + 1));
+    int64_t *first = cpu_alloc(e, sizeof(int64_t) * (size_t)(n->nsrc + 1));
     if (first == NULL)
         return cpu_fail(e, EX_ERR_NOMEM, "grad_norm: no memory for the chunk table");
     ex_status st = norm_chunks(e, n, first);
     double *part = NULL;
-    if (st == EX_OK && (part = malloc(sizeof(double) * (size_t)(first[n->nsrc] + 1))) == NULL)
+    if (st == EX_OK && (part = cpu_alloc(e, sizeof(double) * (size_t)(first[n->nsrc] + 1))) == NULL)
         st = cpu_fail(e, EX_ERR_NOMEM, "grad_norm: no memory for partial sums");
     if (st == EX_OK) {
         norm_partials(e, n, first, part);

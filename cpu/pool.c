@@ -534,9 +534,9 @@ static int pl_fast_ok(const pool_geom *g, const ex_tdesc *a, const ex_tdesc *b)
 }
 
 /** cnt[q * wo + r]: the size of output (q, r)'s window inside the plane. */
-static float *pl_counts(const pool_geom *g)
+static float *pl_counts(const cpu_exec *e, const pool_geom *g)
 {
-    float *c = malloc((size_t)(g->ho * g->wo) * sizeof(float) + 1);
+    float *c = cpu_alloc(e, (size_t)(g->ho * g->wo) * sizeof(float) + 1);
     for (int64_t q = 0; c && q < g->ho; q++)
         for (int64_t r = 0; r < g->wo; r++) {
             int64_t h0, h1, w0, w1;
@@ -547,9 +547,9 @@ static float *pl_counts(const pool_geom *g)
 }
 
 /** first[q * wp + r]: the index of output (q, r)'s first window tap inside the plane. */
-static int32_t *pl_firsts(const pool_geom *g, const pl_padg *pg)
+static int32_t *pl_firsts(const cpu_exec *e, const pool_geom *g, const pl_padg *pg)
 {
-    int32_t *f = malloc((size_t)(pg->to * pg->wp) * sizeof(int32_t) + 1);
+    int32_t *f = cpu_alloc(e, (size_t)(pg->to * pg->wp) * sizeof(int32_t) + 1);
     for (int64_t q = 0; f && q < pg->to; q++)
         for (int64_t r = 0; r < pg->wp; r++) {
             int64_t a = g->ph - q * g->sh, b = g->pw - r * g->sw;
@@ -659,7 +659,7 @@ static void pl_avg_bwd_plane(const pool_geom *g, const pl_padg *pg, const float 
 static float *pl_scratch(const cpu_exec *e, const pl_padg *pg, int64_t *per)
 {
     *per = (2 * pg->hp + pg->to) * pg->wp + PL_W;
-    return malloc((size_t)(*per * pool_threads(e)) * sizeof(float));
+    return cpu_alloc(e, (size_t)(*per * pool_threads(e)) * sizeof(float));
 }
 
 /** Average (avg) or maximum pooling of every plane. */
@@ -668,7 +668,7 @@ static ex_status pl_fwd(const cpu_exec *e, const pool_geom *g, int avg, const ex
 {
     pl_padg pg = pl_padg_of(g, 0);
     int64_t per, planes = g->n * g->c;
-    float *scratch = pl_scratch(e, &pg, &per), *cnt = avg ? pl_counts(g) : NULL;
+    float *scratch = pl_scratch(e, &pg, &per), *cnt = avg ? pl_counts(e, g) : NULL;
     if (!scratch || (avg && !cnt)) {
         free(scratch);
         free(cnt);
@@ -690,7 +690,7 @@ static ex_status pl_avg_bwd(const cpu_exec *e, const pool_geom *g, const ex_tdes
 {
     pl_padg pg = pl_padg_of(g, 1);
     int64_t per, planes = g->n * g->c;
-    float *scratch = pl_scratch(e, &pg, &per), *cnt = pl_counts(g);
+    float *scratch = pl_scratch(e, &pg, &per), *cnt = pl_counts(e, g);
     if (!scratch || !cnt) {
         free(scratch);
         free(cnt);
@@ -712,7 +712,7 @@ static ex_status pl_max_bwd(const cpu_exec *e, const pool_geom *g, const ex_tdes
     pl_padg pg = pl_padg_of(g, 0);
     int64_t per, planes = g->n * g->c;
     float *scratch = pl_scratch(e, &pg, &per);
-    int32_t *first = pl_firsts(g, &pg);
+    int32_t *first = pl_firsts(e, g, &pg);
     if (!scratch || !first) {
         free(scratch);
         free(first);
@@ -899,7 +899,7 @@ CPU_OP(avg_pool_bwd)
         avg_bwd_fast(e, &g, &n->src[0], &n->dst);
         return EX_OK;
     }
-    double *buf = malloc((size_t)(g.h * g.w) * sizeof(double) + 1);
+    double *buf = cpu_alloc(e, (size_t)(g.h * g.w) * sizeof(double) + 1);
     if (!buf)
         return cpu_fail(e, EX_ERR_NOMEM, "avg_pool_bwd: no memory for a plane");
     avg_bwd_ref(&g, &n->src[0], &n->dst, buf);
@@ -1068,7 +1068,7 @@ static ex_status max_bwd_fast(const cpu_exec *e, const pool_geom *g, const ex_td
         return cpu_fail(e, EX_ERR_UNSUPPORTED, "max_pool_bwd: planes beyond 2^31 rows or columns");
     int nt = pool_threads(e);
     size_t per = (size_t)g->wo * (sizeof(float) + 2 * sizeof(int32_t));
-    char *scratch = malloc((size_t)nt * per + 1);
+    char *scratch = cpu_alloc(e, (size_t)nt * per + 1);
     if (!scratch)
         return cpu_fail(e, EX_ERR_NOMEM, "max_pool_bwd: no memory for row scratch");
     int64_t planes = g->n * g->c;
@@ -1121,7 +1121,7 @@ CPU_OP(max_pool_bwd)
         return pl_max_bwd(e, &g, &n->src[0], &n->src[1], &n->dst);
     if (!e->reference)
         return max_bwd_fast(e, &g, &n->src[0], &n->src[1], &n->dst);
-    double *buf = malloc((size_t)(g.h * g.w) * sizeof(double) + 1);
+    double *buf = cpu_alloc(e, (size_t)(g.h * g.w) * sizeof(double) + 1);
     if (!buf)
         return cpu_fail(e, EX_ERR_NOMEM, "max_pool_bwd: no memory for a plane");
     max_bwd_ref(&g, &n->src[0], &n->src[1], &n->dst, buf);

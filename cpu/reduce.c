@@ -162,7 +162,7 @@ static float red_finish(const red_geom *g, red_kind kind, double acc)
 static ex_status red_chunked(const cpu_exec *e, const red_geom *g, const float *x, float *dst,
                              red_kind kind, int64_t nch)
 {
-    double *part = malloc(sizeof(double) * (size_t)(g->nout * nch));
+    double *part = cpu_alloc(e, sizeof(double) * (size_t)(g->nout * nch));
     if (part == NULL)
         return cpu_fail(e, EX_ERR_NOMEM, "reduce: no memory for %lld partial sums",
                         (long long)(g->nout * nch));

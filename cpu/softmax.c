@@ -279,7 +279,7 @@ CPU_OP(cross_entropy)
     if (nch <= 1) {
         total = ce_chunk(&c, 0, c.rows);
     } else {
-        double *part = malloc(sizeof(double) * (size_t)nch);
+        double *part = cpu_alloc(e, sizeof(double) * (size_t)nch);
         if (part == NULL)
             return cpu_fail(e, EX_ERR_NOMEM, "cross_entropy: no memory for partial sums");
 #pragma omp parallel for if (!e->reference) num_threads(sm_threads(e)) schedule(static)

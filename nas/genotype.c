@@ -142,8 +142,9 @@ static ex_status check_derive_args(const float *wn, const float *wr, int steps, 
         return ex__msg(msg, len, EX_ERR_ARG,
                        "genotype derive: steps %d (valid 1..%d), multiplier %d (valid 1..steps)",
                        steps, EX_MAX_STEPS, multiplier);
-    if (ncand < 1)
-        return ex__msg(msg, len, EX_ERR_ARG, "genotype derive: %d candidates", ncand);
+    if (ncand < 1 || ncand > EX_MAX_CANDIDATES)
+        return ex__msg(msg, len, EX_ERR_ARG, "genotype derive: %d candidates (valid 1..%d)", ncand,
+                       EX_MAX_CANDIDATES);
     bool some = false;
     for (int k = 0; k < ncand; k++) {
         if ((unsigned)cands[k] >= EX_CAND_COUNT)

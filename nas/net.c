@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/graph.h"
 #include "core/philox.h"
 #include "nas/net.h"
 
@@ -72,7 +73,7 @@ ex_tensor *nas_weight(nas_net *n, const char *name, int ndim, const int64_t *ne,
     }
     if (n->nparams == n->cap_params) {
         int cap = n->cap_params ? 2 * n->cap_params : 64;
-        nas_param *p = realloc(n->params, (size_t)cap * sizeof *p);
+        nas_param *p = ex__realloc(n->ctx, n->params, (size_t)cap * sizeof *p);
         if (!p) {
             ex_ctx_set_error(n->ctx, EX_ERR_NOMEM, "net: out of host memory at %s", name);
             return ex_relu(n->ctx, NULL); /* inert */
@@ -104,7 +105,7 @@ static ex_tensor *state(nas_net *n, const char *name, int64_t c, float init)
     }
     if (n->nstates == n->cap_states) {
         int cap = n->cap_states ? 2 * n->cap_states : 64;
-        nas_state *s = realloc(n->states, (size_t)cap * sizeof *s);
+        nas_state *s = ex__realloc(n->ctx, n->states, (size_t)cap * sizeof *s);
         if (!s) {
             ex_ctx_set_error(n->ctx, EX_ERR_NOMEM, "net: out of host memory at %s", name);
             return ex_relu(n->ctx, NULL); /* inert */
@@ -186,8 +187,9 @@ ex_tensor *nas_relu_conv_bn(nas_net *n, ex_tensor *x, int64_t cout, int k, int s
 {
     int len = nas_push(n, "op");
     ex_tensor *r = ex_relu(n->ctx, x);
-    ex_tensor *y = k == 1 && pad == 0 ? conv1x1(n, r, "1", cout, stride)
-                                      : nas_conv(n, r, "1", cout, k, k, stride, stride, pad, pad, 1);
+    ex_tensor *y = k == 1 && pad == 0
+                       ? conv1x1(n, r, "1", cout, stride)
+                       : nas_conv(n, r, "1", cout, k, k, stride, stride, pad, pad, 1);
     y = nas_bn(n, y, "2", affine);
     nas_pop(n, len);
     return y;
@@ -286,7 +288,7 @@ ex_tensor *nas_candidate(nas_net *n, ex_cand op, ex_tensor *x, int stride, bool 
 
 ex_tensor **nas_net_momentum(nas_net *n)
 {
-    ex_tensor **mom = calloc((size_t)n->nparams + 1, sizeof *mom);
+    ex_tensor **mom = ex__calloc(n->ctx, (size_t)n->nparams + 1, sizeof *mom);
     if (!mom) {
         ex_ctx_set_error(n->ctx, EX_ERR_NOMEM, "net: out of host memory");
         return NULL;
@@ -332,7 +334,7 @@ ex_status nas_net_initialise(nas_net *n, ex_plan *plan, uint64_t seed)
         bool is_param = i < n->nparams;
         ex_tensor *t = is_param ? n->params[i].t : n->states[i - n->nparams].t;
         int64_t count = ex_tensor_numel(t);
-        float *v = malloc((size_t)count * sizeof *v);
+        float *v = ex__malloc(n->ctx, (size_t)count * sizeof *v);
         if (!v)
             return EX_ERR_NOMEM;
         if (is_param) {

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/graph.h"
 #include "core/philox.h"
 #include "nas/store.h"
 #include "nas/supernet.h"
@@ -27,7 +28,9 @@ struct ex_search {
     ex_tensor *report, *report_e; /* the step's and the evaluation's figures, packed so
                                      one transfer reads them */
     ex_tensor *mask[2];           /* masks of the weight step, kept */
+    ex_tensor *gnorm_w, *gnorm_a; /* gradient norms of the weights and alpha: finite or not */
     int64_t steps_done;
+    int nonfinite_run; /* steps skipped in a row */
     char msg[512];
 };
 
@@ -66,6 +69,7 @@ void ex_search_config_default(ex_search_config *c)
     c->topk_k = 3;
     c->topk_threshold = 0.0f;
     c->seed = 2;
+    c->nonfinite_limit = 3;
 }
 
 const char *ex_search_mode_name(ex_search_mode m)
@@ -113,6 +117,8 @@ static ex_status check_config(const ex_search_config *c, char *msg, size_t len)
         why = "order (1, or 2 in darts mode)";
     else if ((unsigned)c->mode > EX_SEARCH_TOPK || c->topk_k < 1)
         why = "mode or top-k";
+    else if (c->nonfinite_limit < 0)
+        why = "nonfinite_limit (>= 0)";
     for (int k = 0; !why && k < c->ncand; k++) {
         if ((unsigned)c->cand[k] >= EX_CAND_COUNT)
             why = "candidate operation";
@@ -179,7 +185,7 @@ static int nweights(const ex_search *s)
 
 static ex_tensor **weight_list(ex_search *s)
 {
-    ex_tensor **w = malloc((size_t)nweights(s) * sizeof *w);
+    ex_tensor **w = ex__malloc(s->ctx, (size_t)nweights(s) * sizeof *w);
     for (int i = 0; w && i < nweights(s); i++)
         w[i] = s->net.params[i].t;
     return w;
@@ -205,10 +211,12 @@ static void unrolled_alpha_grads(ex_search *s, ex_tensor *dalpha[2])
     ex_ctx *ctx = s->ctx;
     ex_tensor *lt = ex_cross_entropy(ctx, forward(s, s->xt, NULL, false), s->yt);
     int n = nweights(s); /* known once the first build has registered the weights */
-    ex_tensor **w = weight_list(s), **g = calloc((size_t)n, sizeof *g),
-              **wp = calloc((size_t)n, sizeof *wp), **wrt = calloc((size_t)n + 2, sizeof *wrt),
-              **gv = calloc((size_t)n + 2, sizeof *gv), **wplus = calloc((size_t)n, sizeof *wplus),
-              **wminus = calloc((size_t)n, sizeof *wminus);
+    ex_tensor **w = weight_list(s), **g = ex__calloc(s->ctx, (size_t)n, sizeof *g),
+              **wp = ex__calloc(s->ctx, (size_t)n, sizeof *wp),
+              **wrt = ex__calloc(s->ctx, (size_t)n + 2, sizeof *wrt),
+              **gv = ex__calloc(s->ctx, (size_t)n + 2, sizeof *gv),
+              **wplus = ex__calloc(s->ctx, (size_t)n, sizeof *wplus),
+              **wminus = ex__calloc(s->ctx, (size_t)n, sizeof *wminus);
     if (!w || !g || !wp || !wrt || !gv || !wplus || !wminus || !s->mom) {
         ex_ctx_set_error(ctx, EX_ERR_NOMEM, "search: out of host memory");
         goto out;
@@ -273,6 +281,12 @@ static void arch_step(ex_search *s)
         s->acc_v = ex_accuracy(ctx, logits, s->yv);
         ex_graph_gradients(ctx, entropy_term(s, s->loss_v), 2, s->alpha, dalpha);
     }
+    ex_tensor *live[2];
+    int count = 0;
+    for (int r = 0; r < 2; r++)
+        if (dalpha[r])
+            live[count++] = dalpha[r];
+    s->gnorm_a = count ? ex_grad_norm(ctx, count, live) : NULL;
     for (int r = 0; r < 2; r++) {
         if (!dalpha[r])
             continue;
@@ -288,8 +302,8 @@ static void weight_step(ex_search *s)
     s->loss_t = ex_cross_entropy(ctx, logits, s->yt);
     s->acc_t = ex_accuracy(ctx, logits, s->yt);
     int n = nweights(s);
-    ex_tensor **w = weight_list(s), **g = calloc((size_t)n, sizeof *g),
-              **live = calloc((size_t)n, sizeof *live);
+    ex_tensor **w = weight_list(s), **g = ex__calloc(s->ctx, (size_t)n, sizeof *g),
+              **live = ex__calloc(s->ctx, (size_t)n, sizeof *live);
     if (!w || !g || !live || !s->mom) {
         ex_ctx_set_error(ctx, EX_ERR_NOMEM, "search: out of host memory");
     } else {
@@ -299,6 +313,7 @@ static void weight_step(ex_search *s)
             if (g[i])
                 live[count++] = g[i];
         ex_tensor *norm = count ? ex_grad_norm(ctx, count, live) : NULL;
+        s->gnorm_w = norm;
         for (int i = 0; i < n; i++) {
             if (!g[i])
                 continue; /* a weight the loss does not reach (a pruned-only path) */
@@ -361,8 +376,14 @@ static ex_status build(ex_search *s)
     weight_step(s);
     for (int r = 0; r < 2; r++)
         ex_keep(ctx, s->mask[r]);
-    ex_tensor *figures[4] = {s->loss_t, s->acc_t, s->loss_v, s->acc_v};
-    s->report = pack(ctx, 4, figures);
+    /* a norm that does not exist (nothing reaches it) stands in as a loss: finite alike */
+    ex_tensor *figures[6] = {s->loss_t,
+                             s->acc_t,
+                             s->loss_v,
+                             s->acc_v,
+                             s->gnorm_w ? s->gnorm_w : s->loss_t,
+                             s->gnorm_a ? s->gnorm_a : s->loss_v};
+    s->report = pack(ctx, 6, figures);
     ex_ctx_begin_stage(ctx);
     ex_tensor *logits = forward(s, s->xe, NULL, true);
     s->loss_e = ex_cross_entropy(ctx, logits, s->ye);
@@ -374,10 +395,11 @@ static ex_status build(ex_search *s)
 
 /* ---- the object ---- */
 
-static ex_status write_zeros(ex_plan *p, ex_tensor *t)
+static ex_status write_zeros(ex_search *s, ex_tensor *t)
 {
+    ex_plan *p = s->plan;
     size_t n = (size_t)ex_tensor_numel(t);
-    float *z = calloc(n, sizeof *z);
+    float *z = ex__calloc(s->ctx, n, sizeof *z);
     if (!z)
         return EX_ERR_NOMEM;
     ex_status st = ex_plan_write(p, t, z, n * sizeof *z);
@@ -385,10 +407,11 @@ static ex_status write_zeros(ex_plan *p, ex_tensor *t)
     return st;
 }
 
-static ex_status write_value(ex_plan *p, ex_tensor *t, float v)
+static ex_status write_value(ex_search *s, ex_tensor *t, float v)
 {
+    ex_plan *p = s->plan;
     size_t n = (size_t)ex_tensor_numel(t);
-    float *z = malloc(n * sizeof *z);
+    float *z = ex__malloc(s->ctx, n * sizeof *z);
     if (!z)
         return EX_ERR_NOMEM;
     for (size_t i = 0; i < n; i++)
@@ -403,7 +426,7 @@ static ex_status initialise(ex_search *s)
     ex_plan *p = s->plan;
     ex_status st = nas_net_initialise(&s->net, p, s->cfg.seed);
     size_t e = (size_t)s->edges * (size_t)s->cfg.ncand;
-    float *a = malloc(e * sizeof *a);
+    float *a = ex__malloc(s->ctx, e * sizeof *a);
     if (!a)
         return EX_ERR_NOMEM;
     for (int r = 0; st == EX_OK && r < 2; r++) {
@@ -412,15 +435,15 @@ static ex_status initialise(ex_search *s)
             a[i] = 1e-3f * ex_philox_normal(k0, k1, 0xA1FA, (uint32_t)r, i);
         st = ex_plan_write(p, s->alpha[r], a, e * sizeof *a);
         if (st == EX_OK)
-            st = write_zeros(p, s->adam_m[r]);
+            st = write_zeros(s, s->adam_m[r]);
         if (st == EX_OK)
-            st = write_zeros(p, s->adam_v[r]);
+            st = write_zeros(s, s->adam_v[r]);
     }
     free(a);
     for (int i = 0; st == EX_OK && i < nweights(s); i++)
-        st = write_zeros(p, s->mom[i]);
+        st = write_zeros(s, s->mom[i]);
     if (st == EX_OK)
-        st = write_value(p, s->ones, 1.0f);
+        st = write_value(s, s->ones, 1.0f);
     return st;
 }
 
@@ -436,9 +459,15 @@ ex_status ex_search_new(const ex_search_config *c, ex_backend *be, ex_search **o
     ex_status st = check_config(c, msg, msg_len);
     if (st != EX_OK)
         return st;
-    ex_search *s = calloc(1, sizeof *s);
-    if (!s || !(s->ctx = ex_ctx_new())) {
-        free(s);
+    /* the context first, so its allocation hook sees the search's own memory too */
+    ex_ctx *ctx = ex_ctx_new();
+    if (ctx)
+        ex_ctx_fail_alloc_after(ctx, c->fail_alloc_after);
+    ex_search *s = ctx ? ex__calloc(ctx, 1, sizeof *s) : NULL;
+    if (s)
+        s->ctx = ctx;
+    if (!s) {
+        ex_ctx_free(ctx);
         if (msg && msg_len)
             snprintf(msg, msg_len, "search: out of host memory");
         return EX_ERR_NOMEM;
@@ -448,8 +477,10 @@ ex_status ex_search_new(const ex_search_config *c, ex_backend *be, ex_search **o
     s->edges = nas_cell_edges(c->steps);
     ex_ctx_set_seed(s->ctx, c->seed);
     st = build(s);
+    /* the snapshot lets a step with non-finite values be undone on the device */
+    ex_plan_opts po = {.snapshot = true};
     if (st == EX_OK)
-        st = ex_graph_plan(s->ctx, be, NULL, &s->plan);
+        st = ex_graph_plan(s->ctx, be, &po, &s->plan);
     if (st != EX_OK) {
         if (msg && msg_len)
             snprintf(msg, msg_len, "search: %s", ex_ctx_error(s->ctx));
@@ -508,13 +539,35 @@ static ex_status read_figures(ex_search *s, ex_tensor *t, float *v, int n)
     return st == EX_OK ? EX_OK : fail(s, st, "search: %s", ex_plan_error(s->plan));
 }
 
-ex_status ex_search_step(ex_search *s, const float *train_x, const int32_t *train_y,
-                         const float *valid_x, const int32_t *valid_y, float lr, float tau,
-                         ex_search_stats *out)
+static bool finite_figures(const float *f, int n)
 {
-    if (!s)
-        return EX_ERR_ARG;
-    double t0 = now_ms();
+    for (int i = 0; i < n; i++)
+        if (!isfinite(f[i]))
+            return false;
+    return true;
+}
+
+/* After a step whose figures are not all finite: back to the snapshot, and an error once
+ * more than the allowed run of such steps happened. */
+static ex_status undo_step(ex_search *s, ex_search_stats *r)
+{
+    ex_status st = ex_plan_restore(s->plan);
+    if (st != EX_OK)
+        return fail(s, st, "search: %s", ex_plan_error(s->plan));
+    r->skipped = true;
+    r->nonfinite_run = ++s->nonfinite_run;
+    if (s->nonfinite_run > s->cfg.nonfinite_limit)
+        return fail(s, EX_ERR_NONFINITE,
+                    "search: %d steps in a row with a non-finite loss or gradient (after step "
+                    "%lld; at most %d are skipped); the state is that of the last good step",
+                    s->nonfinite_run, (long long)s->steps_done, s->cfg.nonfinite_limit);
+    return EX_OK;
+}
+
+static ex_status write_step_inputs(ex_search *s, const float *train_x, const int32_t *train_y,
+                                   const float *valid_x, const int32_t *valid_y, float lr,
+                                   float tau)
+{
     ex_status st = write_batch(s, s->xt, train_x, s->yt, train_y);
     if (st == EX_OK)
         st = write_batch(s, s->xv, valid_x, s->yv, valid_y);
@@ -528,22 +581,43 @@ ex_status ex_search_step(ex_search *s, const float *train_x, const int32_t *trai
         st = ex_plan_write(s->plan, s->ahyper, hyper, sizeof hyper);
     if (st == EX_OK)
         st = ex_plan_write(s->plan, s->counter, counter, sizeof counter);
-    if (st == EX_OK)
-        st = ex_plan_run_stage(s->plan, 0);
+    return st;
+}
+
+ex_status ex_search_step(ex_search *s, const float *train_x, const int32_t *train_y,
+                         const float *valid_x, const int32_t *valid_y, float lr, float tau,
+                         ex_search_stats *out)
+{
+    if (!s)
+        return EX_ERR_ARG;
+    if (!isfinite(lr) || !isfinite(tau))
+        return fail(s, EX_ERR_ARG, "search: learning rate %g or temperature %g is not finite",
+                    (double)lr, (double)tau);
+    double t0 = now_ms();
+    s->msg[0] = '\0';
+    ex_status st = write_step_inputs(s, train_x, train_y, valid_x, valid_y, lr, tau);
+    if (st == EX_OK && (st = ex_plan_snapshot(s->plan)) == EX_OK &&
+        (st = ex_plan_run_stage(s->plan, 0)) != EX_OK)
+        ex_plan_restore(s->plan); /* a step that failed half-way leaves the last good state */
     if (st != EX_OK)
         return s->msg[0] ? st : fail(s, st, "search: %s", ex_plan_error(s->plan));
-    s->steps_done++;
     ex_search_stats r = {0};
-    float f[4];
-    st = read_figures(s, s->report, f, 4);
+    float f[6];
+    st = read_figures(s, s->report, f, 6);
+    if (st != EX_OK)
+        return st;
     r.train_loss = f[0];
-    r.train_acc = f[1];
+    r.train_acc = f[1] / (float)s->cfg.batch;
     r.valid_loss = f[2];
-    r.valid_acc = f[3];
-    r.train_acc /= (float)s->cfg.batch;
-    r.valid_acc /= (float)s->cfg.batch;
+    r.valid_acc = f[3] / (float)s->cfg.batch;
+    if (finite_figures(f, 6)) {
+        s->steps_done++;
+        s->nonfinite_run = 0;
+    } else {
+        st = undo_step(s, &r);
+    }
     r.step_ms = now_ms() - t0;
-    if (st == EX_OK && out)
+    if (out)
         *out = r;
     return st;
 }
@@ -632,7 +706,7 @@ ex_status ex_search_genotype(ex_search *s, ex_genotype *g)
     if (!s || !g)
         return EX_ERR_ARG;
     size_t n = (size_t)s->edges * (size_t)s->cfg.ncand;
-    float *w = malloc(2 * n * sizeof *w);
+    float *w = ex__malloc(s->ctx, 2 * n * sizeof *w);
     if (!w)
         return fail(s, EX_ERR_NOMEM, "search: out of host memory");
     ex_status st = ex_search_weights(s, w, w + n);
@@ -641,6 +715,11 @@ ex_status ex_search_genotype(ex_search *s, ex_genotype *g)
                                 s->cfg.cand, g, s->msg, sizeof s->msg);
     free(w);
     return st;
+}
+
+uint64_t ex_search_alloc_count(const ex_search *s)
+{
+    return s ? ex_ctx_alloc_count(s->ctx) : 0;
 }
 
 const char *ex_search_error(const ex_search *s)
@@ -659,7 +738,7 @@ struct ex_plan *ex_search_plan(ex_search *s)
 static nas_entry *entries(ex_search *s, int *count)
 {
     int n = s->net.nparams + s->net.nstates;
-    nas_entry *e = malloc((size_t)(2 * n + 6) * sizeof *e);
+    nas_entry *e = ex__malloc(s->ctx, (size_t)(2 * n + 6) * sizeof *e);
     if (!e)
         return NULL;
     int c = nas_net_entries(&s->net, e);

@@ -14,6 +14,8 @@ packages=(build-essential cmake pkg-config libopenblas-dev libopenblas-openmp-de
           libjansson-dev zlib1g-dev dataset-fashion-mnist)
 # the Vulkan backend: shader compiler, loader and headers, lavapipe, validation layers
 packages+=(glslang-tools libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers)
+# the fuzz targets (EXAPT_FUZZ): clang with libFuzzer and the sanitizer runtimes
+packages+=(clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

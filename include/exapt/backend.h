@@ -90,6 +90,12 @@ typedef struct ex_backend_iface {
     /** Times the host has waited for the device so far (NULL: the backend runs on the
      *  host and never waits). */
     uint64_t (*host_syncs)(void *impl);
+    /** Fault injection: while fails is set, the backend asks fails(user) before each host
+     *  allocation it makes inside compute (kernel scratch) and reports out of memory when
+     *  it answers true. The plan sets it around each run from its context's allocation
+     *  hook (ex_ctx_fail_alloc_after). NULL: the backend allocates no host memory while
+     *  computing. */
+    void (*set_alloc_hook)(void *impl, bool (*fails)(void *user), void *user);
 } ex_backend_iface;
 
 /** An open backend. */

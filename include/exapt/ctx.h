@@ -52,9 +52,15 @@ void ex_ctx_set_tag(ex_ctx *ctx, int cell, int edge, int candidate);
  *  Returns the new stage's number, -1 for NULL. */
 int ex_ctx_begin_stage(ex_ctx *ctx);
 
-/** Allocation hook: fail the n-th host allocation the context makes from now on
- *  (1 = the next one); 0 turns failing off. For fault-injection tests. */
+/** Allocation hook: fail the n-th allocation the context makes from now on (1 = the
+ *  next one); 0 turns failing off. Counted: host memory of the graph, its plans and the
+ *  search or network built on it, and the plan's backend buffers. Also restarts
+ *  ex_ctx_alloc_count(). For fault-injection tests. */
 void ex_ctx_fail_alloc_after(ex_ctx *ctx, uint64_t n);
+
+/** Allocations counted since the context was made or the hook was last set (0 for
+ *  NULL): how far a fault-injection sweep must go. */
+uint64_t ex_ctx_alloc_count(const ex_ctx *ctx);
 
 #ifdef __cplusplus
 }

@@ -43,6 +43,9 @@ typedef struct ex_plan_opts {
     bool profile;         /**< time every node */
     bool poison;          /**< fill the arena with NaN before each run, so unwritten reads show */
     uint64_t chunk_limit; /**< largest arena chunk in bytes; 0: the backend's limit */
+    bool snapshot;        /**< also hold a device copy of the persistent memory for
+                               ex_plan_snapshot()/ex_plan_restore() (counted in the plan's
+                               memory before anything is allocated) */
 } ex_plan_opts;
 
 /** Plans every node built so far for backend be (inputs, parameters and state start at
@@ -64,6 +67,15 @@ ex_status ex_plan_set_profile(ex_plan *plan, bool on);
 
 /** Runs only the nodes of one stage (see ex_ctx_begin_stage). */
 ex_status ex_plan_run_stage(ex_plan *plan, int stage);
+
+/** Copies every persistent tensor (inputs, parameters, state, kept tensors) into the
+ *  plan's snapshot, on the device and in order with the runs: no host wait on backends
+ *  that queue work. EX_ERR_STATE when the plan was made without opts.snapshot. */
+ex_status ex_plan_snapshot(ex_plan *plan);
+
+/** Puts the persistent tensors back as the last ex_plan_snapshot() left them, bitwise.
+ *  EX_ERR_STATE without opts.snapshot. */
+ex_status ex_plan_restore(ex_plan *plan);
 
 /** Copies host data (numel elements, contiguous, outermost dimension first) into t:
  *  an input, parameter, state, or any tensor of the plan. */

@@ -63,7 +63,9 @@ typedef struct ex_metrics_step {
     double valid_loss, valid_acc;
     double images_per_s, step_ms;
     bool has_tau;
-    double tau; /**< Gumbel-softmax temperature */
+    double tau;   /**< Gumbel-softmax temperature */
+    bool skipped; /**< the step's loss or gradients were not finite and its update was
+                       undone (written only when true; absent reads as false) */
     /** Shape of alphas and active, [n_edges x n_cands], both cells alike. */
     int n_edges, n_cands;
     bool has_alphas; /**< softmax weights of the normal and the reduction cell */

@@ -50,6 +50,12 @@ typedef struct ex_search_config {
     float entropy_weight;   /**< weight of the mean row entropy of alpha added to the
                                  architecture loss (0: off) */
     uint64_t seed;
+    int nonfinite_limit;       /**< steps in a row whose loss or gradients are not finite that
+                                    are skipped (state kept) before ex_search_step fails with
+                                    EX_ERR_NONFINITE (3; 0: the first one fails) */
+    uint64_t fail_alloc_after; /**< fault injection (tests): the n-th allocation the search
+                                    makes from its creation on fails (0: none); see
+                                    ex_ctx_fail_alloc_after() */
 } ex_search_config;
 
 /** Fills c with DARTS's search settings. */
@@ -60,6 +66,10 @@ typedef struct ex_search_stats {
     float train_loss, train_acc; /**< weight step: loss and fraction correct */
     float valid_loss, valid_acc; /**< architecture step, on the validation batch */
     double step_ms;
+    bool skipped;      /**< a loss or a gradient norm was NaN or infinite: the step's update
+                            was undone (weights, alpha, optimizer and batch-norm state are
+                            bitwise those before it) */
+    int nonfinite_run; /**< skipped steps in a row, this one included (0 after a good step) */
 } ex_search_stats;
 
 /** A supernet planned on one backend. */
@@ -76,7 +86,13 @@ void ex_search_free(ex_search *s);
 /** One search step: an architecture step on the validation batch, then a weight step on
  *  the training batch, each of config.batch images (NCHW f32) and i32 labels. lr is the
  *  weights' learning rate for this step (the schedule is the caller's); tau the GDAS
- *  temperature (ignored otherwise). */
+ *  temperature (ignored otherwise).
+ *  Non-finite values: when the training or validation loss, or the norm of the weights'
+ *  or alpha's gradients, is NaN or infinite, the step is undone on the device (the state
+ *  is bitwise that before it; the step count does not advance) and st->skipped is set;
+ *  the call returns EX_OK until more than config.nonfinite_limit steps in a row were
+ *  skipped, then EX_ERR_NONFINITE with a message (the state still the last good one).
+ *  The check reads only the figures the step already returns: no extra host wait. */
 ex_status ex_search_step(ex_search *s, const float *train_x, const int32_t *train_y,
                          const float *valid_x, const int32_t *valid_y, float lr, float tau,
                          ex_search_stats *st);
@@ -113,6 +129,10 @@ ex_status ex_search_load(ex_search *s, const char *path);
 
 /** The message of the last failure. */
 const char *ex_search_error(const ex_search *s);
+
+/** Allocations the search has made since its creation (ex_ctx_alloc_count() of its
+ *  context; 0 for NULL): with config.fail_alloc_after, the range a fault sweep covers. */
+uint64_t ex_search_alloc_count(const ex_search *s);
 
 /** The plan behind the search (for profiling). */
 struct ex_plan *ex_search_plan(ex_search *s);

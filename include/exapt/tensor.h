@@ -77,7 +77,7 @@ int64_t ex_tensor_dim(const ex_tensor *t, int d);
 int64_t ex_tensor_stride(const ex_tensor *t, int d);
 /** Number of elements. */
 int64_t ex_tensor_numel(const ex_tensor *t);
-/** Element type. */
+/** Element type; EX_DTYPE_COUNT for NULL. */
 ex_dtype ex_tensor_dtype(const ex_tensor *t);
 /** Name given at creation, or "" . */
 const char *ex_tensor_name(const ex_tensor *t);

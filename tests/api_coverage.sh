@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Every function declared in include/exapt/ is called with bad arguments by test_errors.c
+# or test_misuse.c (a new public function without a misuse case fails this test).
+# ex_cuda_backend_create exists only in CUDA builds; the cuda-labelled tests drive it.
+# Usage: api_coverage.sh SOURCE_DIR
+set -euo pipefail
+src=$1
+missing=0
+for f in $(grep -hoE '\bex_[a-z0-9_]+\(' "$src"/include/exapt/*.h | tr -d '(' | sort -u); do
+    # only declarations (a return type before the name), not names in comments
+    grep -qE "^[a-z0-9_ *]+[ *]$f\(" "$src"/include/exapt/*.h || continue
+    [ "$f" = ex_cuda_backend_create ] && continue
+    if ! grep -q "\b$f(" "$src"/tests/test_errors.c "$src"/tests/test_misuse.c; then
+        echo "not driven with bad arguments: $f"
+        missing=$((missing + 1))
+    fi
+done
+[ "$missing" -eq 0 ] || { echo "$missing public functions without a misuse case"; exit 1; }
+echo "every public function has a misuse case"

@@ -1,0 +1,449 @@
+/* API misuse: every public function that test_errors.c does not already drive with bad
+ * arguments, called with NULL and out-of-range arguments. Each must return its documented
+ * failure value (a status, NULL, 0, a constant name, or an inert tensor with the sticky
+ * error set), write a message wherever it takes a message buffer or has an object to
+ * hold one, and never crash. tests/api_coverage.sh checks that together the two tests name
+ * every function of include/exapt/. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "exapt/data.h"
+#include "exapt/exapt.h"
+#include "exapt/metrics.h"
+#include "exapt/network.h"
+#include "exapt/safetensors.h"
+#include "exapt/search.h"
+
+static char msg[512];
+
+/* A status call that takes msg: the status, and a message. */
+#define FAILS_MSG(call, want)                                                                      \
+    do {                                                                                           \
+        msg[0] = '\0';                                                                             \
+        assert_int_equal((call), (want));                                                          \
+        if (msg[0] == '\0')                                                                        \
+            fail_msg("%s: no message", #call);                                                     \
+    } while (0)
+
+static ex_backend *cpu(void)
+{
+    ex_backend *be = NULL;
+    assert_int_equal(ex_backend_open("cpu", &be, msg, sizeof msg), EX_OK);
+    return be;
+}
+
+static void backend_and_names(void **state)
+{
+    (void)state;
+    assert_null(ex_backend_get_caps(NULL));
+    assert_null(ex_backend_iface_of(NULL));
+    assert_null(ex_backend_impl_of(NULL));
+    assert_non_null(ex_backend_list());
+    assert_int_equal(ex_backend_host_syncs(NULL), 0);
+    assert_non_null(ex_genotype_builtin_names());
+    double gbs = 0;
+    assert_int_equal(ex_backend_measure_bandwidth(NULL, 1 << 20, &gbs), EX_ERR_ARG);
+    ex_backend *be = cpu();
+    assert_int_equal(ex_backend_measure_bandwidth(be, 1 << 20, NULL), EX_ERR_ARG);
+    ex_backend_close(be);
+    assert_int_equal(ex_backend_supports(NULL, EX_OP_ADD), 0);
+    assert_int_equal(ex_backend_supports("cpu", (ex_op)EX_OP_COUNT), 0);
+    assert_int_equal(ex_backend_supports("no-such-backend", EX_OP_ADD), 0);
+    FAILS_MSG(ex_cpu_backend_create(0, NULL, NULL, NULL, msg, sizeof msg), EX_ERR_ARG);
+    assert_non_null(ex_cand_name((ex_cand)-1));
+    assert_non_null(ex_cand_name((ex_cand)EX_CAND_COUNT));
+    assert_int_equal(ex_cand_parse(NULL), -1);
+    assert_int_equal(ex_cand_parse("no_such_op"), -1);
+    assert_non_null(ex_dtype_name((ex_dtype)99));
+    assert_int_equal(ex_dtype_size((ex_dtype)99), 0);
+    assert_non_null(ex_st_dtype_name((ex_st_dtype)99));
+    assert_int_equal(ex_st_dtype_size((ex_st_dtype)99), 0);
+    assert_non_null(ex_op_name((ex_op)EX_OP_COUNT));
+    assert_non_null(ex_op_name((ex_op)-1));
+    assert_int_equal(ex_op_differentiable((ex_op)EX_OP_COUNT), 0);
+    assert_true(ex_op_tolerance((ex_op)EX_OP_COUNT) == 0.0);
+    assert_non_null(ex_search_mode_name((ex_search_mode)99));
+    assert_int_equal(ex_search_mode_parse(NULL), -1);
+    assert_int_equal(ex_search_mode_parse("bogus"), -1);
+    assert_non_null(ex_version());
+    assert_non_null(ex_status_str((ex_status)-1));
+}
+
+static void context_and_tensors(void **state)
+{
+    (void)state;
+    assert_int_equal(ex_ctx_alloc_count(NULL), 0);
+    assert_int_equal(ex_ctx_begin_stage(NULL), -1);
+    ex_ctx_set_error(NULL, EX_ERR_ARG, "ignored %d", 1);
+    ex_ctx_set_gate(NULL, NULL, 0);
+    assert_null(ex_requires_grad(NULL, NULL));
+    assert_int_equal(ex_graph_gradients(NULL, NULL, 0, NULL, NULL), EX_ERR_ARG);
+    assert_string_equal(ex_tensor_name(NULL), "");
+    assert_int_equal(ex_tensor_numel(NULL), 0);
+    assert_int_equal(ex_tensor_stride(NULL, 0), 0);
+    assert_int_equal(ex_tensor_dtype(NULL), EX_DTYPE_COUNT);
+    char buf[64];
+    assert_non_null(ex_tensor_shape_str(NULL, buf, sizeof buf));
+    ex_ctx *ctx = ex_ctx_new();
+    int64_t n = 4;
+    ex_tensor *x = ex_input(ctx, EX_F32, 1, &n, "x");
+    /* a gate index outside the mask: the sticky error, with a message */
+    ex_tensor *mask = ex_input(ctx, EX_F32, 1, &n, "mask");
+    ex_ctx_set_gate(ctx, mask, 99);
+    assert_int_not_equal(ex_ctx_status(ctx), EX_OK);
+    assert_true(ex_ctx_error(ctx)[0] != '\0');
+    ex_ctx_clear_error(ctx);
+    ex_ctx_set_gate(ctx, NULL, 0);
+    /* gradients: NULL loss, and n without room */
+    assert_int_not_equal(ex_graph_gradients(ctx, NULL, 1, &x, NULL), EX_OK);
+    assert_true(ex_ctx_error(ctx)[0] != '\0');
+    ex_ctx_clear_error(ctx);
+    ex_tensor *r = ex_requires_grad(ctx, NULL);
+    assert_non_null(r); /* the inert tensor */
+    assert_int_not_equal(ex_ctx_status(ctx), EX_OK);
+    ex_ctx_clear_error(ctx);
+    ex_ctx_set_error(ctx, EX_OK, "%s", "set with EX_OK becomes a bad argument");
+    assert_int_equal(ex_ctx_status(ctx), EX_ERR_ARG);
+    ex_ctx_free(ctx);
+}
+
+static ex_plan *small_plan(ex_ctx *ctx, ex_backend *be, bool snapshot)
+{
+    int64_t n = 4;
+    ex_tensor *x = ex_input(ctx, EX_F32, 1, &n, "x");
+    ex_keep(ctx, ex_relu(ctx, x));
+    ex_plan_opts o = {.snapshot = snapshot};
+    ex_plan *p = NULL;
+    assert_int_equal(ex_graph_plan(ctx, be, &o, &p), EX_OK);
+    return p;
+}
+
+static void plans(void **state)
+{
+    (void)state;
+    ex_node_info info;
+    assert_int_equal(ex_plan_node_info(NULL, 0, &info), EX_ERR_ARG);
+    assert_int_equal(ex_plan_restore(NULL), EX_ERR_ARG);
+    assert_int_equal(ex_plan_snapshot(NULL), EX_ERR_ARG);
+    assert_int_equal(ex_plan_run_stage(NULL, 0), EX_ERR_ARG);
+    assert_int_equal(ex_plan_set_profile(NULL, true), EX_ERR_ARG);
+    ex_backend *be = cpu();
+    ex_ctx *ctx = ex_ctx_new();
+    ex_plan *p = small_plan(ctx, be, false);
+    int64_t four = 4;
+    ex_tensor *t = ex_input(ctx, EX_F32, 1, &four, "late"); /* made after planning */
+    assert_int_equal(ex_tensor_stride(t, 5), 0);
+    assert_int_equal(ex_tensor_stride(t, -1), 0);
+    assert_int_equal(ex_plan_write(p, t, &four, sizeof four), EX_ERR_ARG);
+    assert_true(ex_plan_error(p)[0] != '\0');
+    assert_int_equal(ex_plan_node_info(p, -1, &info), EX_ERR_ARG);
+    assert_int_equal(ex_plan_node_info(p, ex_plan_node_count(p), &info), EX_ERR_ARG);
+    assert_int_equal(ex_plan_node_info(p, 0, NULL), EX_ERR_ARG);
+    assert_int_equal(ex_plan_run_stage(p, 7), EX_ERR_ARG);
+    assert_true(ex_plan_error(p)[0] != '\0');
+    assert_int_equal(ex_plan_run_stage(p, -1), EX_ERR_ARG);
+    /* snapshot and restore need opts.snapshot */
+    assert_int_equal(ex_plan_snapshot(p), EX_ERR_STATE);
+    assert_non_null(strstr(ex_plan_error(p), "snapshot"));
+    assert_int_equal(ex_plan_restore(p), EX_ERR_STATE);
+    ex_plan_free(p);
+    ex_ctx_free(ctx);
+    ex_backend_close(be);
+}
+
+static void datasets_and_loaders(void **state)
+{
+    (void)state;
+    ex_dataset *ds = NULL, *a = NULL, *b = NULL;
+    assert_int_equal(ex_dataset_channels(NULL), 0);
+    assert_int_equal(ex_dataset_count(NULL), 0);
+    assert_int_equal(ex_dataset_height(NULL), 0);
+    assert_int_equal(ex_dataset_width(NULL), 0);
+    assert_int_equal(ex_dataset_classes(NULL), 0);
+    assert_null(ex_dataset_name(NULL));
+    (void)ex_dataset_pixel_type(NULL);
+    ex_dataset_free(NULL);
+    FAILS_MSG(ex_dataset_load("/nonexistent/dir", "mnist", EX_SPLIT_TRAIN, &ds, msg, sizeof msg),
+              EX_ERR_IO);
+    assert_null(ds);
+    FAILS_MSG(ex_dataset_load(NULL, "no-such-set", EX_SPLIT_TRAIN, &ds, msg, sizeof msg),
+              EX_ERR_ARG);
+    FAILS_MSG(ex_dataset_load(NULL, NULL, EX_SPLIT_TRAIN, NULL, msg, sizeof msg), EX_ERR_ARG);
+    uint8_t px[2 * 4] = {0};
+    int32_t labels[2] = {0, 5};
+    FAILS_MSG(
+        ex_dataset_from_memory(NULL, EX_PIXEL_U8, 2, 1, 2, 2, labels, 2, &ds, msg, sizeof msg),
+        EX_ERR_ARG);
+    FAILS_MSG(ex_dataset_from_memory(px, EX_PIXEL_U8, 2, 1, 2, 2, labels, 2, &ds, msg, sizeof msg),
+              EX_ERR_ARG); /* label 5 of 2 classes */
+    FAILS_MSG(ex_dataset_from_memory(px, EX_PIXEL_U8, -1, 1, 2, 2, labels, 2, &ds, msg, sizeof msg),
+              EX_ERR_ARG);
+    labels[1] = 1;
+    assert_int_equal(
+        ex_dataset_from_memory(px, EX_PIXEL_U8, 2, 1, 2, 2, labels, 2, &ds, msg, sizeof msg),
+        EX_OK);
+    float img[4];
+    int32_t y;
+    assert_int_equal(ex_dataset_sample(NULL, 0, img, &y), EX_ERR_ARG);
+    assert_int_equal(ex_dataset_sample(ds, -1, img, &y), EX_ERR_ARG);
+    assert_int_equal(ex_dataset_sample(ds, 2, img, &y), EX_ERR_ARG);
+    FAILS_MSG(ex_dataset_split(NULL, 0.5, &a, &b, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_dataset_split(ds, 1.5, &a, &b, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_dataset_split(ds, NAN, &a, &b, msg, sizeof msg), EX_ERR_ARG);
+    ex_normalize nz;
+    FAILS_MSG(ex_dataset_normalization(NULL, &nz, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_dataset_normalization(ds, NULL, msg, sizeof msg), EX_ERR_ARG);
+    ex_loader *l = NULL;
+    ex_loader_opts o = ex_loader_opts_default(NULL, true);
+    FAILS_MSG(ex_loader_new(NULL, &o, &l, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_loader_new(ds, NULL, &l, msg, sizeof msg), EX_ERR_ARG);
+    o = ex_loader_opts_default(ds, true);
+    o.batch = 0;
+    FAILS_MSG(ex_loader_new(ds, &o, &l, msg, sizeof msg), EX_ERR_ARG);
+    assert_null(l);
+    o.batch = 1;
+    o.prefetch = 1000;
+    FAILS_MSG(ex_loader_new(ds, &o, &l, msg, sizeof msg), EX_ERR_ARG);
+    o.prefetch = 1;
+    assert_int_equal(ex_loader_new(ds, &o, &l, msg, sizeof msg), EX_OK);
+    int count;
+    assert_int_equal(ex_loader_next(NULL, img, &y, &count), EX_ERR_ARG);
+    assert_int_equal(ex_loader_next(l, NULL, &y, &count), EX_ERR_ARG);
+    assert_int_equal(ex_loader_batch_floats(NULL), 0);
+    assert_int_equal(ex_loader_batches_per_epoch(NULL), 0);
+    ex_loader_state zero = ex_loader_get_state(NULL);
+    assert_int_equal(zero.epoch, 0);
+    assert_int_equal(zero.position, 0);
+    FAILS_MSG(ex_loader_set_state(NULL, zero, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_loader_set_state(l, (ex_loader_state){-1, 0}, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_loader_set_state(l, (ex_loader_state){0, 99}, msg, sizeof msg), EX_ERR_ARG);
+    ex_loader_free(l);
+    ex_loader_free(NULL);
+    ex_dataset_free(ds);
+}
+
+static void genotypes(void **state)
+{
+    (void)state;
+    ex_genotype g;
+    char buf[EX_GENOTYPE_TEXT_MAX];
+    assert_int_equal(ex_genotype_builtin(NULL, &g), EX_ERR_ARG);
+    assert_int_equal(ex_genotype_builtin("NOPE", &g), EX_ERR_ARG);
+    assert_int_equal(ex_genotype_builtin("DARTS_V2", NULL), EX_ERR_ARG);
+    assert_int_equal(ex_genotype_format(NULL, buf, sizeof buf), EX_ERR_ARG);
+    assert_int_equal(ex_genotype_format_json(NULL, buf, sizeof buf), EX_ERR_ARG);
+    assert_int_equal(ex_genotype_builtin("DARTS_V2", &g), EX_OK);
+    assert_int_not_equal(ex_genotype_format(&g, buf, 8), EX_OK); /* too small */
+    assert_int_not_equal(ex_genotype_format_json(&g, NULL, 0), EX_OK);
+    FAILS_MSG(ex_genotype_validate(NULL, msg, sizeof msg), EX_ERR_ARG);
+    ex_genotype bad = g;
+    bad.steps = 99;
+    FAILS_MSG(ex_genotype_validate(&bad, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_genotype_parse(NULL, 4, &g, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_genotype_parse("x", 1, NULL, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_genotype_parse_json(NULL, 4, &g, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_genotype_parse_text(NULL, 4, &g, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_genotype_load(NULL, &g, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_genotype_load("/nonexistent/g.json", &g, msg, sizeof msg), EX_ERR_IO);
+    FAILS_MSG(ex_genotype_save_json(NULL, &g, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_genotype_save_text("/tmp/x.txt", NULL, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_genotype_save_json("/nonexistent/dir/g.json", &g, msg, sizeof msg), EX_ERR_IO);
+    FAILS_MSG(ex_genotype_save_text("/nonexistent/dir/g.txt", &g, msg, sizeof msg), EX_ERR_IO);
+    float w[2 * 8] = {0};
+    ex_cand cands[2] = {EX_CAND_SKIP_CONNECT, EX_CAND_MAX_POOL_3X3};
+    FAILS_MSG(ex_genotype_derive(NULL, w, 1, 1, 2, cands, &g, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_genotype_derive(w, w, 0, 1, 2, cands, &g, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_genotype_derive(w, w, 1, 1, 99, cands, &g, msg, sizeof msg), EX_ERR_ARG);
+}
+
+static void safetensors_files(void **state)
+{
+    (void)state;
+    ex_safetensors *f = NULL;
+    ex_st_info info;
+    char data[8];
+    FAILS_MSG(ex_safetensors_open(NULL, &f, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_safetensors_open("/nonexistent/x.safetensors", &f, msg, sizeof msg), EX_ERR_IO);
+    assert_null(f);
+    ex_safetensors_close(NULL);
+    assert_int_equal(ex_safetensors_count(NULL), 0);
+    assert_null(ex_safetensors_name(NULL, 0));
+    assert_null(ex_safetensors_metadata(NULL, "k"));
+    assert_int_equal(ex_safetensors_metadata_count(NULL), 0);
+    assert_null(ex_safetensors_metadata_key(NULL, 0));
+    FAILS_MSG(ex_safetensors_info(NULL, "w", &info, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_safetensors_read(NULL, "w", data, sizeof data, msg, sizeof msg), EX_ERR_ARG);
+    float v[2] = {1, 2};
+    ex_st_tensor t = {"w", EX_ST_F32, 1, {2}, v};
+    ex_st_meta m = {"k", "v"};
+    FAILS_MSG(ex_safetensors_save(NULL, &t, 1, NULL, 0, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_safetensors_save("/tmp/x.safetensors", NULL, 1, NULL, 0, msg, sizeof msg),
+              EX_ERR_ARG);
+    ex_st_tensor bad = t;
+    bad.ndim = -1;
+    FAILS_MSG(ex_safetensors_save("/tmp/x.safetensors", &bad, 1, NULL, 0, msg, sizeof msg),
+              EX_ERR_ARG);
+    char path[] = "/tmp/exapt-misuse-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(ex_safetensors_save(path, &t, 1, &m, 1, msg, sizeof msg), EX_OK);
+    assert_int_equal(ex_safetensors_open(path, &f, msg, sizeof msg), EX_OK);
+    assert_null(ex_safetensors_name(f, 1));
+    assert_null(ex_safetensors_metadata_key(f, 1));
+    assert_null(ex_safetensors_metadata(f, NULL));
+    assert_null(ex_safetensors_metadata(f, "absent"));
+    FAILS_MSG(ex_safetensors_info(f, NULL, &info, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_safetensors_info(f, "absent", &info, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_safetensors_read(f, "w", data, 3, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_safetensors_read(f, "w", NULL, 8, msg, sizeof msg), EX_ERR_ARG);
+    ex_safetensors_close(f);
+    unlink(path);
+}
+
+static void metrics_logs(void **state)
+{
+    (void)state;
+    ex_metrics_writer *w = NULL;
+    ex_metrics_record *rec = calloc(1, sizeof *rec);
+    assert_non_null(rec);
+    FAILS_MSG(ex_metrics_open(NULL, EX_METRICS_NEW, &w, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_metrics_open("/nonexistent/dir/m.jsonl", EX_METRICS_NEW, &w, msg, sizeof msg),
+              EX_ERR_IO);
+    assert_null(w);
+    assert_false(ex_metrics_needs_header(NULL));
+    assert_int_equal(ex_metrics_close(NULL, msg, sizeof msg), EX_OK);
+    FAILS_MSG(ex_metrics_sync(NULL, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_metrics_write_header(NULL, NULL, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_metrics_write_step(NULL, NULL, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_metrics_write_epoch(NULL, NULL, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_metrics_write_profile(NULL, NULL, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_metrics_write_genotype(NULL, NULL, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_metrics_parse_line(NULL, 3, rec, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_metrics_parse_line("{}", 2, NULL, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_metrics_read(NULL, NULL, NULL, NULL, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_metrics_read("/nonexistent/m.jsonl", NULL, NULL, NULL, msg, sizeof msg),
+              EX_ERR_IO);
+    FAILS_MSG(ex_metrics_read_from("/nonexistent/m.jsonl", -5, NULL, NULL, NULL, msg, sizeof msg),
+              EX_ERR_ARG);
+    free(rec);
+}
+
+static void searches_and_networks(void **state)
+{
+    (void)state;
+    ex_search_config_default(NULL);
+    ex_network_config_default(NULL);
+    assert_int_equal(ex_search_edges(NULL), 0);
+    assert_non_null(ex_search_error(NULL));
+    assert_null(ex_search_plan(NULL));
+    ex_search_free(NULL);
+    float buf[64];
+    ex_genotype g;
+    assert_int_equal(ex_search_alphas(NULL, buf, buf), EX_ERR_ARG);
+    assert_int_equal(ex_search_weights(NULL, buf, buf), EX_ERR_ARG);
+    assert_int_equal(ex_search_masks(NULL, buf, buf), EX_ERR_ARG);
+    assert_int_equal(ex_search_genotype(NULL, &g), EX_ERR_ARG);
+    assert_int_equal(ex_search_load(NULL, "x"), EX_ERR_ARG);
+    assert_int_equal(ex_search_save(NULL, "x", NULL), EX_ERR_ARG);
+    assert_int_equal(ex_search_step(NULL, buf, NULL, buf, NULL, 0.1f, 1, NULL), EX_ERR_ARG);
+    assert_int_equal(ex_search_eval(NULL, buf, NULL, NULL, NULL), EX_ERR_ARG);
+    assert_int_equal(ex_search_alloc_count(NULL), 0);
+    ex_backend *be = cpu();
+    ex_search_config c;
+    ex_search_config_default(&c);
+    ex_search *s = NULL;
+    FAILS_MSG(ex_search_new(NULL, be, &s, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_search_new(&c, NULL, &s, msg, sizeof msg), EX_ERR_ARG);
+    c.nonfinite_limit = -1;
+    FAILS_MSG(ex_search_new(&c, be, &s, msg, sizeof msg), EX_ERR_ARG);
+    ex_search_config_default(&c);
+    c.layers = 0;
+    FAILS_MSG(ex_search_new(&c, be, &s, msg, sizeof msg), EX_ERR_ARG);
+    ex_search_config_default(&c);
+    c.in_channels = 1;
+    c.height = c.width = 8;
+    c.classes = 2;
+    c.batch = 2;
+    c.channels = 2;
+    c.layers = 1;
+    c.steps = c.multiplier = 1;
+    c.ncand = 2;
+    c.cand[0] = EX_CAND_SKIP_CONNECT;
+    c.cand[1] = EX_CAND_AVG_POOL_3X3;
+    assert_int_equal(ex_search_new(&c, be, &s, msg, sizeof msg), EX_OK);
+    float x[2 * 64] = {0};
+    int32_t y[2] = {0, 7}; /* 7: outside two classes */
+    assert_int_equal(ex_search_step(s, x, y, x, y, 0.1f, 1, NULL), EX_ERR_ARG);
+    assert_non_null(strstr(ex_search_error(s), "label"));
+    assert_int_equal(ex_search_step(s, NULL, y, x, y, 0.1f, 1, NULL), EX_ERR_ARG);
+    assert_int_equal(ex_search_step(s, x, y, x, y, INFINITY, 1, NULL), EX_ERR_ARG);
+    assert_int_equal(ex_search_eval(s, x, y, NULL, NULL), EX_ERR_ARG);
+    assert_int_not_equal(ex_search_load(s, "/nonexistent/c.safetensors"), EX_OK);
+    assert_true(ex_search_error(s)[0] != '\0');
+    assert_int_equal(ex_search_load(s, NULL), EX_ERR_ARG);
+    assert_int_equal(ex_search_genotype(s, NULL), EX_ERR_ARG);
+    ex_search_free(s);
+
+    assert_non_null(ex_network_error(NULL));
+    assert_null(ex_network_plan(NULL));
+    ex_network_free(NULL);
+    assert_int_equal(ex_network_param_count(NULL), 0);
+    assert_int_equal(ex_network_load(NULL, "x", true), EX_ERR_ARG);
+    assert_int_equal(ex_network_save(NULL, "x", true), EX_ERR_ARG);
+    assert_int_equal(ex_network_set_drop_path(NULL, 0.1f), EX_ERR_ARG);
+    assert_int_equal(ex_network_step(NULL, x, y, 0.1f, NULL), EX_ERR_ARG);
+    assert_int_equal(ex_network_eval(NULL, x, y, NULL, NULL), EX_ERR_ARG);
+    ex_network_config nc;
+    ex_network_config_default(&nc);
+    nc.in_channels = 1;
+    nc.height = nc.width = 8;
+    nc.classes = 2;
+    nc.batch = 2;
+    nc.channels = 2;
+    nc.layers = 1;
+    nc.auxiliary = false;
+    ex_network *n = NULL;
+    assert_int_equal(ex_genotype_builtin("DARTS_V2", &g), EX_OK);
+    FAILS_MSG(ex_network_new(NULL, &nc, be, &n, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_network_new(&g, &nc, NULL, &n, msg, sizeof msg), EX_ERR_ARG);
+    nc.channels = 3;
+    FAILS_MSG(ex_network_new(&g, &nc, be, &n, msg, sizeof msg), EX_ERR_ARG);
+    nc.channels = 2;
+    assert_int_equal(ex_network_new(&g, &nc, be, &n, msg, sizeof msg), EX_OK);
+    assert_int_equal(ex_network_set_drop_path(n, 1.5f), EX_ERR_ARG);
+    assert_int_equal(ex_network_set_drop_path(n, NAN), EX_ERR_ARG);
+    assert_int_equal(ex_network_step(n, x, y, 0.1f, NULL), EX_ERR_ARG);
+    assert_true(ex_network_error(n)[0] != '\0');
+    assert_int_equal(ex_network_step(n, NULL, y, 0.1f, NULL), EX_ERR_ARG);
+    assert_int_not_equal(ex_network_load(n, "/nonexistent/n.safetensors", false), EX_OK);
+    assert_int_equal(ex_network_save(n, NULL, false), EX_ERR_ARG);
+    ex_network_free(n);
+    ex_backend_close(be);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(backend_and_names),
+        cmocka_unit_test(context_and_tensors),
+        cmocka_unit_test(plans),
+        cmocka_unit_test(datasets_and_loaders),
+        cmocka_unit_test(genotypes),
+        cmocka_unit_test(safetensors_files),
+        cmocka_unit_test(metrics_logs),
+        cmocka_unit_test(searches_and_networks),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
