@@ -12,6 +12,8 @@ fi
 
 packages=(build-essential cmake pkg-config libopenblas-dev libopenblas-openmp-dev libcmocka-dev
           libjansson-dev zlib1g-dev dataset-fashion-mnist)
+# the viewer (viz/) and its CI window under Xvfb
+packages+=(xvfb libsdl2-dev libsdl2-ttf-dev libsdl2-image-dev libfontconfig-dev fonts-dejavu-core)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

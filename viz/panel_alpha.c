@@ -108,6 +108,7 @@ static void no_alpha(ex_viz_renderer *r, const ex_viz_model *m, SDL_Rect c)
 
 static void draw_cell(ex_viz_renderer *r, SDL_Rect q, float p, bool pruned, bool win)
 {
+    char t[16];
     if (pruned) {
         viz_fill(r, q.x, q.y, q.w, q.h, ex_viz_pruned_fill());
         viz_line(r, q.x, q.y, q.x + q.w - 1, q.y + q.h - 1, 1, ex_viz_pruned_mark());
@@ -117,6 +118,11 @@ static void draw_cell(ex_viz_renderer *r, SDL_Rect q, float p, bool pruned, bool
     viz_fill(r, q.x, q.y, q.w, q.h, ex_viz_colormap(p));
     if (win)
         viz_frame(r, q.x, q.y, q.w, q.h, viz_fg);
+    /* the value itself where the cell is roomy; small cells leave it to the hover */
+    if (q.h >= 30 && q.w >= 36) {
+        snprintf(t, sizeof t, "%.3f", (double)p);
+        viz_text_draw(r, q.x + 3, q.y + 2, t, p > 0.6f ? viz_bg : viz_fg, VIZ_LEFT);
+    }
 }
 
 static void heatmap_labels(ex_viz_renderer *r, const ex_viz_model *m, const ex_viz_layout *l,
@@ -319,10 +325,9 @@ void viz_draw_graph(ex_viz_renderer *r, const ex_viz_model *m, const ex_viz_view
     int64_t s = viz_snapshot_index(m, v);
     bool masks = s >= 0 && m->has_active[s] && !(m->has_header && !strcmp(m->header.mode, "darts"));
     char title[160];
-    snprintf(title, sizeof title,
-             "%s cell: strongest candidate per edge, the 2 kept per node thick%s (tab: other cell)",
+    snprintf(title, sizeof title, "%s cell: top candidate per edge (thick: kept)%s",
              v->cell == EX_VIZ_NORMAL ? "normal" : "reduction",
-             masks ? "; squares: computed, hollow: pruned" : "");
+             masks ? "; squares: computed, hollow: pruned" : "; tab: other cell");
     SDL_Rect c = viz_panel_begin(r, p, title);
     if (s < 0) {
         no_alpha(r, m, c);

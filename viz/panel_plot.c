@@ -210,7 +210,7 @@ void viz_draw_curves(ex_viz_renderer *r, const ex_viz_model *m, const ex_viz_vie
 static int bar_row(ex_viz_renderer *r, SDL_Rect c, int y, const char *name, double gbs,
                    double scale, SDL_Color col)
 {
-    int label = 96, value = 64, bw = c.w - label - value;
+    int label = 136, value = 56, bw = c.w - label - value;
     char t[48];
     viz_text_draw(r, c.x + label - 6, y, name, viz_dim, VIZ_RIGHT);
     int w = scale > 0 ? (int)lround(gbs / scale * bw) : 0;
@@ -263,7 +263,7 @@ void viz_draw_bandwidth(ex_viz_renderer *r, const ex_viz_model *m, const ex_viz_
     for (int i = 0; i < pr->n_ops && y <= bottom; i++)
         y = bar_row(r, q, y, ops[i].op, ops[i].gbs, scale, (SDL_Color){120, 130, 150, 255});
     if (peak > 0 && scale > 0) {
-        int x = q.x + 96 + (int)lround(peak / scale * (q.w - 96 - 64));
+        int x = q.x + 136 + (int)lround(peak / scale * (q.w - 136 - 56));
         viz_fill(r, x, q.y, 2, y - q.y, viz_peak);
     }
 }
