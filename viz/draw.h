@@ -26,6 +26,8 @@ struct ex_viz_renderer {
     char font_why[256];
     viz_text cache[VIZ_TEXT_SLOTS];
     uint64_t tick;
+    SDL_Point *pts; /* scratch for polylines, kept across frames */
+    size_t n_pts;
 };
 
 enum viz_align { VIZ_LEFT, VIZ_RIGHT, VIZ_CENTER };

@@ -104,12 +104,17 @@ static void flush_line(ex_viz_renderer *r, polyline *pl)
 static void draw_series(ex_viz_renderer *r, const ex_viz_model *m, SDL_Rect q, ex_viz_series s,
                         float lo, float hi)
 {
-    int64_t cap = 4 * (int64_t)q.w + 8;
-    polyline pl = {
-        .p = malloc((size_t)(cap < m->n_pts + 8 ? cap : m->n_pts + 8) * 4 * sizeof(SDL_Point)),
-        .col = -1};
-    if (!pl.p)
-        return;
+    /* at most four points per pixel column that holds a step */
+    size_t cols = (size_t)(q.w > 0 ? q.w : 1);
+    size_t need = 4 * ((size_t)m->n_pts < cols ? (size_t)m->n_pts : cols) + 8;
+    if (need > r->n_pts) {
+        SDL_Point *p = realloc(r->pts, need * sizeof *p);
+        if (!p)
+            return;
+        r->pts = p;
+        r->n_pts = need;
+    }
+    polyline pl = {.p = r->pts, .col = -1};
     viz_color(r, ex_viz_series_color(s));
     for (int64_t i = 0; i < m->n_pts; i++) {
         float v = m->pts[i].v[s];
@@ -128,7 +133,6 @@ static void draw_series(ex_viz_renderer *r, const ex_viz_model *m, SDL_Rect q, e
         }
     }
     flush_line(r, &pl);
-    free(pl.p);
 }
 
 static void axes(ex_viz_renderer *r, SDL_Rect q, float lo, float hi, const char *fmt)

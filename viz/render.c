@@ -87,6 +87,7 @@ void ex_viz_renderer_free(ex_viz_renderer *r)
     if (r->font)
         TTF_CloseFont(r->font);
     TTF_Quit();
+    free(r->pts);
     free(r);
 }
 
