@@ -325,9 +325,9 @@ void viz_draw_graph(ex_viz_renderer *r, const ex_viz_model *m, const ex_viz_view
     int64_t s = viz_snapshot_index(m, v);
     bool masks = s >= 0 && m->has_active[s] && !(m->has_header && !strcmp(m->header.mode, "darts"));
     char title[160];
-    snprintf(title, sizeof title, "%s cell: top candidate per edge (thick: kept)%s",
+    snprintf(title, sizeof title, "%s cell: top candidate per edge, thick: kept%s",
              v->cell == EX_VIZ_NORMAL ? "normal" : "reduction",
-             masks ? "; squares: computed, hollow: pruned" : "; tab: other cell");
+             masks ? "; squares: run / pruned" : " (tab: other cell)");
     SDL_Rect c = viz_panel_begin(r, p, title);
     if (s < 0) {
         no_alpha(r, m, c);
