@@ -9,6 +9,7 @@
 #include "viz/draw.h"
 
 #define POLL_MS 250 /* how often a followed log is read */
+#define WAIT_MS 100 /* longest wait for an event: how soon a live search's records show */
 
 struct ex_viz_window {
     SDL_Window *win;
@@ -245,9 +246,14 @@ ex_status ex_viz_window_run(ex_viz_window *w, ex_viz_model *m, ex_viz_follow *f,
     uint64_t seen = ~0ull;
     ex_status st = EX_OK;
     while (!L.quit) {
+        /* block in the display's event wait, not a polling loop: a thread that wakes every
+         * millisecond costs an OpenMP search on every core far more than its own time */
         SDL_Event e;
-        while (SDL_PollEvent(&e))
+        if (SDL_WaitEventTimeout(&e, WAIT_MS)) {
             on_event(&L, &e);
+            while (SDL_PollEvent(&e))
+                on_event(&L, &e);
+        }
         poll_log(&L, &next_poll);
         uint64_t v = ex_viz_model_version(m);
         if (v != seen || L.dirty) {
@@ -258,7 +264,6 @@ ex_status ex_viz_window_run(ex_viz_window *w, ex_viz_model *m, ex_viz_follow *f,
         }
         if (w->o.exit_when_done && ex_viz_model_finished(m))
             break;
-        SDL_WaitEventTimeout(NULL, 30);
     }
     if (w->on_exit[0] && st == EX_OK) {
         draw(w, m);
