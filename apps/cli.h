@@ -3,6 +3,7 @@
 #ifndef EXAPT_APPS_CLI_H
 #define EXAPT_APPS_CLI_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,6 +27,29 @@ int cli_info(const cli_global *g, int argc, char **argv);
 int cli_bench(const cli_global *g, int argc, char **argv);
 int cli_search(const cli_global *g, int argc, char **argv);
 int cli_train(const cli_global *g, int argc, char **argv);
+int cli_viz(const cli_global *g, int argc, char **argv);
+
+/* ---- the live viewer of `exapt search --viz` (viz_cmd.c) ---- */
+
+/** A viewer window fed by a search on another thread. */
+typedef struct cli_live cli_live;
+
+/** Opens the window on this (the main) thread; fails when there is no display or when
+ *  the viewer was not built. */
+int cli_live_open(cli_live **out, const char *title, bool exit_when_done);
+
+/* Without the viewer cli_live_open() fails, so the rest only ever see NULL. */
+/** Hands one record of the metrics log to the viewer (NULL l: nothing). */
+void cli_live_record(cli_live *l, const ex_metrics_record *rec);
+/** Loads what a resumed run's log already holds. */
+int cli_live_load(cli_live *l, const char *path);
+/** Blocks while the viewer has paused the search, or until Ctrl-C (NULL l: returns). */
+void cli_live_wait(cli_live *l);
+/** Runs job(arg) on a worker thread and the window here until it is closed; the job runs
+ *  on after that. Returns the job's exit code. */
+int cli_live_run(cli_live *l, int (*job)(void *), void *arg);
+/** Closes the window and frees the viewer. NULL is a no-op. */
+void cli_live_close(cli_live *l);
 
 /* ---- options (args.c) ---- */
 

@@ -16,6 +16,7 @@ static const cli_command commands[] = {
     {"bench", cli_bench, "time every op on representative shapes (JSON)"},
     {"search", cli_search, "search an architecture (DARTS, GDAS, top-k) on a dataset"},
     {"train", cli_train, "train the network of a genotype from scratch"},
+    {"viz", cli_viz, "watch a search: replay or follow its metrics log, or snapshot it"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 

@@ -33,12 +33,17 @@ static const char search_usage[] =
     "  --resume DIR         continue an interrupted search from its last checkpoint\n"
     "  --train-epochs N     after searching, train the derived network N epochs (quick: 2)\n"
     "  --profile-every N    profile one step in N (metrics profile records; 0: off)\n"
-    "  --checkpoint-every N also checkpoint every N steps (default: at each epoch's end)\n";
+    "  --checkpoint-every N also checkpoint every N steps (default: at each epoch's end)\n"
+    "  --viz                watch the search live in a window (exapt_viz); closing it leaves\n"
+    "                       the search running; space pauses the search\n"
+    "  --viz-every N        log alpha and masks every N steps (with --viz 1, else 10)\n"
+    "  --viz-exit           close the window when the search ends\n";
 
 typedef struct search_args {
     const char *preset, *backend, *mode, *data, *dataset, *out, *resume, *candidates;
     long order, epochs, batch, channels, layers, steps, topk, seed, limit, train_epochs,
-        profile_every, checkpoint_every;
+        profile_every, checkpoint_every, viz_every;
+    bool viz, viz_exit;
     double portion, lr, lr_min, arch_lr, entropy, tau_max, tau_min;
     bool set_order, set_epochs, set_batch, set_channels, set_layers, set_steps, set_topk, set_seed,
         set_limit, set_portion, set_lr, set_lr_min, set_arch_lr, set_entropy, set_train_epochs,
@@ -53,7 +58,8 @@ typedef struct search_run {
     int64_t limit;
     double portion;
     int train_epochs;
-    long profile_every, checkpoint_every;
+    long profile_every, checkpoint_every, alpha_every;
+    cli_live *live; /* the live viewer, or NULL */
     const char *out;
     ex_backend *be;
     ex_search *s;
@@ -161,6 +167,7 @@ static int apply_args(search_run *r, const search_args *a)
                                a->candidates);
     r->profile_every = a->profile_every;
     r->checkpoint_every = a->checkpoint_every;
+    r->alpha_every = a->viz_every > 0 ? a->viz_every : a->viz ? 1 : 10;
     r->out = a->resume ? a->resume : a->out;
     return 0;
 }
@@ -278,10 +285,12 @@ static int open_log(search_run *r, bool resuming)
                         sizeof msg) != EX_OK)
         return cli_fail("search", "%s", msg);
     if (!ex_metrics_needs_header(r->log))
-        return 0;
-    ex_metrics_header *h = calloc(1, sizeof *h);
-    if (!h)
+        return r->live ? cli_live_load(r->live, path) : 0;
+    ex_metrics_record *rec = calloc(1, sizeof *rec);
+    if (!rec)
         return cli_fail("search", "out of memory");
+    rec->kind = EX_METRICS_HEADER;
+    ex_metrics_header *h = &rec->header;
     const ex_search_config *c = &r->cfg;
     snprintf(h->config, sizeof h->config,
              "{\"channels\":%d,\"layers\":%d,\"steps\":%d,\"multiplier\":%d,\"batch\":%d,"
@@ -305,16 +314,19 @@ static int open_log(search_run *r, bool resuming)
     h->peak_gbs = caps->peak_copy_gbs;
     snprintf(h->mode, sizeof h->mode, "%s", ex_search_mode_name(c->mode));
     ex_status st = ex_metrics_write_header(r->log, h, msg, sizeof msg);
-    free(h);
+    cli_live_record(r->live, rec);
+    free(rec);
     return st == EX_OK ? 0 : cli_fail("search", "%s", msg);
 }
 
 static void log_step(search_run *r, const ex_search_stats *st, float lr, float tau, double ips,
                      bool alphas)
 {
-    ex_metrics_step *m = calloc(1, sizeof *m);
-    if (!m)
+    ex_metrics_record *rec = calloc(1, sizeof *rec);
+    if (!rec)
         return;
+    rec->kind = EX_METRICS_STEP;
+    ex_metrics_step *m = &rec->step;
     *m = (ex_metrics_step){.epoch = r->epoch,
                            .step = r->step,
                            .global_step = r->global_step,
@@ -351,17 +363,19 @@ static void log_step(search_run *r, const ex_search_stats *st, float lr, float t
     char msg[256];
     if (ex_metrics_write_step(r->log, m, msg, sizeof msg) != EX_OK)
         fprintf(stderr, "exapt search: metrics: %s\n", msg);
-    free(m);
+    cli_live_record(r->live, rec);
+    free(rec);
 }
 
 /* Time and bandwidth of the last (profiled) step by engine op and by candidate. */
 static void log_profile(search_run *r)
 {
     ex_plan *p = ex_search_plan(r->s);
-    ex_metrics_profile *m = calloc(1, sizeof *m);
+    ex_metrics_record *rec = calloc(1, sizeof *rec);
+    ex_metrics_profile *m = rec ? &rec->profile : NULL;
     double *bytes = calloc(EX_OP_COUNT + EX_MAX_CANDIDATES, sizeof *bytes);
-    if (!m || !bytes) {
-        free(m);
+    if (!rec || !bytes) {
+        free(rec);
         free(bytes);
         return;
     }
@@ -400,7 +414,9 @@ static void log_profile(search_run *r)
     char msg[256];
     if (ex_metrics_write_profile(r->log, m, msg, sizeof msg) != EX_OK)
         fprintf(stderr, "exapt search: metrics: %s\n", msg);
-    free(m);
+    rec->kind = EX_METRICS_PROFILE;
+    cli_live_record(r->live, rec);
+    free(rec);
     free(bytes);
 }
 
@@ -434,6 +450,21 @@ static int evaluate(search_run *r, double *loss, double *acc)
     return 0;
 }
 
+/* The epoch's records to the live viewer. */
+static void live_epoch(search_run *r, const ex_metrics_epoch *e, const ex_metrics_genotype *g)
+{
+    ex_metrics_record *rec = r->live ? calloc(1, sizeof *rec) : NULL;
+    if (!rec)
+        return;
+    rec->kind = EX_METRICS_EPOCH;
+    rec->epoch = *e;
+    cli_live_record(r->live, rec);
+    rec->kind = EX_METRICS_GENOTYPE;
+    rec->genotype = *g;
+    cli_live_record(r->live, rec);
+    free(rec);
+}
+
 static int end_epoch(search_run *r, double seconds, double train_loss, double train_acc)
 {
     double vloss = 0, vacc = 0;
@@ -465,6 +496,7 @@ static int end_epoch(search_run *r, double seconds, double train_loss, double tr
         ex_metrics_write_genotype(r->log, &mg, msg, sizeof msg) != EX_OK ||
         ex_metrics_sync(r->log, msg, sizeof msg) != EX_OK)
         return cli_fail("search", "metrics: %s", msg);
+    live_epoch(r, &e, &mg);
     fprintf(stderr,
             "search epoch %d/%d done in %.0f s | train loss %.4f acc %.4f | valid loss "
             "%.4f acc %.4f | %.1f host synchronizations per step\n%s\n",
@@ -495,6 +527,7 @@ static int run_epochs(search_run *r)
                         r->out);
                 return rc ? rc : 130;
             }
+            cli_live_wait(r->live);
             int nt = 0, nv = 0;
             ex_search_stats st;
             bool profile = r->profile_every > 0 && r->global_step % r->profile_every == 0;
@@ -518,7 +551,7 @@ static int run_epochs(search_run *r)
                 acc += st.train_acc;
             }
             double el = run_now() - t0, ips = 2.0 * r->cfg.batch * (double)(done + 1) / el;
-            log_step(r, &st, lr, tau, ips, r->step % 10 == 0 || r->step + 1 == steps);
+            log_step(r, &st, lr, tau, ips, r->step % r->alpha_every == 0 || r->step + 1 == steps);
             if (profile)
                 log_profile(r);
             if (r->checkpoint_every > 0 && (r->step + 1) % r->checkpoint_every == 0 &&
@@ -565,6 +598,7 @@ static void free_run(search_run *r)
     ex_dataset_free(r->train_set);
     ex_dataset_free(r->valid_set);
     ex_backend_close(r->be);
+    cli_live_close(r->live);
     free(r->xt);
     free(r->xv);
     free(r->yt);
@@ -598,6 +632,23 @@ static int train_found(search_run *r, const search_args *a, const char *backend)
     return train_run(&j, &acc);
 }
 
+/* The search and the training of what it found: on this thread, or on a worker while the
+ * live viewer has the main one. */
+typedef struct search_job {
+    search_run *r;
+    const search_args *a;
+    const char *backend;
+} search_job;
+
+static int search_job_run(void *p)
+{
+    search_job *j = p;
+    int rc = run_epochs(j->r);
+    if (!rc && j->r->train_epochs > 0)
+        rc = train_found(j->r, j->a, j->backend);
+    return rc;
+}
+
 int cli_search(const cli_global *g, int argc, char **argv)
 {
     search_args a = {.out = "run", .profile_every = 50};
@@ -629,6 +680,9 @@ int cli_search(const cli_global *g, int argc, char **argv)
         {"--train-epochs", OPT_INT, &a.train_epochs, 0, 100000, &a.set_train_epochs},
         {"--profile-every", OPT_INT, &a.profile_every, 0, 1e9, NULL},
         {"--checkpoint-every", OPT_INT, &a.checkpoint_every, 0, 1e9, NULL},
+        {"--viz", OPT_FLAG, &a.viz, 0, 0, NULL},
+        {"--viz-every", OPT_INT, &a.viz_every, 1, 1e9, NULL},
+        {"--viz-exit", OPT_FLAG, &a.viz_exit, 0, 0, NULL},
     };
     int rc =
         opt_parse("search", search_usage, specs, (int)(sizeof specs / sizeof specs[0]), argc, argv);
@@ -639,6 +693,8 @@ int cli_search(const cli_global *g, int argc, char **argv)
     search_run r = {0};
     preset(&r, a.preset && !strcmp(a.preset, "quick"));
     if ((rc = apply_args(&r, &a)))
+        return rc;
+    if (a.viz && (rc = cli_live_open(&r.live, "exapt search", a.viz_exit)))
         return rc;
     const char *backend = a.backend ? a.backend : g->backend;
     char msg[512];
@@ -663,10 +719,9 @@ int cli_search(const cli_global *g, int argc, char **argv)
                 (long long)(ex_dataset_count(r.train_set) + ex_dataset_count(r.valid_set)),
                 (long long)ex_dataset_count(r.train_set), (long long)ex_dataset_count(r.valid_set),
                 r.epochs, ex_backend_get_caps(r.be)->name, ex_backend_get_caps(r.be)->device);
-        rc = run_epochs(&r);
+        search_job job = {&r, &a, backend};
+        rc = r.live ? cli_live_run(r.live, search_job_run, &job) : search_job_run(&job);
     }
-    if (!rc && r.train_epochs > 0)
-        rc = train_found(&r, &a, backend);
     free_run(&r);
     return rc;
 }

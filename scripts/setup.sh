@@ -16,6 +16,8 @@ packages=(build-essential cmake pkg-config libopenblas-dev libopenblas-openmp-de
 packages+=(glslang-tools libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers)
 # the fuzz targets (EXAPT_FUZZ): clang with libFuzzer and the sanitizer runtimes
 packages+=(clang libclang-rt-14-dev)
+# the viewer (viz/) and its CI window under Xvfb
+packages+=(xvfb libsdl2-dev libsdl2-ttf-dev libsdl2-image-dev libfontconfig-dev fonts-dejavu-core)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,507 @@
+/* The viewer, rendered offscreen with SDL's software renderer and checked pixel by pixel:
+ * heatmap colours of known α, pruned candidates drawn as pruned, curves through known data,
+ * a missing font, and logs that are truncated mid-line, empty, malformed, from another
+ * configuration, of a newer version, or replaced while followed. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <SDL2/SDL_image.h>
+
+#include "exapt/viz.h"
+
+#define W 1400
+#define H 860
+
+static const char *const cands[8] = {"none",         "max_pool_3x3", "avg_pool_3x3",
+                                     "skip_connect", "sep_conv_3x3", "sep_conv_5x5",
+                                     "dil_conv_3x3", "dil_conv_5x5"};
+
+static ex_viz_model *new_model(void)
+{
+    ex_viz_model *m = NULL;
+    char msg[256];
+    assert_int_equal(ex_viz_model_new(&m, msg, sizeof msg), EX_OK);
+    return m;
+}
+
+static void add_header(ex_viz_model *m, const char *mode)
+{
+    ex_metrics_record *r = calloc(1, sizeof *r);
+    r->kind = EX_METRICS_HEADER;
+    ex_metrics_header *h = &r->header;
+    snprintf(h->config, sizeof h->config, "{\"epochs\":2}");
+    h->n_candidates = 8;
+    for (int i = 0; i < 8; i++)
+        snprintf(h->candidates[i], sizeof h->candidates[i], "%s", cands[i]);
+    for (int node = 0, e = 0; node < 4; node++)
+        for (int in = 0; in < 2 + node; in++, e++) {
+            h->edges[e][0] = 2 + node;
+            h->edges[e][1] = in;
+            h->n_edges = e + 1;
+        }
+    snprintf(h->backend, sizeof h->backend, "cpu");
+    snprintf(h->device, sizeof h->device, "test");
+    h->peak_gbs = 20;
+    snprintf(h->mode, sizeof h->mode, "%s", mode);
+    ex_viz_model_add(m, r);
+    free(r);
+}
+
+/* A step whose α are all 1/8 except the few a test sets through `tweak`. */
+static void add_step(ex_viz_model *m, int64_t g, float loss, bool alphas, bool masks,
+                     void (*tweak)(ex_metrics_step *))
+{
+    ex_metrics_record *r = calloc(1, sizeof *r);
+    r->kind = EX_METRICS_STEP;
+    ex_metrics_step *s = &r->step;
+    s->global_step = g;
+    s->step = g;
+    s->train_loss = loss;
+    s->train_acc = 0.5;
+    s->step_ms = 10;
+    s->images_per_s = 100;
+    if (alphas) {
+        s->has_alphas = true;
+        s->has_active = masks;
+        s->n_edges = 14;
+        s->n_cands = 8;
+        for (int e = 0; e < 14; e++)
+            for (int k = 0; k < 8; k++) {
+                s->alpha_normal[e][k] = s->alpha_reduce[e][k] = 0.125f;
+                s->active_normal[e][k] = s->active_reduce[e][k] = 1;
+            }
+        if (tweak)
+            tweak(s);
+    }
+    ex_viz_model_add(m, r);
+    free(r);
+}
+
+/* Renders m into a software surface (no display). */
+static SDL_Surface *render(ex_viz_model *m, const char *font, bool *has_font)
+{
+    SDL_Surface *s = SDL_CreateRGBSurfaceWithFormat(0, W, H, 32, SDL_PIXELFORMAT_RGB888);
+    assert_non_null(s);
+    SDL_Renderer *sr = SDL_CreateSoftwareRenderer(s);
+    assert_non_null(sr);
+    ex_viz_renderer *r = NULL;
+    char msg[256], why[256];
+    assert_int_equal(ex_viz_renderer_new(sr, font, &r, msg, sizeof msg), EX_OK);
+    if (has_font)
+        *has_font = ex_viz_renderer_font(r, why, sizeof why)[0] != 0;
+    ex_viz_view v = ex_viz_view_default();
+    ex_viz_draw(r, m, &v, W, H);
+    SDL_RenderPresent(sr);
+    ex_viz_renderer_free(r);
+    SDL_DestroyRenderer(sr);
+    return s;
+}
+
+static SDL_Color pixel(SDL_Surface *s, int x, int y)
+{
+    assert_true(x >= 0 && x < s->w && y >= 0 && y < s->h);
+    uint32_t p = ((const uint32_t *)s->pixels)[(size_t)y * (size_t)(s->pitch / 4) + (size_t)x];
+    return (SDL_Color){(uint8_t)(p >> 16), (uint8_t)(p >> 8), (uint8_t)p, 255};
+}
+
+static void assert_color(SDL_Color a, SDL_Color b)
+{
+    if (a.r != b.r || a.g != b.g || a.b != b.b)
+        fail_msg("pixel (%d,%d,%d), expected (%d,%d,%d)", a.r, a.g, a.b, b.r, b.g, b.b);
+}
+
+static bool same(SDL_Color a, SDL_Color b)
+{
+    return a.r == b.r && a.g == b.g && a.b == b.b;
+}
+
+static SDL_Color center(SDL_Surface *s, SDL_Rect q)
+{
+    return pixel(s, q.x + q.w / 2, q.y + q.h / 2);
+}
+
+/* ---- heatmap ---- */
+
+static void known_alpha(ex_metrics_step *s)
+{
+    s->alpha_normal[3][5] = 0.5f;
+    s->alpha_normal[3][1] = 0.0f;
+    s->alpha_normal[4][2] = 1.0f;
+    s->alpha_reduce[7][6] = 0.75f;
+}
+
+static void test_colormap(void **state)
+{
+    (void)state;
+    assert_color(ex_viz_colormap(0.0f), (SDL_Color){68, 1, 84, 255});
+    assert_color(ex_viz_colormap(0.5f), (SDL_Color){33, 145, 140, 255});
+    assert_color(ex_viz_colormap(1.0f), (SDL_Color){253, 231, 37, 255});
+    assert_color(ex_viz_colormap(2.0f), ex_viz_colormap(1.0f));
+    assert_color(ex_viz_colormap(NAN), ex_viz_colormap(0.0f));
+}
+
+static void test_heatmap_colours(void **state)
+{
+    (void)state;
+    ex_viz_model *m = new_model();
+    add_header(m, "darts");
+    add_step(m, 0, 2.0f, true, false, known_alpha);
+    SDL_Surface *s = render(m, NULL, NULL);
+    ex_viz_layout l;
+    ex_viz_layout_compute(W, H, &l);
+    SDL_Rect q;
+    assert_true(ex_viz_heatmap_rect(m, &l, EX_VIZ_NORMAL, 3, 5, &q));
+    assert_true(q.w > 4 && q.h > 4);
+    assert_color(center(s, q), (SDL_Color){33, 145, 140, 255});
+    assert_true(ex_viz_heatmap_rect(m, &l, EX_VIZ_NORMAL, 3, 1, &q));
+    assert_color(center(s, q), (SDL_Color){68, 1, 84, 255});
+    assert_true(ex_viz_heatmap_rect(m, &l, EX_VIZ_NORMAL, 4, 2, &q));
+    assert_color(center(s, q), (SDL_Color){253, 231, 37, 255});
+    assert_true(ex_viz_heatmap_rect(m, &l, EX_VIZ_REDUCE, 7, 6, &q));
+    assert_color(center(s, q), ex_viz_colormap(0.75f));
+    assert_true(ex_viz_heatmap_rect(m, &l, EX_VIZ_REDUCE, 0, 0, &q));
+    assert_color(center(s, q), ex_viz_colormap(0.125f));
+    assert_false(ex_viz_heatmap_rect(m, &l, EX_VIZ_NORMAL, 14, 0, &q));
+    assert_false(ex_viz_heatmap_rect(m, &l, EX_VIZ_NORMAL, 0, 8, &q));
+    SDL_FreeSurface(s);
+    ex_viz_model_free(m);
+}
+
+/* ---- pruned candidates ---- */
+
+static void pruned_mask(ex_metrics_step *s)
+{
+    s->alpha_normal[2][1] = 0.25f;
+    s->active_normal[2][1] = 0;
+    s->alpha_normal[2][4] = 0.25f;
+}
+
+static void test_pruned(void **state)
+{
+    (void)state;
+    ex_viz_model *m = new_model();
+    add_header(m, "topk");
+    add_step(m, 0, 2.0f, true, true, pruned_mask);
+    SDL_Surface *s = render(m, NULL, NULL);
+    ex_viz_layout l;
+    ex_viz_layout_compute(W, H, &l);
+    SDL_Rect q;
+    assert_true(ex_viz_heatmap_rect(m, &l, EX_VIZ_NORMAL, 2, 1, &q));
+    /* the cross runs through the corners; the fill shows between its arms */
+    assert_color(pixel(s, q.x, q.y), ex_viz_pruned_mark());
+    assert_color(pixel(s, q.x + q.w - 1, q.y), ex_viz_pruned_mark());
+    assert_color(pixel(s, q.x + q.w / 2, q.y), ex_viz_pruned_fill());
+    assert_false(same(pixel(s, q.x + q.w / 2, q.y), ex_viz_colormap(0.25f)));
+    /* the same weight on an active candidate is drawn by its colour */
+    assert_true(ex_viz_heatmap_rect(m, &l, EX_VIZ_NORMAL, 2, 4, &q));
+    assert_color(center(s, q), ex_viz_colormap(0.25f));
+    assert_color(pixel(s, q.x + q.w / 2, q.y + 1), ex_viz_colormap(0.25f));
+    SDL_FreeSurface(s);
+    ex_viz_model_free(m);
+}
+
+/* ---- curves ---- */
+
+static void check_curve(int n)
+{
+    ex_viz_model *m = new_model();
+    add_header(m, "darts");
+    for (int i = 0; i < n; i++)
+        add_step(m, i, 3.0f - 2.0f * (float)i / (float)(n - 1) + 0.3f * sinf((float)i * 0.37f),
+                 i % 10 == 0, false, NULL);
+    SDL_Surface *s = render(m, NULL, NULL);
+    ex_viz_layout l;
+    ex_viz_layout_compute(W, H, &l);
+    SDL_Color c = ex_viz_series_color(EX_VIZ_TRAIN_LOSS);
+    int x0, y0, x1, y1;
+    assert_true(ex_viz_curve_point(m, &l, EX_VIZ_TRAIN_LOSS, 0, &x0, &y0));
+    assert_true(ex_viz_curve_point(m, &l, EX_VIZ_TRAIN_LOSS, n - 1, &x1, &y1));
+    /* the loss falls: the curve starts high on the left and ends low on the right */
+    assert_true(x1 > x0 + 100);
+    assert_true(y1 > y0 + 50);
+    for (int i = 0; i < n; i += n / 25 + 1) {
+        int x, y;
+        assert_true(ex_viz_curve_point(m, &l, EX_VIZ_TRAIN_LOSS, i, &x, &y));
+        assert_color(pixel(s, x, y), c);
+    }
+    if (getenv("EXAPT_VIZ_TEST_PNG"))
+        IMG_SavePNG(s, getenv("EXAPT_VIZ_TEST_PNG"));
+    /* no curve where the data is not: at the end, as high as the start */
+    if (same(pixel(s, x1, y0), c))
+        fail_msg("n %d: curve colour at (%d, %d)", n, x1, y0);
+    assert_false(ex_viz_curve_point(m, &l, EX_VIZ_VALID_LOSS, 0, &x0, &y0)); /* no valid */
+    SDL_FreeSurface(s);
+    ex_viz_model_free(m);
+}
+
+static void test_curves(void **state)
+{
+    (void)state;
+    check_curve(60);    /* fewer points than pixels: a line through each */
+    check_curve(10000); /* more: each column spans its points */
+}
+
+/* ---- no font ---- */
+
+static void test_no_font(void **state)
+{
+    (void)state;
+    SDL_Surface *s = SDL_CreateRGBSurfaceWithFormat(0, 64, 64, 32, SDL_PIXELFORMAT_RGB888);
+    SDL_Renderer *sr = SDL_CreateSoftwareRenderer(s);
+    ex_viz_renderer *r = NULL;
+    char msg[256], why[256];
+    assert_int_equal(ex_viz_renderer_new(sr, "/nonexistent/font.ttf", &r, msg, sizeof msg), EX_OK);
+    assert_string_equal(ex_viz_renderer_font(r, why, sizeof why), "");
+    assert_non_null(strstr(why, "/nonexistent/font.ttf"));
+    ex_viz_renderer_free(r);
+    SDL_DestroyRenderer(sr);
+    SDL_FreeSurface(s);
+    /* and a whole frame still draws its panels */
+    ex_viz_model *m = new_model();
+    add_header(m, "darts");
+    add_step(m, 0, 2.0f, true, false, known_alpha);
+    bool has_font = true;
+    s = render(m, "/nonexistent/font.ttf", &has_font);
+    assert_false(has_font);
+    ex_viz_layout l;
+    ex_viz_layout_compute(W, H, &l);
+    SDL_Rect q;
+    assert_true(ex_viz_heatmap_rect(m, &l, EX_VIZ_NORMAL, 3, 5, &q));
+    assert_color(center(s, q), (SDL_Color){33, 145, 140, 255});
+    SDL_FreeSurface(s);
+    ex_viz_model_free(m);
+}
+
+/* ---- bad logs ---- */
+
+typedef struct scratch {
+    char dir[64], path[128], png[128];
+} scratch;
+
+static int setup(void **state)
+{
+    scratch *s = calloc(1, sizeof *s);
+    snprintf(s->dir, sizeof s->dir, "/tmp/exapt-viz-XXXXXX");
+    if (!s || !mkdtemp(s->dir))
+        return -1;
+    snprintf(s->path, sizeof s->path, "%s/metrics.jsonl", s->dir);
+    snprintf(s->png, sizeof s->png, "%s/shot.png", s->dir);
+    *state = s;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    scratch *s = *state;
+    remove(s->path);
+    remove(s->png);
+    assert_int_equal(rmdir(s->dir), 0);
+    free(s);
+    return 0;
+}
+
+static const char header_line[] =
+    "{\"type\":\"header\",\"format\":\"exapt-metrics\",\"version\":1,\"config\":{\"epochs\":1},"
+    "\"candidates\":[\"none\",\"skip_connect\",\"sep_conv_3x3\"],\"edges\":[[2,0],[2,1]],"
+    "\"backend\":\"cpu\",\"device\":\"test\",\"peak_gbs\":10,\"mode\":\"darts\","
+    "\"time\":\"2024-01-02T03:04:05Z\"}\n";
+
+static void step_line(char *buf, size_t len, int g, const char *alphas)
+{
+    snprintf(buf, len,
+             "{\"type\":\"step\",\"epoch\":0,\"step\":%d,\"global_step\":%d,\"lr\":0.1,"
+             "\"train_loss\":2.0,\"train_acc\":0.5,\"images_per_s\":10,\"step_ms\":5%s%s}\n",
+             g, g, alphas ? ",\"alphas\":" : "", alphas ? alphas : "");
+}
+
+static void write_file(const char *path, const char *text, const char *mode)
+{
+    FILE *f = fopen(path, mode);
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Reads path once into a new model, as `exapt viz RUN_DIR` does. */
+static ex_viz_model *read_log(const char *path, ex_status *st)
+{
+    ex_viz_model *m = new_model();
+    ex_viz_follow *f = NULL;
+    char msg[256];
+    int64_t added = 0;
+    assert_int_equal(ex_viz_follow_new(path, m, &f, msg, sizeof msg), EX_OK);
+    *st = ex_viz_follow_poll(f, &added, msg, sizeof msg);
+    ex_viz_follow_free(f);
+    return m;
+}
+
+static bool has_note(ex_viz_model *m, const char *word)
+{
+    char t[256];
+    for (int i = 0; i < ex_viz_model_notes(m); i++) {
+        ex_viz_model_note_text(m, i, t, sizeof t);
+        if (strstr(t, word))
+            return true;
+    }
+    return false;
+}
+
+static void snapshot_ok(ex_viz_model *m, const scratch *s)
+{
+    char msg[256];
+    ex_viz_view v = ex_viz_view_default();
+    assert_int_equal(ex_viz_snapshot(m, &v, 800, 500, s->png, msg, sizeof msg), EX_OK);
+    assert_int_equal(access(s->png, R_OK), 0);
+}
+
+static void test_truncated(void **state)
+{
+    scratch *s = *state;
+    char line[512];
+    write_file(s->path, header_line, "w");
+    for (int g = 0; g < 3; g++) {
+        step_line(line, sizeof line, g,
+                  "{\"normal\":[[0.2,0.3,0.5],[0.1,0.1,0.8]],"
+                  "\"reduce\":[[0.2,0.3,0.5],[0.1,0.1,0.8]]}");
+        write_file(s->path, line, "a");
+    }
+    write_file(s->path, "{\"type\":\"step\",\"epoch\":0,\"st", "a");
+    ex_status st;
+    ex_viz_model *m = read_log(s->path, &st);
+    assert_int_equal(st, EX_OK);
+    assert_int_equal(ex_viz_model_steps(m), 3);
+    assert_int_equal(ex_viz_model_snapshots(m), 3);
+    assert_true(has_note(m, "incomplete line"));
+    snapshot_ok(m, s);
+    ex_viz_model_free(m);
+}
+
+static void test_empty(void **state)
+{
+    scratch *s = *state;
+    write_file(s->path, "", "w");
+    ex_status st;
+    ex_viz_model *m = read_log(s->path, &st);
+    assert_int_equal(st, EX_OK);
+    assert_int_equal(ex_viz_model_steps(m), 0);
+    assert_true(has_note(m, "empty"));
+    snapshot_ok(m, s);
+    ex_viz_model_free(m);
+}
+
+static void test_other_configuration(void **state)
+{
+    scratch *s = *state;
+    char line[512];
+    write_file(s->path, header_line, "w");
+    /* 3 x 2 where the header says 2 edges x 3 candidates, then a good one, then garbage */
+    step_line(line, sizeof line, 0,
+              "{\"normal\":[[0.5,0.5],[0.5,0.5],[0.5,0.5]],"
+              "\"reduce\":[[0.5,0.5],[0.5,0.5],[0.5,0.5]]}");
+    write_file(s->path, line, "a");
+    step_line(line, sizeof line, 1,
+              "{\"normal\":[[0.2,0.3,0.5],[0.1,0.1,0.8]],"
+              "\"reduce\":[[0.2,0.3,0.5],[0.1,0.1,0.8]]}");
+    write_file(s->path, line, "a");
+    write_file(s->path, "{\"type\":\"step\",\"epoch\":\"zero\"}\nnot json\n", "a");
+    write_file(s->path, "{\"type\":\"hyperparameters\",\"x\":1}\n", "a");
+    ex_status st;
+    ex_viz_model *m = read_log(s->path, &st);
+    assert_int_equal(st, EX_OK);
+    assert_int_equal(ex_viz_model_steps(m), 2);     /* both curves' points */
+    assert_int_equal(ex_viz_model_snapshots(m), 1); /* only the α that fits */
+    assert_true(has_note(m, "does not match the header"));
+    assert_true(has_note(m, "2 unreadable lines"));
+    assert_true(has_note(m, "line 4"));
+    assert_true(has_note(m, "unknown type"));
+    snapshot_ok(m, s);
+    ex_viz_model_free(m);
+}
+
+static void test_newer_version(void **state)
+{
+    scratch *s = *state;
+    write_file(s->path,
+               "{\"type\":\"header\",\"format\":\"exapt-metrics\",\"version\":99,\"config\":{},"
+               "\"candidates\":[],\"edges\":[],\"backend\":\"cpu\",\"device\":\"x\","
+               "\"peak_gbs\":1,\"mode\":\"darts\",\"time\":\"\"}\n",
+               "w");
+    ex_status st;
+    ex_viz_model *m = read_log(s->path, &st);
+    assert_int_equal(st, EX_ERR_UNSUPPORTED);
+    ex_viz_model_free(m);
+}
+
+static void test_follow_replaced(void **state)
+{
+    scratch *s = *state;
+    char line[512], msg[256];
+    ex_viz_model *m = new_model();
+    ex_viz_follow *f = NULL;
+    int64_t added = 0;
+    assert_int_equal(ex_viz_follow_new(s->path, m, &f, msg, sizeof msg), EX_OK);
+    assert_int_equal(ex_viz_follow_poll(f, &added, msg, sizeof msg), EX_OK); /* not there yet */
+    assert_int_equal(added, 0);
+    write_file(s->path, header_line, "w");
+    for (int g = 0; g < 4; g++) {
+        step_line(line, sizeof line, g, NULL);
+        write_file(s->path, line, "a");
+    }
+    assert_int_equal(ex_viz_follow_poll(f, &added, msg, sizeof msg), EX_OK);
+    assert_int_equal(added, 5);
+    step_line(line, sizeof line, 4, NULL);
+    write_file(s->path, line, "a");
+    assert_int_equal(ex_viz_follow_poll(f, &added, msg, sizeof msg), EX_OK);
+    assert_int_equal(added, 1);
+    assert_int_equal(ex_viz_model_steps(m), 5);
+    /* a resumed run rewrites the log shorter: read again from the start */
+    write_file(s->path, header_line, "w");
+    step_line(line, sizeof line, 0, NULL);
+    write_file(s->path, line, "a");
+    assert_int_equal(ex_viz_follow_poll(f, &added, msg, sizeof msg), EX_OK);
+    assert_int_equal(ex_viz_model_steps(m), 1);
+    ex_viz_follow_free(f);
+    ex_viz_model_free(m);
+}
+
+static void test_pause(void **state)
+{
+    (void)state;
+    ex_viz_model *m = new_model();
+    assert_false(ex_viz_model_wait_paused(m, 10));
+    ex_viz_model_set_paused(m, true);
+    assert_true(ex_viz_model_wait_paused(m, 20)); /* times out, still paused */
+    ex_viz_model_set_paused(m, false);
+    assert_false(ex_viz_model_wait_paused(m, 1000));
+    ex_viz_model_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_colormap),
+        cmocka_unit_test(test_heatmap_colours),
+        cmocka_unit_test(test_pruned),
+        cmocka_unit_test(test_curves),
+        cmocka_unit_test(test_no_font),
+        cmocka_unit_test(test_pause),
+        cmocka_unit_test_setup_teardown(test_truncated, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_empty, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_other_configuration, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_newer_version, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_follow_replaced, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,58 @@
+/* The viewer model's insides, shared by model.c, follow.c and the renderer. Callers hold
+ * m->mu while reading them. */
+#ifndef EXAPT_VIZ_MODEL_H
+#define EXAPT_VIZ_MODEL_H
+
+#include <pthread.h>
+
+#include "exapt/viz.h"
+
+#define VIZ_NOTES 6
+
+/* One step record, reduced to what is plotted. snap: the α snapshot in force (-1: none). */
+typedef struct viz_point {
+    int64_t epoch, step, global_step;
+    float v[EX_VIZ_SERIES_COUNT];
+    float ips, tau;
+    bool has_tau;
+    int64_t snap;
+} viz_point;
+
+struct ex_viz_model {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t version;
+    bool paused, finished;
+    bool has_header;
+    ex_metrics_header header;
+    int config_epochs; /* from the header's config, 0 when absent */
+    viz_point *pts;
+    int64_t n_pts, cap_pts;
+    /* α snapshots: [n][2 cells][edges][cands], active masks alike, and whether each has one */
+    int edges, cands;
+    float *alpha;
+    uint8_t *active;
+    bool *has_active;
+    int64_t *snap_step; /* global step of each snapshot */
+    int64_t n_snap, cap_snap;
+    ex_metrics_profile *prof; /* every profile, in order */
+    int64_t n_prof, cap_prof;
+    int64_t last_epoch; /* -1 before the first epoch record */
+    char genotype[EX_METRICS_GENOTYPE_MAX];
+    char notes[VIZ_NOTES][256];
+    int n_notes, dropped_notes;
+};
+
+/* Index of the step record a view shows: its cursor clamped, or the latest; -1 if none. */
+int64_t viz_model_cursor(const ex_viz_model *m, const ex_viz_view *v);
+
+/* The latest profile at or before global step g, or NULL. */
+const ex_metrics_profile *viz_model_profile_at(const ex_viz_model *m, int64_t g);
+
+/* A note while holding m->mu. */
+void viz_model_note_locked(ex_viz_model *m, const char *text);
+
+/* Removes a note that no longer holds (an empty log that got its first lines). */
+void viz_model_drop_note(ex_viz_model *m, const char *text);
+
+#endif

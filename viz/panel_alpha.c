@@ -1,0 +1,358 @@
+/* The α panels: heatmaps of both cells' softmax weights, the hover read-out, and the
+ * cell drawn as a graph with each edge's winning candidate. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "viz/draw.h"
+
+/* Edge e as (intermediate node, input state); inputs 0 and 1 are the cell's inputs. */
+static void edge_ends(const ex_viz_model *m, int e, int *node, int *input)
+{
+    if (m->has_header && m->header.n_edges == m->edges) {
+        int lo = 1 << 30;
+        for (int i = 0; i < m->header.n_edges; i++)
+            lo = m->header.edges[i][0] < lo ? m->header.edges[i][0] : lo;
+        /* the writer numbers nodes as states (2 + i); docs/metrics.md as intermediates */
+        *node = m->header.edges[e][0] - (lo >= 2 ? 2 : 0);
+        *input = m->header.edges[e][1];
+        return;
+    }
+    int k = 0;
+    for (int i = 0;; i++)
+        for (int j = 0; j < 2 + i; j++, k++)
+            if (k == e) {
+                *node = i;
+                *input = j;
+                return;
+            }
+}
+
+static void state_name(int s, char *buf, size_t len)
+{
+    if (s < 2)
+        snprintf(buf, len, "%s", s == 0 ? "k-2" : "k-1");
+    else
+        snprintf(buf, len, "n%d", s - 2);
+}
+
+static const char *cand_name(const ex_viz_model *m, int k, char *buf, size_t len)
+{
+    if (m->has_header && k < m->header.n_candidates)
+        return m->header.candidates[k];
+    snprintf(buf, len, "candidate %d", k);
+    return buf;
+}
+
+static const float *snap_alpha(const ex_viz_model *m, int64_t s, ex_viz_cell cell)
+{
+    size_t per = (size_t)m->edges * (size_t)m->cands;
+    return m->alpha + (size_t)s * 2 * per + (cell == EX_VIZ_REDUCE ? per : 0);
+}
+
+static const uint8_t *snap_active(const ex_viz_model *m, int64_t s, ex_viz_cell cell)
+{
+    size_t per = (size_t)m->edges * (size_t)m->cands;
+    return m->active + (size_t)s * 2 * per + (cell == EX_VIZ_REDUCE ? per : 0);
+}
+
+/* The heatmap grid's origin and cell size inside its panel. */
+static bool grid(const ex_viz_model *m, const ex_viz_layout *l, ex_viz_cell cell, int *gx, int *gy,
+                 int *cw, int *ch)
+{
+    if (m->n_snap == 0)
+        return false;
+    SDL_Rect p =
+        l->panel[cell == EX_VIZ_NORMAL ? EX_VIZ_PANEL_ALPHA_NORMAL : EX_VIZ_PANEL_ALPHA_REDUCE];
+    int title = VIZ_TITLE_H, label_w = 64, head = 18;
+    *gx = p.x + 6 + label_w;
+    *gy = p.y + title + head;
+    *cw = (p.w - 12 - label_w) / m->cands;
+    *ch = (p.h - title - head - 4) / m->edges;
+    return *cw >= 2 && *ch >= 2;
+}
+
+bool viz_heatmap_rect(const ex_viz_model *m, const ex_viz_layout *l, ex_viz_cell cell, int edge,
+                      int cand, SDL_Rect *out)
+{
+    int gx, gy, cw, ch;
+    if (!grid(m, l, cell, &gx, &gy, &cw, &ch) || edge < 0 || edge >= m->edges || cand < 0 ||
+        cand >= m->cands)
+        return false;
+    *out = (SDL_Rect){gx + cand * cw, gy + edge * ch, cw - 1, ch - 1};
+    return true;
+}
+
+/* The candidate an edge's α favours: the largest weight, `none` excepted as in DARTS. */
+static int winner(const ex_viz_model *m, const float *row)
+{
+    int best = -1;
+    for (int k = 0; k < m->cands; k++) {
+        if (m->has_header && k < m->header.n_candidates && !strcmp(m->header.candidates[k], "none"))
+            continue;
+        if (best < 0 || row[k] > row[best])
+            best = k;
+    }
+    return best < 0 ? 0 : best;
+}
+
+static void no_alpha(ex_viz_renderer *r, const ex_viz_model *m, SDL_Rect c)
+{
+    char t[200];
+    if (m->has_header && m->header.n_candidates == 0)
+        snprintf(t, sizeof t, "no architecture weights in this log (mode %s)", m->header.mode);
+    else
+        snprintf(t, sizeof t, "no alpha in the log yet");
+    viz_text_draw(r, c.x + 4, c.y + 4, t, viz_dim, VIZ_LEFT);
+}
+
+static void draw_cell(ex_viz_renderer *r, SDL_Rect q, float p, bool pruned, bool win)
+{
+    char t[16];
+    if (pruned) {
+        viz_fill(r, q.x, q.y, q.w, q.h, ex_viz_pruned_fill());
+        viz_line(r, q.x, q.y, q.x + q.w - 1, q.y + q.h - 1, 1, ex_viz_pruned_mark());
+        viz_line(r, q.x + q.w - 1, q.y, q.x, q.y + q.h - 1, 1, ex_viz_pruned_mark());
+        return;
+    }
+    viz_fill(r, q.x, q.y, q.w, q.h, ex_viz_colormap(p));
+    if (win)
+        viz_frame(r, q.x, q.y, q.w, q.h, viz_fg);
+    /* the value itself where the cell is roomy; small cells leave it to the hover */
+    if (q.h >= 30 && q.w >= 36) {
+        snprintf(t, sizeof t, "%.3f", (double)p);
+        viz_text_draw(r, q.x + 3, q.y + 2, t, p > 0.6f ? viz_bg : viz_fg, VIZ_LEFT);
+    }
+}
+
+static void heatmap_labels(ex_viz_renderer *r, const ex_viz_model *m, const ex_viz_layout *l,
+                           ex_viz_cell cell)
+{
+    char buf[64], nm[32], a[16], b[16];
+    SDL_Rect q;
+    for (int k = 0; k < m->cands; k++) {
+        viz_heatmap_rect(m, l, cell, 0, k, &q);
+        viz_short_name(cand_name(m, k, buf, sizeof buf), nm, sizeof nm);
+        viz_text_draw(r, q.x + q.w / 2, q.y - 16, nm, viz_dim, VIZ_CENTER);
+    }
+    for (int e = 0; e < m->edges; e++) {
+        int node, input;
+        edge_ends(m, e, &node, &input);
+        viz_heatmap_rect(m, l, cell, e, 0, &q);
+        state_name(input, a, sizeof a);
+        state_name(node + 2, b, sizeof b);
+        snprintf(buf, sizeof buf, "%s \xe2\x86\x90 %s", b, a);
+        if (q.h >= 10)
+            viz_text_draw(r, q.x - 6, q.y + q.h / 2 - r->line_h / 2, buf, viz_dim, VIZ_RIGHT);
+    }
+}
+
+void viz_draw_heatmap(ex_viz_renderer *r, const ex_viz_model *m, const ex_viz_view *v,
+                      const ex_viz_layout *l, ex_viz_cell cell)
+{
+    int64_t s = viz_snapshot_index(m, v);
+    char title[160];
+    const char *which = cell == EX_VIZ_NORMAL ? "normal" : "reduction";
+    if (s >= 0)
+        snprintf(title, sizeof title, "\xce\xb1 %s cell: softmax weights at step %lld", which,
+                 (long long)m->snap_step[s]);
+    else
+        snprintf(title, sizeof title, "\xce\xb1 %s cell", which);
+    SDL_Rect c = viz_panel_begin(
+        r, l->panel[cell == EX_VIZ_NORMAL ? EX_VIZ_PANEL_ALPHA_NORMAL : EX_VIZ_PANEL_ALPHA_REDUCE],
+        title);
+    SDL_Rect q;
+    if (s < 0 || !viz_heatmap_rect(m, l, cell, 0, 0, &q)) {
+        no_alpha(r, m, c);
+        return;
+    }
+    const float *a = snap_alpha(m, s, cell);
+    const uint8_t *act = snap_active(m, s, cell);
+    for (int e = 0; e < m->edges; e++) {
+        int w = winner(m, a + e * m->cands);
+        for (int k = 0; k < m->cands; k++) {
+            viz_heatmap_rect(m, l, cell, e, k, &q);
+            draw_cell(r, q, a[e * m->cands + k], m->has_active[s] && !act[e * m->cands + k],
+                      k == w);
+        }
+    }
+    heatmap_labels(r, m, l, cell);
+}
+
+/* ---- hover: the exact value under the mouse ---- */
+
+static bool hit(const ex_viz_model *m, const ex_viz_layout *l, int x, int y, ex_viz_cell *cell,
+                int *edge, int *cand)
+{
+    for (int c = 0; c < 2; c++) {
+        int gx, gy, cw, ch;
+        if (!grid(m, l, (ex_viz_cell)c, &gx, &gy, &cw, &ch))
+            return false;
+        int k = x >= gx ? (x - gx) / cw : -1, e = y >= gy ? (y - gy) / ch : -1;
+        if (k >= 0 && k < m->cands && e >= 0 && e < m->edges) {
+            *cell = (ex_viz_cell)c;
+            *edge = e;
+            *cand = k;
+            return true;
+        }
+    }
+    return false;
+}
+
+void viz_draw_hover(ex_viz_renderer *r, const ex_viz_model *m, const ex_viz_view *v,
+                    const ex_viz_layout *l)
+{
+    ex_viz_cell cell;
+    int e, k, node, input;
+    int64_t s = viz_snapshot_index(m, v);
+    if (s < 0 || v->mouse_x < 0 || !hit(m, l, v->mouse_x, v->mouse_y, &cell, &e, &k))
+        return;
+    char t[256], buf[64], a[16], b[16];
+    edge_ends(m, e, &node, &input);
+    state_name(input, a, sizeof a);
+    state_name(node + 2, b, sizeof b);
+    float p = snap_alpha(m, s, cell)[e * m->cands + k];
+    bool pruned = m->has_active[s] && !snap_active(m, s, cell)[e * m->cands + k];
+    snprintf(t, sizeof t, "%s edge %s \xe2\x86\x90 %s  %s  p = %.6f%s",
+             cell == EX_VIZ_NORMAL ? "normal" : "reduce", b, a, cand_name(m, k, buf, sizeof buf),
+             (double)p, m->has_active[s] ? (pruned ? "  (pruned)" : "  (active)") : "");
+    int w = viz_text_width(r, t) + 10, x = v->mouse_x + 14, y = v->mouse_y + 16;
+    viz_fill(r, x, y, w, r->line_h + 6, (SDL_Color){8, 8, 10, 235});
+    viz_frame(r, x, y, w, r->line_h + 6, viz_dim);
+    viz_text_draw(r, x + 5, y + 3, t, viz_fg, VIZ_LEFT);
+}
+
+/* ---- the cell as a graph ---- */
+
+typedef struct pt {
+    int x, y;
+} pt;
+
+static pt node_pos(SDL_Rect c, int state, int steps)
+{
+    if (state < 2)
+        return (pt){c.x + 34, c.y + c.h * (state == 0 ? 30 : 70) / 100};
+    int i = state - 2;
+    int x = c.x + 34 + (i + 1) * (c.w - 68) / (steps + 1);
+    int y = c.y + c.h / 2 + (i % 2 ? 1 : -1) * c.h * (steps > 1 ? 22 : 0) / 100;
+    return (pt){x, y};
+}
+
+static void draw_node(ex_viz_renderer *r, pt p, const char *name, SDL_Color fill)
+{
+    viz_fill(r, p.x - 20, p.y - 10, 40, 20, fill);
+    viz_frame(r, p.x - 20, p.y - 10, 40, 20, viz_fg);
+    viz_text_draw(r, p.x, p.y - r->line_h / 2, name, viz_fg, VIZ_CENTER);
+}
+
+/* Markers of which candidates an edge computes (filled) and which it skips (hollow). */
+static void draw_mask(ex_viz_renderer *r, const ex_viz_model *m, const uint8_t *act, pt mid)
+{
+    int x = mid.x - m->cands * 7 / 2;
+    for (int k = 0; k < m->cands; k++, x += 7) {
+        if (act[k])
+            viz_fill(r, x, mid.y + 8, 6, 6, viz_cand_color(k));
+        else
+            viz_frame(r, x, mid.y + 8, 6, 6, viz_grid);
+    }
+}
+
+static void graph_legend(ex_viz_renderer *r, const ex_viz_model *m, SDL_Rect c)
+{
+    char buf[64];
+    int per_row = 4, cw = c.w / per_row;
+    for (int k = 0; k < m->cands; k++) {
+        int x = c.x + (k % per_row) * cw, y = c.y + c.h -
+                                              (m->cands + per_row - 1) / per_row * r->line_h +
+                                              (k / per_row) * r->line_h;
+        viz_fill(r, x, y + 3, 9, 9, viz_cand_color(k));
+        viz_text_draw(r, x + 13, y, cand_name(m, k, buf, sizeof buf), viz_dim, VIZ_LEFT);
+    }
+}
+
+/* Whether edge e is among the two strongest inputs of its node: what DARTS's genotype
+ * keeps, drawn thick and labelled; the others are drawn thin. */
+static bool kept(const ex_viz_model *m, const float *a, int e)
+{
+    int node, input, better = 0;
+    edge_ends(m, e, &node, &input);
+    float mine = a[e * m->cands + winner(m, a + e * m->cands)];
+    for (int o = 0; o < m->edges; o++) {
+        int n2, i2;
+        edge_ends(m, o, &n2, &i2);
+        float w = a[o * m->cands + winner(m, a + o * m->cands)];
+        if (o != e && n2 == node && (w > mine || (w == mine && o < e)))
+            better++;
+    }
+    return better < 2;
+}
+
+static void graph_edges(ex_viz_renderer *r, const ex_viz_model *m, int64_t s, ex_viz_cell cell,
+                        SDL_Rect g, int steps, bool masks)
+{
+    const float *a = snap_alpha(m, s, cell);
+    const uint8_t *act = snap_active(m, s, cell);
+    char buf[64], nm[32];
+    for (int pass = 0; pass < 2; pass++)
+        for (int e = 0; e < m->edges; e++) {
+            int node, input;
+            edge_ends(m, e, &node, &input);
+            const float *row = a + e * m->cands;
+            int w = winner(m, row);
+            bool strong = kept(m, a, e);
+            if (strong != (pass == 1))
+                continue;
+            pt p0 = node_pos(g, input, steps), p1 = node_pos(g, node + 2, steps);
+            SDL_Color c = viz_cand_color(w);
+            if (!strong)
+                c = (SDL_Color){(uint8_t)(c.r / 2 + 14), (uint8_t)(c.g / 2 + 15),
+                                (uint8_t)(c.b / 2 + 18), 255};
+            viz_line(r, p0.x + 20, p0.y, p1.x - 20, p1.y, strong ? 3 : 1, c);
+            /* labels sit near the head of the edge, where edges into a node fan apart */
+            pt at = {p0.x + 20 + (p1.x - p0.x - 40) * 68 / 100, p0.y + (p1.y - p0.y) * 68 / 100};
+            if (strong) {
+                viz_short_name(cand_name(m, w, buf, sizeof buf), nm, sizeof nm);
+                snprintf(buf, sizeof buf, "%s %.2f", nm, (double)row[w]);
+                viz_text_draw(r, at.x, at.y - r->line_h - 1, buf, viz_cand_color(w), VIZ_CENTER);
+            }
+            if (masks)
+                draw_mask(r, m, act + e * m->cands, at);
+        }
+}
+
+void viz_draw_graph(ex_viz_renderer *r, const ex_viz_model *m, const ex_viz_view *v, SDL_Rect p)
+{
+    int64_t s = viz_snapshot_index(m, v);
+    bool masks = s >= 0 && m->has_active[s] && !(m->has_header && !strcmp(m->header.mode, "darts"));
+    char title[160];
+    snprintf(title, sizeof title, "%s cell: top candidate per edge, thick: kept%s",
+             v->cell == EX_VIZ_NORMAL ? "normal" : "reduction",
+             masks ? "; squares: run / pruned" : " (tab: other cell)");
+    SDL_Rect c = viz_panel_begin(r, p, title);
+    if (s < 0) {
+        no_alpha(r, m, c);
+        return;
+    }
+    int steps = 0;
+    for (int e = 0; e < m->edges; e++) {
+        int node, input;
+        edge_ends(m, e, &node, &input);
+        steps = node + 1 > steps ? node + 1 : steps;
+    }
+    int legend = (m->cands + 3) / 4 * r->line_h + 4;
+    SDL_Rect g = {c.x, c.y + 4, c.w, c.h - legend - 4};
+    graph_edges(r, m, s, v->cell, g, steps, masks);
+    pt out = {g.x + g.w - 22, g.y + g.h / 2};
+    char name[16];
+    for (int i = 0; i < steps; i++) {
+        pt q = node_pos(g, i + 2, steps);
+        viz_line(r, q.x + 20, q.y, out.x - 20, out.y, 1, viz_grid);
+    }
+    for (int st = 0; st < steps + 2; st++) {
+        state_name(st, name, sizeof name);
+        draw_node(r, node_pos(g, st, steps), name,
+                  st < 2 ? (SDL_Color){45, 60, 80, 255} : (SDL_Color){50, 50, 62, 255});
+    }
+    draw_node(r, out, "out", (SDL_Color){70, 50, 50, 255});
+    graph_legend(r, m, c);
+}
