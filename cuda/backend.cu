@@ -782,9 +782,9 @@ static uint64_t cuda_host_syncs(void *impl)
 }
 
 static const ex_backend_iface cuda_iface = {
-    cuda_close,    cuda_error, cuda_buffer_alloc, cuda_buffer_free, cuda_upload,
-    cuda_download, cuda_copy,  cuda_fill,         cuda_compute,     cuda_synchronize,
-    cuda_host_syncs,
+    cuda_close,      cuda_error, cuda_buffer_alloc, cuda_buffer_free, cuda_upload,
+    cuda_download,   cuda_copy,  cuda_fill,         cuda_compute,     cuda_synchronize,
+    cuda_host_syncs, NULL, /* set_alloc_hook: not covered (backend.h) */
 };
 
 /* ---- opening ---- */

@@ -540,7 +540,7 @@ static const ex_backend_iface vk_iface = {
     vk_close,        vk_error,          vk_buffer_alloc,
     vk_buffer_free,  vk_upload_checked, vk_download_checked,
     vk_copy_checked, vk_fill_checked,   vk_compute,
-    vk_synchronize,  vk_host_syncs,
+    vk_synchronize,  vk_host_syncs,     NULL, /* set_alloc_hook: not covered (backend.h) */
 };
 
 static const char *type_name(VkPhysicalDeviceType t)

@@ -93,8 +93,8 @@ typedef struct ex_backend_iface {
     /** Fault injection: while fails is set, the backend asks fails(user) before each host
      *  allocation it makes inside compute (kernel scratch) and reports out of memory when
      *  it answers true. The plan sets it around each run from its context's allocation
-     *  hook (ex_ctx_fail_alloc_after). NULL: the backend allocates no host memory while
-     *  computing. */
+     *  hook (ex_ctx_fail_alloc_after). NULL: the backend's own host allocations while
+     *  computing (the GPU backends' recording of a step) are not covered by the hook. */
     void (*set_alloc_hook)(void *impl, bool (*fails)(void *user), void *user);
 } ex_backend_iface;
 
