@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -96,7 +97,9 @@ static void run(const char *backend, run_result *r)
     if (ex_search_alphas(s, r->alpha, r->alpha + half) != EX_OK ||
         ex_search_weights(s, r->w, r->w + half) != EX_OK)
         fail_msg("%s: alphas: %s", backend, ex_search_error(s));
-    snprintf(r->path, sizeof r->path, "test_backend_search_%s.safetensors", backend);
+    /* the process id keeps concurrent runs (ctest -j, one per backend) apart */
+    snprintf(r->path, sizeof r->path, "test_backend_search_%s_%ld.safetensors", backend,
+             (long)getpid());
     if (ex_search_save(s, r->path, "{}") != EX_OK)
         fail_msg("%s: save: %s", backend, ex_search_error(s));
     ex_search_free(s);
