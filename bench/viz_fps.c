@@ -187,6 +187,18 @@ static int run_search(const char *exapt, const char *extra, const char *dir, boo
     return 0;
 }
 
+/* The 1-minute load average: on a shared machine it says how much the figures can be trusted. */
+static double loadavg(void)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    double l = -1;
+    if (f && fscanf(f, "%lf", &l) != 1)
+        l = -1;
+    if (f)
+        fclose(f);
+    return l;
+}
+
 static void machine(char *buf, size_t len)
 {
     FILE *f = fopen("/proc/cpuinfo", "r");
@@ -231,7 +243,11 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    char err[512] = "", cpu[256];
+    char err[512] = "", cpu[256], command[4096] = "";
+    for (int i = 0; i < argc; i++)
+        snprintf(command + strlen(command), sizeof command - strlen(command), "%s%s", i ? " " : "",
+                 argv[i]);
+    double load0 = loadavg();
     ex_viz_model *m = NULL;
     if (ex_viz_model_new(&m, err, sizeof err) != EX_OK)
         return 1;
@@ -262,11 +278,13 @@ int main(int argc, char **argv)
     if (!f)
         return 1;
     fprintf(f,
-            "{\n  \"benchmark\": \"viz_fps\",\n  \"machine\": \"%s\",\n"
+            "{\n  \"benchmark\": \"viz_fps\",\n  \"command\": \"%s\",\n"
+            "  \"machine\": \"%s\",\n  \"loadavg_start\": %.2f,\n  \"loadavg_end\": %.2f,\n"
             "  \"display\": \"%s\",\n  \"window_fps\": %.1f,\n  \"offscreen_draw_fps\": %.1f,\n"
             "  \"frames\": %d,\n"
             "  \"history_steps\": 10000,\n  \"alpha\": \"both cells, 14 edges x 8 candidates\",\n",
-            cpu, getenv("DISPLAY") ? getenv("DISPLAY") : "", fps, off, frames);
+            command, cpu, load0, loadavg(), getenv("DISPLAY") ? getenv("DISPLAY") : "", fps, off,
+            frames);
     if (done)
         fprintf(f,
                 "  \"search\": \"exapt search %s\",\n  \"pairs\": %d,\n"

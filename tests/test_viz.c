@@ -89,8 +89,9 @@ static void add_step(ex_viz_model *m, int64_t g, float loss, bool alphas, bool m
     free(r);
 }
 
-/* Renders m into a software surface (no display). */
-static SDL_Surface *render(ex_viz_model *m, const char *font, bool *has_font)
+/* Renders m as view v into a software surface (no display). */
+static SDL_Surface *render_view(ex_viz_model *m, const char *font, bool *has_font,
+                                const ex_viz_view *v)
 {
     SDL_Surface *s = SDL_CreateRGBSurfaceWithFormat(0, W, H, 32, SDL_PIXELFORMAT_RGB888);
     assert_non_null(s);
@@ -101,12 +102,17 @@ static SDL_Surface *render(ex_viz_model *m, const char *font, bool *has_font)
     assert_int_equal(ex_viz_renderer_new(sr, font, &r, msg, sizeof msg), EX_OK);
     if (has_font)
         *has_font = ex_viz_renderer_font(r, why, sizeof why)[0] != 0;
-    ex_viz_view v = ex_viz_view_default();
-    ex_viz_draw(r, m, &v, W, H);
+    ex_viz_draw(r, m, v, W, H);
     SDL_RenderPresent(sr);
     ex_viz_renderer_free(r);
     SDL_DestroyRenderer(sr);
     return s;
+}
+
+static SDL_Surface *render(ex_viz_model *m, const char *font, bool *has_font)
+{
+    ex_viz_view v = ex_viz_view_default();
+    return render_view(m, font, has_font, &v);
 }
 
 static SDL_Color pixel(SDL_Surface *s, int x, int y)
@@ -251,6 +257,48 @@ static void test_curves(void **state)
     (void)state;
     check_curve(60);    /* fewer points than pixels: a line through each */
     check_curve(10000); /* more: each column spans its points */
+}
+
+/* ---- scrubbing and hover ---- */
+
+static void first_alpha(ex_metrics_step *s)
+{
+    s->alpha_normal[0][0] = 1.0f;
+}
+
+static void later_alpha(ex_metrics_step *s)
+{
+    s->alpha_normal[0][0] = 0.0f;
+}
+
+static void test_scrub_and_hover(void **state)
+{
+    (void)state;
+    ex_viz_model *m = new_model();
+    add_header(m, "darts");
+    add_step(m, 0, 2.0f, true, false, first_alpha);
+    add_step(m, 1, 1.9f, false, false, NULL); /* no α: the step before's stay in force */
+    add_step(m, 2, 1.8f, true, false, later_alpha);
+    ex_viz_layout l;
+    ex_viz_layout_compute(W, H, &l);
+    SDL_Rect q;
+    assert_true(ex_viz_heatmap_rect(m, &l, EX_VIZ_NORMAL, 0, 0, &q));
+    ex_viz_view v = ex_viz_view_default();
+    SDL_Surface *s = render_view(m, NULL, NULL, &v);
+    assert_color(center(s, q), ex_viz_colormap(0.0f)); /* the latest */
+    SDL_FreeSurface(s);
+    v.cursor = 1;
+    s = render_view(m, NULL, NULL, &v);
+    assert_color(center(s, q), ex_viz_colormap(1.0f)); /* scrubbed back */
+    SDL_FreeSurface(s);
+    /* the mouse over a cell opens the read-out box beside it */
+    v.cursor = -1;
+    v.mouse_x = q.x + q.w / 2;
+    v.mouse_y = q.y + q.h / 2;
+    s = render_view(m, NULL, NULL, &v);
+    assert_color(pixel(s, v.mouse_x + 15, v.mouse_y + 17), (SDL_Color){8, 8, 10, 255});
+    SDL_FreeSurface(s);
+    ex_viz_model_free(m);
 }
 
 /* ---- no font ---- */
@@ -495,6 +543,7 @@ int main(void)
         cmocka_unit_test(test_heatmap_colours),
         cmocka_unit_test(test_pruned),
         cmocka_unit_test(test_curves),
+        cmocka_unit_test(test_scrub_and_hover),
         cmocka_unit_test(test_no_font),
         cmocka_unit_test(test_pause),
         cmocka_unit_test_setup_teardown(test_truncated, setup, teardown),

@@ -33,6 +33,16 @@ ex_status ex_viz_window_open(const ex_viz_window_opts *o, ex_viz_window **out, c
         snprintf(msg, msg_len, "cannot open a window (no display?): %s", SDL_GetError());
         return EX_ERR_UNSUPPORTED;
     }
+    /* with no display SDL falls back to drivers that show nothing: a window nobody sees
+     * would wait forever, so they count as no display unless asked for by name */
+    const char *drv = SDL_GetCurrentVideoDriver();
+    if (drv && (!strcmp(drv, "offscreen") || !strcmp(drv, "dummy")) &&
+        !SDL_getenv("SDL_VIDEODRIVER")) {
+        SDL_QuitSubSystem(SDL_INIT_VIDEO);
+        snprintf(msg, msg_len, "cannot open a window: no display (SDL found only its %s driver)",
+                 drv);
+        return EX_ERR_UNSUPPORTED;
+    }
     ex_viz_window *w = calloc(1, sizeof *w);
     if (!w) {
         SDL_QuitSubSystem(SDL_INIT_VIDEO);

@@ -51,12 +51,14 @@ void ex_viz_model_add(ex_viz_model *m, const ex_metrics_record *rec);
  *  last few are counted, not kept. */
 void ex_viz_model_note(ex_viz_model *m, const char *text);
 
-/** Counts of what is held: step records and α snapshots. */
+/** Step records held. */
 int64_t ex_viz_model_steps(ex_viz_model *m);
+/** α snapshots held (steps that carried α of the expected shape). */
 int64_t ex_viz_model_snapshots(ex_viz_model *m);
 
-/** Notes kept so far (0 when the log read cleanly); the i-th into buf. */
+/** Notes kept so far (0 when the log read cleanly). */
 int ex_viz_model_notes(ex_viz_model *m);
+/** The i-th note into buf ("" when i is out of range). */
 void ex_viz_model_note_text(ex_viz_model *m, int i, char *buf, size_t len);
 
 /** A counter that changes whenever the model does, so a window redraws only then. */
@@ -65,13 +67,16 @@ uint64_t ex_viz_model_version(ex_viz_model *m);
 /** Whether the run has ended: its last epoch record (the header's config.epochs) arrived
  *  or ex_viz_model_set_finished() was called. */
 bool ex_viz_model_finished(ex_viz_model *m);
+/** Marks the run as ended (a live search returned) or not. */
 void ex_viz_model_set_finished(ex_viz_model *m, bool finished);
 
 /** Pause flag of a live search. The search thread calls ex_viz_model_wait_paused()
  *  before each step: it returns at once when not paused, else after the pause ends or
  *  timeout_ms passes (so the caller can check for Ctrl-C); returns whether still paused. */
 void ex_viz_model_set_paused(ex_viz_model *m, bool paused);
+/** Whether the pause flag is set. */
 bool ex_viz_model_paused(ex_viz_model *m);
+/** See ex_viz_model_set_paused(). */
 bool ex_viz_model_wait_paused(ex_viz_model *m, int timeout_ms);
 
 /* ---- following a metrics log ---- */
@@ -83,6 +88,7 @@ typedef struct ex_viz_follow ex_viz_follow;
 /** Follows path into m (which must outlive it). Nothing is read until the first poll. */
 ex_status ex_viz_follow_new(const char *path, ex_viz_model *m, ex_viz_follow **out, char *msg,
                             size_t msg_len);
+/** Frees the follower (not its model). NULL is a no-op. */
 void ex_viz_follow_free(ex_viz_follow *f);
 
 /** Reads the complete lines added since the last poll. A missing file is not an error
@@ -144,8 +150,9 @@ void ex_viz_layout_compute(int w, int h, ex_viz_layout *out);
  *  0 dark purple, 0.5 teal, 1 yellow; out of range is clamped). */
 SDL_Color ex_viz_colormap(float p);
 
-/** Colours of pruned heatmap cells: a flat fill crossed by two diagonals. */
+/** Colours of pruned heatmap cells: a flat fill crossed by two diagonals (the mark). */
 SDL_Color ex_viz_pruned_fill(void);
+/** See ex_viz_pruned_fill(). */
 SDL_Color ex_viz_pruned_mark(void);
 
 /** Colour of a plotted series. */
@@ -171,6 +178,7 @@ typedef struct ex_viz_renderer ex_viz_renderer;
  *  start. */
 ex_status ex_viz_renderer_new(SDL_Renderer *sdl, const char *font_path, ex_viz_renderer **out,
                               char *msg, size_t msg_len);
+/** Frees the renderer and its textures (not the SDL_Renderer). NULL is a no-op. */
 void ex_viz_renderer_free(ex_viz_renderer *r);
 
 /** The font file in use, or "" with the reason in why. */
@@ -214,7 +222,7 @@ ex_status ex_viz_window_run(ex_viz_window *w, ex_viz_model *m, ex_viz_follow *f,
 /** Writes what the window shows now as PNG. */
 ex_status ex_viz_window_screenshot(ex_viz_window *w, const char *png, char *msg, size_t msg_len);
 
-/** Frames drawn so far, and drawing time, for the benchmark. */
+/** Frames drawn so far (the benchmark divides them by its time). */
 int64_t ex_viz_window_frames(const ex_viz_window *w);
 
 /** Draws and presents one frame now (the benchmark's loop). */
