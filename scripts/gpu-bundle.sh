@@ -20,7 +20,8 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DEXAPT_CUDA=ON -DEXAPT_CUDA_A
 cmake --build "$build" -j"$(nproc)" >/dev/null
 stage=.gpu/stage
 rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib" "$stage/data"
-bins=("$build/apps/exapt" "$build"/tests/test_ops "$build"/tests/test_search)
+bins=("$build/apps/exapt" "$build"/tests/test_ops "$build"/tests/test_search
+      "$build"/tests/test_reliability "$build"/tests/soak_search)
 # the Vulkan backend's tests, when it was built (SPIR-V is embedded; the loader travels)
 for t in test_vulkan test_backend_search; do
     [ -x "$build/tests/$t" ] && bins+=("$build/tests/$t")
