@@ -130,7 +130,10 @@ static void nonfinite_step_is_undone(void **state)
     assert_int_equal(step(s, 2, NAN_TRAIN, 0.05f, &st), EX_OK);
     assert_true(st.skipped);
     assert_int_equal(st.nonfinite_run, 1);
-    assert_false(isfinite(st.train_loss));
+    /* Vulkan does not promise NaN through max(): NVIDIA's driver turns a ReLU of NaN into
+     * 0, so the loss may come out finite there while the gradients are not */
+    if (strcmp(backend_name, "vulkan") != 0)
+        assert_false(isfinite(st.train_loss));
     blob after = state_of(s);
     assert_true(same_state(good, after));
     free(after.data);
@@ -314,10 +317,10 @@ static void plan_larger_than_memory_is_refused(void **state)
     assert_true(caps->memory_bytes > 0);
     ex_ctx *ctx = ex_ctx_new();
     /* tensors that each fit a buffer binding and the memory, together more than the
-     * memory: 3/4 of it each where bindings allow (two do), else binding-sized ones */
+     * memory: 3/4 of it each where bindings allow (two do), else half-binding ones */
     uint64_t each = caps->memory_bytes / 4 * 3;
-    if (caps->max_binding_bytes && each > caps->max_binding_bytes)
-        each = caps->max_binding_bytes;
+    if (caps->max_binding_bytes && each > caps->max_binding_bytes / 2)
+        each = caps->max_binding_bytes / 2; /* half: room for a chunk's alignment */
     int64_t n = (int64_t)(each / sizeof(float)), count = (int64_t)(caps->memory_bytes / each) + 1;
     for (int64_t i = 0; i < count; i++) {
         ex_tensor *x = ex_input(ctx, EX_F32, 1, &n, "x");
