@@ -156,6 +156,7 @@ ex_status ex_backend_devices(const char *name, char *buf, size_t len)
     if (!strcmp(name, "vulkan"))
         return ex_vulkan_devices(buf, len);
 #endif
+    snprintf(buf, len, "%s: no device list (not a device backend, or not compiled in)", name);
     return EX_ERR_UNSUPPORTED;
 }
 

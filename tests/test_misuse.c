@@ -60,6 +60,13 @@ static void backend_and_names(void **state)
     assert_int_equal(ex_backend_supports(NULL, EX_OP_ADD), 0);
     assert_int_equal(ex_backend_supports("cpu", (ex_op)EX_OP_COUNT), 0);
     assert_int_equal(ex_backend_supports("no-such-backend", EX_OP_ADD), 0);
+    char list[64] = "x";
+    assert_int_equal(ex_backend_devices(NULL, list, sizeof list), EX_ERR_ARG);
+    assert_int_equal(ex_backend_devices("cpu", NULL, sizeof list), EX_ERR_ARG);
+    assert_int_equal(ex_backend_devices("cpu", list, 0), EX_ERR_ARG);
+    assert_string_equal(list, "x");
+    assert_int_equal(ex_backend_devices("no-such-backend", list, sizeof list), EX_ERR_UNSUPPORTED);
+    assert_true(list[0] != '\0');
     FAILS_MSG(ex_cpu_backend_create(0, NULL, NULL, NULL, msg, sizeof msg), EX_ERR_ARG);
     assert_non_null(ex_cand_name((ex_cand)-1));
     assert_non_null(ex_cand_name((ex_cand)EX_CAND_COUNT));

@@ -2,8 +2,9 @@
  * in CI), with the validation layer on (any message is an error of the next call):
  * device selection, transfers through the staging buffer, gates decided on the device,
  * the recorded step re-submitted with one host sync, profiling, a bad label reported
- * from the device, the portable profile's limits, and failures as statuses. A device that cannot be
- * opened is a failure. */
+ * from the device, the portable profile's limits, failures as statuses, and the entry
+ * points given bad arguments (the misuse case tests/api_coverage.sh relies on). A device that
+ * cannot be opened is a failure. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -213,12 +214,38 @@ static void portable_profile(void **state)
     unsetenv("EXAPT_VK_PORTABLE");
 }
 
+/* The Vulkan entry points given bad arguments: a status and a message, nothing opened. */
+static void misuse(void **state)
+{
+    (void)state;
+    char msg[256] = "";
+    const ex_backend_iface *iface = NULL;
+    void *impl = NULL;
+    ex_backend_caps caps;
+    assert_int_equal(ex_vulkan_backend_create(0, NULL, &impl, &caps, msg, sizeof msg), EX_ERR_ARG);
+    assert_non_null(strstr(msg, "iface"));
+    assert_int_equal(ex_vulkan_backend_create(0, &iface, NULL, &caps, msg, sizeof msg), EX_ERR_ARG);
+    assert_int_equal(ex_vulkan_backend_create(1, &iface, &impl, NULL, NULL, 0), EX_ERR_ARG);
+    assert_null(iface);
+    assert_null(impl);
+
+    assert_int_equal(ex_vulkan_devices(NULL, 16), EX_ERR_ARG);
+    char small[8];
+    memset(small, 'x', sizeof small);
+    assert_int_equal(ex_vulkan_devices(small, 0), EX_ERR_ARG);
+    assert_int_equal(small[0], 'x');
+    /* a buffer too small for one line: cut and terminated, not overrun */
+    assert_int_equal(ex_vulkan_devices(small, 4), EX_OK);
+    assert_true(strlen(small) < 4);
+    assert_int_equal(small[4], 'x');
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(selection),        cmocka_unit_test(transfers),
         cmocka_unit_test(gates_and_steps),  cmocka_unit_test(bad_label),
-        cmocka_unit_test(portable_profile),
+        cmocka_unit_test(portable_profile), cmocka_unit_test(misuse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

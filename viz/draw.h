@@ -9,6 +9,7 @@
 #define VIZ_TEXT_SLOTS 512
 #define VIZ_TITLE_H 20 /* a panel's title bar: fixed, so geometry does not depend on the font */
 #define VIZ_TEXT_MAX 1024
+#define VIZ_MAX_SIDE 16384 /* largest frame side: SDL's own texture limit on most renderers */
 
 typedef struct viz_text {
     char s[VIZ_TEXT_MAX];

@@ -24,14 +24,17 @@ struct ex_viz_follow {
 ex_status ex_viz_follow_new(const char *path, ex_viz_model *m, ex_viz_follow **out, char *msg,
                             size_t msg_len)
 {
+    if (!out)
+        return viz_fail(EX_ERR_ARG, msg, msg_len, "follow: NULL out");
     *out = NULL;
+    if (!path || !path[0] || !m)
+        return viz_fail(EX_ERR_ARG, msg, msg_len, "follow: %s", !m ? "NULL model" : "no log path");
     ex_viz_follow *f = calloc(1, sizeof *f);
     if (f)
         f->path = strdup(path);
     if (!f || !f->path) {
         free(f);
-        snprintf(msg, msg_len, "out of memory");
-        return EX_ERR_NOMEM;
+        return viz_fail(EX_ERR_NOMEM, msg, msg_len, "out of memory");
     }
     f->m = m;
     *out = f;
@@ -72,13 +75,14 @@ static void note_stats(ex_viz_follow *f, const ex_metrics_stats *st, int64_t lin
 
 ex_status ex_viz_follow_poll(ex_viz_follow *f, int64_t *added, char *msg, size_t msg_len)
 {
+    if (!f || !added)
+        return viz_fail(EX_ERR_ARG, msg, msg_len, "follow: NULL %s", !f ? "follower" : "added");
     *added = 0;
     struct stat sb;
     if (stat(f->path, &sb) != 0) {
         if (errno == ENOENT)
             return EX_OK;
-        snprintf(msg, msg_len, "%s: %s", f->path, strerror(errno));
-        return EX_ERR_IO;
+        return viz_fail(EX_ERR_IO, msg, msg_len, "%s: %s", f->path, strerror(errno));
     }
     if (f->offset > 0 &&
         ((int64_t)sb.st_size < f->offset || sb.st_ino != f->ino || sb.st_dev != f->dev)) {

@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <jansson.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,20 +10,32 @@
 
 #include "viz/model.h"
 
+ex_status viz_fail(ex_status st, char *msg, size_t msg_len, const char *fmt, ...)
+{
+    if (msg && msg_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, msg_len, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
 ex_status ex_viz_model_new(ex_viz_model **out, char *msg, size_t msg_len)
 {
+    if (!out)
+        return viz_fail(EX_ERR_ARG, msg, msg_len, "viewer model: NULL out");
     *out = NULL;
     ex_viz_model *m = calloc(1, sizeof *m);
     if (!m || pthread_mutex_init(&m->mu, NULL)) {
         free(m);
-        snprintf(msg, msg_len, "viewer model: out of memory");
-        return EX_ERR_NOMEM;
+        return viz_fail(EX_ERR_NOMEM, msg, msg_len, "viewer model: out of memory");
     }
     if (pthread_cond_init(&m->cv, NULL)) {
         pthread_mutex_destroy(&m->mu);
         free(m);
-        snprintf(msg, msg_len, "viewer model: cannot make a condition variable");
-        return EX_ERR_NOMEM;
+        return viz_fail(EX_ERR_NOMEM, msg, msg_len,
+                        "viewer model: cannot make a condition variable");
     }
     m->last_epoch = -1;
     *out = m;
@@ -61,6 +74,8 @@ void ex_viz_model_free(ex_viz_model *m)
 
 void ex_viz_model_reset(ex_viz_model *m)
 {
+    if (!m)
+        return;
     pthread_mutex_lock(&m->mu);
     clear(m);
     pthread_mutex_unlock(&m->mu);
@@ -96,6 +111,8 @@ void viz_model_drop_note(ex_viz_model *m, const char *text)
 
 void ex_viz_model_note(ex_viz_model *m, const char *text)
 {
+    if (!m || !text)
+        return;
     pthread_mutex_lock(&m->mu);
     viz_model_note_locked(m, text);
     pthread_mutex_unlock(&m->mu);
@@ -215,9 +232,36 @@ static void add_profile(ex_viz_model *m, const ex_metrics_profile *p)
     m->prof[m->n_prof++] = *p;
 }
 
+/* Whether the counts of rec fit its arrays: a record built by the caller (not parsed from
+ * a log, whose reader checks them) may claim more than it holds. */
+static bool counts_fit(const ex_metrics_record *rec)
+{
+    switch (rec->kind) {
+    case EX_METRICS_HEADER:
+        return rec->header.n_edges >= 0 && rec->header.n_edges <= EX_METRICS_MAX_EDGES &&
+               rec->header.n_candidates >= 0 && rec->header.n_candidates <= EX_METRICS_MAX_CANDS;
+    case EX_METRICS_STEP:
+        return !rec->step.has_alphas ||
+               (rec->step.n_edges >= 0 && rec->step.n_edges <= EX_METRICS_MAX_EDGES &&
+                rec->step.n_cands >= 0 && rec->step.n_cands <= EX_METRICS_MAX_CANDS);
+    case EX_METRICS_PROFILE:
+        return rec->profile.n_ops >= 0 && rec->profile.n_ops <= EX_METRICS_MAX_OPS &&
+               rec->profile.n_candidates >= 0 &&
+               rec->profile.n_candidates <= EX_METRICS_MAX_PROF_CANDS;
+    default: return true;
+    }
+}
+
 void ex_viz_model_add(ex_viz_model *m, const ex_metrics_record *rec)
 {
+    if (!m || !rec)
+        return;
     pthread_mutex_lock(&m->mu);
+    if (!counts_fit(rec)) {
+        viz_model_note_locked(m, "a record whose counts exceed its arrays was ignored");
+        pthread_mutex_unlock(&m->mu);
+        return;
+    }
     switch (rec->kind) {
     case EX_METRICS_HEADER: add_header(m, &rec->header); break;
     case EX_METRICS_STEP: add_step(m, &rec->step); break;
@@ -238,7 +282,10 @@ void ex_viz_model_add(ex_viz_model *m, const ex_metrics_record *rec)
     pthread_mutex_unlock(&m->mu);
 }
 
+/* A NULL model reads as empty (0, false). */
 #define LOCKED_GET(type, expr)                                                                     \
+    if (!m)                                                                                        \
+        return (type)0;                                                                            \
     pthread_mutex_lock(&m->mu);                                                                    \
     type v_ = (expr);                                                                              \
     pthread_mutex_unlock(&m->mu);                                                                  \
@@ -276,6 +323,12 @@ bool ex_viz_model_paused(ex_viz_model *m)
 
 void ex_viz_model_note_text(ex_viz_model *m, int i, char *buf, size_t len)
 {
+    if (!buf || len == 0)
+        return;
+    if (!m) {
+        buf[0] = '\0';
+        return;
+    }
     pthread_mutex_lock(&m->mu);
     snprintf(buf, len, "%s", i >= 0 && i < m->n_notes ? m->notes[i] : "");
     pthread_mutex_unlock(&m->mu);
@@ -283,6 +336,8 @@ void ex_viz_model_note_text(ex_viz_model *m, int i, char *buf, size_t len)
 
 void ex_viz_model_set_finished(ex_viz_model *m, bool finished)
 {
+    if (!m)
+        return;
     pthread_mutex_lock(&m->mu);
     m->finished = finished;
     m->version++;
@@ -291,6 +346,8 @@ void ex_viz_model_set_finished(ex_viz_model *m, bool finished)
 
 void ex_viz_model_set_paused(ex_viz_model *m, bool paused)
 {
+    if (!m)
+        return;
     pthread_mutex_lock(&m->mu);
     m->paused = paused;
     m->version++;
@@ -300,6 +357,10 @@ void ex_viz_model_set_paused(ex_viz_model *m, bool paused)
 
 bool ex_viz_model_wait_paused(ex_viz_model *m, int timeout_ms)
 {
+    if (!m)
+        return false;
+    if (timeout_ms < 0)
+        timeout_ms = 0;
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += timeout_ms / 1000;

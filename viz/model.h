@@ -52,6 +52,10 @@ const ex_metrics_profile *viz_model_profile_at(const ex_viz_model *m, int64_t g)
 /* A note while holding m->mu. */
 void viz_model_note_locked(ex_viz_model *m, const char *text);
 
+/* Writes a message into msg (when there is room) and returns st: callers may pass NULL. */
+ex_status viz_fail(ex_status st, char *msg, size_t msg_len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* Removes a note that no longer holds (an empty log that got its first lines). */
 void viz_model_drop_note(ex_viz_model *m, const char *text);
 

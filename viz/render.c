@@ -47,16 +47,17 @@ static bool find_font(char *buf, size_t len, char *why, size_t why_len)
 ex_status ex_viz_renderer_new(SDL_Renderer *sdl, const char *font_path, ex_viz_renderer **out,
                               char *msg, size_t msg_len)
 {
+    if (!out)
+        return viz_fail(EX_ERR_ARG, msg, msg_len, "renderer: NULL out");
     *out = NULL;
+    if (!sdl)
+        return viz_fail(EX_ERR_ARG, msg, msg_len, "renderer: NULL SDL_Renderer");
     ex_viz_renderer *r = calloc(1, sizeof *r);
-    if (!r) {
-        snprintf(msg, msg_len, "out of memory");
-        return EX_ERR_NOMEM;
-    }
+    if (!r)
+        return viz_fail(EX_ERR_NOMEM, msg, msg_len, "out of memory");
     if (TTF_Init() != 0) {
-        snprintf(msg, msg_len, "SDL_ttf: %s", TTF_GetError());
         free(r);
-        return EX_ERR_UNSUPPORTED;
+        return viz_fail(EX_ERR_UNSUPPORTED, msg, msg_len, "SDL_ttf: %s", TTF_GetError());
     }
     r->sdl = sdl;
     r->line_h = 14;
@@ -94,8 +95,8 @@ void ex_viz_renderer_free(ex_viz_renderer *r)
 const char *ex_viz_renderer_font(const ex_viz_renderer *r, char *why, size_t why_len)
 {
     if (why && why_len)
-        snprintf(why, why_len, "%s", r->font ? "" : r->font_why);
-    return r->font_path;
+        snprintf(why, why_len, "%s", !r ? "no renderer" : r->font ? "" : r->font_why);
+    return r ? r->font_path : "";
 }
 
 /* ---- text, cached as textures: a frame draws the same labels again ---- */
@@ -240,6 +241,8 @@ SDL_Color ex_viz_series_color(ex_viz_series s)
                                                      {255, 140, 50, 255},
                                                      {80, 170, 255, 255},
                                                      {120, 220, 140, 255}};
+    if ((unsigned)s >= EX_VIZ_SERIES_COUNT)
+        return viz_dim;
     return c[s];
 }
 
@@ -282,6 +285,10 @@ static SDL_Rect inset(int x, int y, int w, int h)
 
 void ex_viz_layout_compute(int w, int h, ex_viz_layout *out)
 {
+    if (!out)
+        return;
+    w = w < 0 ? 0 : w;
+    h = h < 0 ? 0 : h;
     int top = 24, bottom = 42, y0 = top, bh = h - top - bottom;
     int lw = w * 36 / 100, mw = w * 32 / 100, rw = w - lw - mw;
     SDL_Rect *p = out->panel;
@@ -308,6 +315,13 @@ int64_t viz_snapshot_index(const ex_viz_model *m, const ex_viz_view *v)
 
 void ex_viz_draw(ex_viz_renderer *r, ex_viz_model *m, const ex_viz_view *v, int w, int h)
 {
+    if (!r || !m || w <= 0 || h <= 0)
+        return;
+    /* the panels trust the view's cell; any other value draws the normal cell */
+    ex_viz_view view = v ? *v : ex_viz_view_default();
+    if (view.cell != EX_VIZ_REDUCE)
+        view.cell = EX_VIZ_NORMAL;
+    v = &view;
     ex_viz_layout l;
     ex_viz_layout_compute(w, h, &l);
     viz_color(r, viz_bg);
@@ -326,6 +340,8 @@ void ex_viz_draw(ex_viz_renderer *r, ex_viz_model *m, const ex_viz_view *v, int 
 bool ex_viz_heatmap_rect(ex_viz_model *m, const ex_viz_layout *l, ex_viz_cell cell, int edge,
                          int cand, SDL_Rect *out)
 {
+    if (!m || !l || !out || (cell != EX_VIZ_NORMAL && cell != EX_VIZ_REDUCE))
+        return false;
     pthread_mutex_lock(&m->mu);
     bool ok = viz_heatmap_rect(m, l, cell, edge, cand, out);
     pthread_mutex_unlock(&m->mu);
@@ -335,6 +351,8 @@ bool ex_viz_heatmap_rect(ex_viz_model *m, const ex_viz_layout *l, ex_viz_cell ce
 bool ex_viz_curve_point(ex_viz_model *m, const ex_viz_layout *l, ex_viz_series s, int64_t i, int *x,
                         int *y)
 {
+    if (!m || !l || !x || !y || (unsigned)s >= EX_VIZ_SERIES_COUNT)
+        return false;
     pthread_mutex_lock(&m->mu);
     bool ok = viz_curve_point(m, l, s, i, x, y);
     pthread_mutex_unlock(&m->mu);
@@ -344,20 +362,23 @@ bool ex_viz_curve_point(ex_viz_model *m, const ex_viz_layout *l, ex_viz_series s
 ex_status ex_viz_snapshot(ex_viz_model *m, const ex_viz_view *v, int w, int h, const char *png,
                           char *msg, size_t msg_len)
 {
+    if (!m || !png || !png[0])
+        return viz_fail(EX_ERR_ARG, msg, msg_len, "snapshot: %s",
+                        !m ? "NULL model" : "no PNG path");
+    if (w <= 0 || h <= 0 || w > VIZ_MAX_SIDE || h > VIZ_MAX_SIDE)
+        return viz_fail(EX_ERR_ARG, msg, msg_len, "snapshot: size %d x %d is not in 1..%d", w, h,
+                        VIZ_MAX_SIDE);
     SDL_Surface *s = SDL_CreateRGBSurfaceWithFormat(0, w, h, 32, SDL_PIXELFORMAT_RGB888);
     SDL_Renderer *sr = s ? SDL_CreateSoftwareRenderer(s) : NULL;
     ex_viz_renderer *r = NULL;
     ex_status st = EX_OK;
     if (!sr) {
-        snprintf(msg, msg_len, "software renderer: %s", SDL_GetError());
-        st = EX_ERR_UNSUPPORTED;
+        st = viz_fail(EX_ERR_UNSUPPORTED, msg, msg_len, "software renderer: %s", SDL_GetError());
     } else if ((st = ex_viz_renderer_new(sr, NULL, &r, msg, msg_len)) == EX_OK) {
         ex_viz_draw(r, m, v, w, h);
         SDL_RenderPresent(sr);
-        if (IMG_SavePNG(s, png) != 0) {
-            snprintf(msg, msg_len, "%s: %s", png, IMG_GetError());
-            st = EX_ERR_IO;
-        }
+        if (IMG_SavePNG(s, png) != 0)
+            st = viz_fail(EX_ERR_IO, msg, msg_len, "%s: %s", png, IMG_GetError());
     }
     ex_viz_renderer_free(r);
     if (sr)

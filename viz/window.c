@@ -26,28 +26,31 @@ struct ex_viz_window {
 ex_status ex_viz_window_open(const ex_viz_window_opts *o, ex_viz_window **out, char *msg,
                              size_t msg_len)
 {
+    if (!out)
+        return viz_fail(EX_ERR_ARG, msg, msg_len, "window: NULL out");
     *out = NULL;
+    /* checked before SDL starts, so bad options open nothing */
+    if (!o || o->width < 0 || o->height < 0 || o->width > VIZ_MAX_SIDE || o->height > VIZ_MAX_SIDE)
+        return viz_fail(EX_ERR_ARG, msg, msg_len, "window: %s",
+                        !o ? "NULL options" : "width and height must be in 0..16384");
     /* the application's Ctrl-C handler (checkpoint, then stop) must stay in charge */
     SDL_SetHint(SDL_HINT_NO_SIGNAL_HANDLERS, "1");
-    if (SDL_InitSubSystem(SDL_INIT_VIDEO) != 0) {
-        snprintf(msg, msg_len, "cannot open a window (no display?): %s", SDL_GetError());
-        return EX_ERR_UNSUPPORTED;
-    }
+    if (SDL_InitSubSystem(SDL_INIT_VIDEO) != 0)
+        return viz_fail(EX_ERR_UNSUPPORTED, msg, msg_len, "cannot open a window (no display?): %s",
+                        SDL_GetError());
     /* with no display SDL falls back to drivers that show nothing: a window nobody sees
      * would wait forever, so they count as no display unless asked for by name */
     const char *drv = SDL_GetCurrentVideoDriver();
     if (drv && (!strcmp(drv, "offscreen") || !strcmp(drv, "dummy")) &&
         !SDL_getenv("SDL_VIDEODRIVER")) {
         SDL_QuitSubSystem(SDL_INIT_VIDEO);
-        snprintf(msg, msg_len, "cannot open a window: no display (SDL found only its %s driver)",
-                 drv);
-        return EX_ERR_UNSUPPORTED;
+        return viz_fail(EX_ERR_UNSUPPORTED, msg, msg_len,
+                        "cannot open a window: no display (SDL found only its %s driver)", drv);
     }
     ex_viz_window *w = calloc(1, sizeof *w);
     if (!w) {
         SDL_QuitSubSystem(SDL_INIT_VIDEO);
-        snprintf(msg, msg_len, "out of memory");
-        return EX_ERR_NOMEM;
+        return viz_fail(EX_ERR_NOMEM, msg, msg_len, "out of memory");
     }
     w->o = *o;
     snprintf(w->shot_dir, sizeof w->shot_dir, "%s", o->shot_dir ? o->shot_dir : ".");
@@ -59,8 +62,7 @@ ex_status ex_viz_window_open(const ex_viz_window_opts *o, ex_viz_window **out, c
     w->sdl = w->win ? SDL_CreateRenderer(w->win, -1, 0) : NULL;
     ex_status st = EX_OK;
     if (!w->sdl) {
-        snprintf(msg, msg_len, "cannot open a window: %s", SDL_GetError());
-        st = EX_ERR_UNSUPPORTED;
+        st = viz_fail(EX_ERR_UNSUPPORTED, msg, msg_len, "cannot open a window: %s", SDL_GetError());
     } else {
         st = ex_viz_renderer_new(w->sdl, NULL, &w->r, msg, msg_len);
     }
@@ -94,6 +96,8 @@ static void draw(ex_viz_window *w, ex_viz_model *m)
 
 void ex_viz_window_frame(ex_viz_window *w, ex_viz_model *m)
 {
+    if (!w || !m)
+        return;
     draw(w, m);
     SDL_RenderPresent(w->sdl);
     w->frames++;
@@ -101,7 +105,7 @@ void ex_viz_window_frame(ex_viz_window *w, ex_viz_model *m)
 
 int64_t ex_viz_window_frames(const ex_viz_window *w)
 {
-    return w->frames;
+    return w ? w->frames : 0;
 }
 
 /* Reads back what was drawn (before presenting: the back buffer is undefined after). */
@@ -111,19 +115,19 @@ static ex_status save_png(ex_viz_window *w, const char *png, char *msg, size_t m
     SDL_GetRendererOutputSize(w->sdl, &width, &height);
     SDL_Surface *s = SDL_CreateRGBSurfaceWithFormat(0, width, height, 32, SDL_PIXELFORMAT_RGB888);
     ex_status st = EX_OK;
-    if (!s || SDL_RenderReadPixels(w->sdl, NULL, SDL_PIXELFORMAT_RGB888, s->pixels, s->pitch)) {
-        snprintf(msg, msg_len, "screenshot: %s", SDL_GetError());
-        st = EX_ERR_UNSUPPORTED;
-    } else if (IMG_SavePNG(s, png) != 0) {
-        snprintf(msg, msg_len, "%s: %s", png, IMG_GetError());
-        st = EX_ERR_IO;
-    }
+    if (!s || SDL_RenderReadPixels(w->sdl, NULL, SDL_PIXELFORMAT_RGB888, s->pixels, s->pitch))
+        st = viz_fail(EX_ERR_UNSUPPORTED, msg, msg_len, "screenshot: %s", SDL_GetError());
+    else if (IMG_SavePNG(s, png) != 0)
+        st = viz_fail(EX_ERR_IO, msg, msg_len, "%s: %s", png, IMG_GetError());
     SDL_FreeSurface(s);
     return st;
 }
 
 ex_status ex_viz_window_screenshot(ex_viz_window *w, const char *png, char *msg, size_t msg_len)
 {
+    if (!w || !png || !png[0])
+        return viz_fail(EX_ERR_ARG, msg, msg_len, "screenshot: %s",
+                        !w ? "NULL window" : "no PNG path");
     return save_png(w, png, msg, msg_len);
 }
 
@@ -251,6 +255,8 @@ static void poll_log(loop *L, uint32_t *next)
 ex_status ex_viz_window_run(ex_viz_window *w, ex_viz_model *m, ex_viz_follow *f, char *msg,
                             size_t msg_len)
 {
+    if (!w || !m)
+        return viz_fail(EX_ERR_ARG, msg, msg_len, "window: NULL %s", !w ? "window" : "model");
     loop L = {.w = w, .m = m, .f = f, .dirty = true};
     uint32_t next_poll = 0;
     uint64_t seen = ~0ull;

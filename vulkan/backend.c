@@ -586,6 +586,12 @@ static void fill_caps(vk_backend *b, ex_backend_caps *caps)
 ex_status ex_vulkan_backend_create(int automatic, const ex_backend_iface **iface, void **impl,
                                    ex_backend_caps *caps, char *msg, size_t msg_len)
 {
+    /* checked before the instance is made: bad arguments must not cost a driver load */
+    if (!iface || !impl || !caps) {
+        if (msg && msg_len)
+            snprintf(msg, msg_len, "vulkan: NULL %s", !iface ? "iface" : !impl ? "impl" : "caps");
+        return EX_ERR_ARG;
+    }
     vk_backend *b = calloc(1, sizeof *b);
     if (!b) {
         if (msg && msg_len)

@@ -130,7 +130,8 @@ int ex_backend_supports(const char *name, ex_op op);
 /** Lists the devices backend name could use, one line each, into buf (NUL-terminated,
  *  cut at len): for "vulkan" every device the loader reports, with its index for
  *  EXAPT_VK_DEVICE, type and Vulkan version. EX_ERR_UNSUPPORTED for a backend without a
- *  device list or not compiled in; on failure buf holds the message. */
+ *  device list or not compiled in; on failure buf holds the message. EX_ERR_ARG, writing
+ *  nothing, when name or buf is NULL or len is 0. */
 ex_status ex_backend_devices(const char *name, char *buf, size_t len);
 
 /** The interface and implementation behind an open backend (for the planner). */
@@ -145,13 +146,16 @@ ex_status ex_cpu_backend_create(int reference, const ex_backend_iface **iface, v
  *  device. */
 ex_status ex_cuda_backend_create(int arg, const ex_backend_iface **iface, void **impl,
                                  ex_backend_caps *caps, char *msg, size_t msg_len);
+/** The Vulkan devices the loader reports, for ex_backend_devices() (compiled in when
+ *  EXAPT_HAVE_VULKAN). EX_ERR_ARG, writing nothing, when buf is NULL or len is 0; on other
+ *  failures buf holds the message. */
+ex_status ex_vulkan_devices(char *buf, size_t len);
 /** The Vulkan backend (compiled in when EXAPT_HAVE_VULKAN): the device is EXAPT_VK_DEVICE
  *  (an index or part of a name) or the best one, discrete before integrated GPUs; virtual
  *  and CPU-type devices (lavapipe) only when automatic is 0 (asked for by name), never for
  *  "auto". EXAPT_VK_PORTABLE=1 keeps to what Vulkan 1.1 guarantees; EXAPT_VK_VALIDATION=1
- *  turns the Khronos validation layer on and makes any message of it an error. */
-/** The Vulkan devices the loader reports, for ex_backend_devices(). */
-ex_status ex_vulkan_devices(char *buf, size_t len);
+ *  turns the Khronos validation layer on and makes any message of it an error. EX_ERR_ARG
+ *  when iface, impl or caps is NULL (checked before Vulkan is touched); msg may be NULL. */
 ex_status ex_vulkan_backend_create(int automatic, const ex_backend_iface **iface, void **impl,
                                    ex_backend_caps *caps, char *msg, size_t msg_len);
 
