@@ -341,14 +341,18 @@ static ex_status place_all(ex_plan *p, uint64_t limit)
     return st;
 }
 
-/* Device memory, counted by the context's allocation hook like host memory. */
-static ex_status buffer_alloc(ex_plan *p, uint64_t bytes, ex_buffer **out)
+/* Device memory, counted by the context's allocation hook like host memory; *why says
+ * what failed. */
+static ex_status buffer_alloc(ex_plan *p, uint64_t bytes, ex_buffer **out, const char **why)
 {
     if (ex__alloc_fails(p->ctx)) {
         *out = NULL;
+        *why = "refused by the context's allocation hook";
         return EX_ERR_NOMEM;
     }
-    return p->f->buffer_alloc(p->impl, bytes, out);
+    ex_status st = p->f->buffer_alloc(p->impl, bytes, out);
+    *why = p->f->error(p->impl);
+    return st;
 }
 
 /* The snapshot's copy of each persistent chunk (ex_plan_snapshot). */
@@ -360,11 +364,12 @@ static ex_status alloc_backup(ex_plan *p)
     for (int c = 0; c < p->nchunks; c++) {
         if (!p->chunk_persistent[c])
             continue;
+        const char *why = "";
         ex_status st =
-            buffer_alloc(p, p->chunk_bytes[c] ? p->chunk_bytes[c] : ALIGN, &p->backup[c]);
+            buffer_alloc(p, p->chunk_bytes[c] ? p->chunk_bytes[c] : ALIGN, &p->backup[c], &why);
         if (st != EX_OK)
             return ex__plan_fail(p, st, "plan: snapshot of chunk %d, %llu bytes: %s", c,
-                                 (unsigned long long)p->chunk_bytes[c], p->f->error(p->impl));
+                                 (unsigned long long)p->chunk_bytes[c], why);
     }
     return EX_OK;
 }
@@ -382,11 +387,12 @@ static ex_status alloc_chunks(ex_plan *p)
                              (unsigned long long)p->stats.persistent_bytes, caps->name,
                              (unsigned long long)caps->memory_bytes);
     for (int c = 0; c < p->nchunks; c++) {
+        const char *why = "";
         ex_status st =
-            buffer_alloc(p, p->chunk_bytes[c] ? p->chunk_bytes[c] : ALIGN, &p->chunks[c]);
+            buffer_alloc(p, p->chunk_bytes[c] ? p->chunk_bytes[c] : ALIGN, &p->chunks[c], &why);
         if (st != EX_OK)
             return ex__plan_fail(p, st, "plan: chunk %d of %llu bytes: %s", c,
-                                 (unsigned long long)p->chunk_bytes[c], p->f->error(p->impl));
+                                 (unsigned long long)p->chunk_bytes[c], why);
         /* inputs, parameters and state start at zero, on every backend alike */
         if (p->chunk_persistent[c] &&
             (st = p->f->fill(p->impl, p->chunks[c], 0, p->chunk_bytes[c] & ~(uint64_t)3, 0u)) !=
