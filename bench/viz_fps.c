@@ -169,8 +169,8 @@ static int run_search(const char *exapt, const char *extra, const char *dir, boo
                       double *median_ms)
 {
     char cmd[4096], path[1200], msg[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s && %s search %s --out %s%s > %s.log 2>&1", dir, exapt,
-             extra, dir, viz ? " --viz --viz-exit" : "", dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p runs && rm -rf %s && %s search %s --out %s%s > %s.log 2>&1",
+             dir, exapt, extra, dir, viz ? " --viz --viz-exit" : "", dir);
     if (system(cmd) != 0) {
         fprintf(stderr, "bench_viz_fps: failed: %s (see %s.log)\n", cmd, dir);
         return -1;

@@ -10,6 +10,9 @@
 
 #define POLL_MS 250 /* how often a followed log is read */
 #define WAIT_MS 100 /* longest wait for an event: how soon a live search's records show */
+/* New records redraw at most this often (what the user does redraws at once): a frame
+ * costs the CPU a search runs on about 10 ms in software rendering */
+#define MODEL_REDRAW_MS 250
 
 struct ex_viz_window {
     SDL_Window *win;
@@ -258,7 +261,7 @@ ex_status ex_viz_window_run(ex_viz_window *w, ex_viz_model *m, ex_viz_follow *f,
     if (!w || !m)
         return viz_fail(EX_ERR_ARG, msg, msg_len, "window: NULL %s", !w ? "window" : "model");
     loop L = {.w = w, .m = m, .f = f, .dirty = true};
-    uint32_t next_poll = 0;
+    uint32_t next_poll = 0, last_frame = 0;
     uint64_t seen = ~0ull;
     ex_status st = EX_OK;
     while (!L.quit) {
@@ -272,8 +275,11 @@ ex_status ex_viz_window_run(ex_viz_window *w, ex_viz_model *m, ex_viz_follow *f,
         }
         poll_log(&L, &next_poll);
         uint64_t v = ex_viz_model_version(m);
-        if (v != seen || L.dirty) {
+        uint32_t now = SDL_GetTicks();
+        bool due = seen == ~0ull || now - last_frame >= MODEL_REDRAW_MS;
+        if ((v != seen && due) || L.dirty) {
             seen = v;
+            last_frame = now;
             L.dirty = false;
             set_state(&L);
             ex_viz_window_frame(w, m);
