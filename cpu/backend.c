@@ -90,7 +90,7 @@ static double now_ms(void)
 
 static bool gated_off(const ex_node_exec *n)
 {
-    return n->gate && cpu_f32(n->gate)[cpu_at(n->gate, n->gate_index)] == 0.0f;
+    return n->gate && cpu_f32(n->gate)[ex_td_at(n->gate, n->gate_index)] == 0.0f;
 }
 
 static ex_status cpu_compute(void *impl, const ex_node_exec *nodes, int64_t count, double *node_ms)

@@ -49,7 +49,7 @@ static conv_t4 conv_t4_of(const ex_tdesc *t)
 {
     conv_t4 v;
     v.p = cpu_f32(t);
-    cpu_shape4(t, v.ne, v.st);
+    ex_td_shape4(t, v.ne, v.st);
     return v;
 }
 

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "core/tdesc.h"
 #include "exapt/backend.h"
 
 /** A CPU buffer: plain host memory. ex_buffer handles of this backend point to one. */
@@ -51,36 +52,6 @@ static inline float *cpu_f32(const ex_tdesc *t)
 static inline int32_t *cpu_i32(const ex_tdesc *t)
 {
     return (int32_t *)cpu_ptr(t);
-}
-
-/** Shape and strides padded on the left to 4 dims (size 1, stride 0). */
-static inline void cpu_shape4(const ex_tdesc *t, int64_t ne[4], int64_t st[4])
-{
-    int pad = 4 - t->ndim;
-    for (int d = 0; d < 4; d++) {
-        ne[d] = d < pad ? 1 : t->ne[d - pad];
-        st[d] = d < pad ? 0 : t->st[d - pad];
-    }
-}
-
-/** Element offset of the row-major logical index i of t. */
-static inline int64_t cpu_at(const ex_tdesc *t, int64_t i)
-{
-    int64_t off = 0;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        off += (i % t->ne[d]) * t->st[d];
-        i /= t->ne[d];
-    }
-    return off;
-}
-
-/** Number of elements of t. */
-static inline int64_t cpu_numel(const ex_tdesc *t)
-{
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++)
-        n *= t->ne[d];
-    return n;
 }
 
 /** Whether t's elements are dense in row-major order. */

@@ -58,7 +58,7 @@ static int ew_broadcast(const ex_tdesc *src, const int64_t ne[4], int64_t st[4])
     int64_t sne[4];
     if (!ew_valid(src))
         return 0;
-    cpu_shape4(src, sne, st);
+    ex_td_shape4(src, sne, st);
     for (int d = 0; d < 4; d++) {
         if (sne[d] == ne[d])
             continue;
@@ -86,7 +86,7 @@ static ex_status ew_setup(const cpu_exec *e, const ex_node_exec *n, const char *
         return cpu_fail(e, EX_ERR_ARG, "%s: %d sources, expected %d", op, n->nsrc, nsrc);
     if (!ew_valid(&n->dst))
         return cpu_fail(e, EX_ERR_ARG, "%s: bad dst (ndim %d)", op, n->dst.ndim);
-    cpu_shape4(&n->dst, o->ne, o->st[0]);
+    ex_td_shape4(&n->dst, o->ne, o->st[0]);
     if (!ew_dst_ok(o->ne, o->st[0]))
         return cpu_fail(e, EX_ERR_ARG, "%s: dst broadcasts (stride 0)", op);
     o->nop = 1 + nalign;
@@ -337,11 +337,11 @@ static void copy_reshape(const cpu_exec *e, const ex_tdesc *dst, const ex_tdesc 
 {
     uint32_t *d = cpu_ptr(dst);
     const uint32_t *s = cpu_ptr(src);
-    int64_t m = cpu_numel(dst);
+    int64_t m = ex_td_numel(dst);
     (void)e; /* read only by the OpenMP clauses */
 #pragma omp parallel for if (!e->reference) num_threads(ew_threads(e)) schedule(static)
     for (int64_t i = 0; i < m; i++)
-        memcpy(d + cpu_at(dst, i), s + cpu_at(src, i), 4);
+        memcpy(d + ex_td_at(dst, i), s + ex_td_at(src, i), 4);
 }
 
 CPU_OP(copy)
@@ -353,12 +353,12 @@ CPU_OP(copy)
     if (n->dst.dtype != n->src[0].dtype || (n->dst.dtype != EX_F32 && n->dst.dtype != EX_I32))
         return cpu_fail(e, EX_ERR_ARG, "copy: source and dst must both be f32 or both i32");
     int64_t ne[4], st[4];
-    cpu_shape4(&n->dst, ne, st);
+    ex_td_shape4(&n->dst, ne, st);
     if (!ew_broadcast(&n->src[0], ne, st)) {
-        if (cpu_numel(&n->src[0]) != cpu_numel(&n->dst))
+        if (ex_td_numel(&n->src[0]) != ex_td_numel(&n->dst))
             return cpu_fail(e, EX_ERR_SHAPE, "copy: %lld elements into %lld",
-                            (long long)cpu_numel(&n->src[0]), (long long)cpu_numel(&n->dst));
-        cpu_shape4(&n->dst, ne, st);
+                            (long long)ex_td_numel(&n->src[0]), (long long)ex_td_numel(&n->dst));
+        ex_td_shape4(&n->dst, ne, st);
         if (!ew_dst_ok(ne, st))
             return cpu_fail(e, EX_ERR_ARG, "copy: dst broadcasts (stride 0)");
         copy_reshape(e, &n->dst, &n->src[0]);
@@ -404,11 +404,11 @@ CPU_OP(drop_path)
     if (st != EX_OK)
         return st;
     const ex_tdesc *ct = &n->src[1];
-    if (!ew_valid(ct) || cpu_numel(ct) < 2)
+    if (!ew_valid(ct) || ex_td_numel(ct) < 2)
         return cpu_fail(e, EX_ERR_SHAPE, "drop_path: counter needs 2 elements");
     const int32_t *cnt = cpu_i32(ct);
     uint32_t k0 = (uint32_t)n->ip[0], k1 = (uint32_t)n->ip[1];
-    uint32_t c0 = (uint32_t)cnt[cpu_at(ct, 0)], c1 = (uint32_t)cnt[cpu_at(ct, 1)];
+    uint32_t c0 = (uint32_t)cnt[ex_td_at(ct, 0)], c1 = (uint32_t)cnt[ex_td_at(ct, 1)];
     float keep = n->fp[0];
     int p = 4 - n->dst.ndim;
 #pragma omp parallel for if (!e->reference) num_threads(ew_threads(e)) schedule(static)

@@ -38,7 +38,7 @@ static int nas_align(const ex_tdesc *t, const int64_t ne[4], int64_t st[4])
     int64_t tne[4];
     if (!nas_valid(t, EX_F32))
         return 0;
-    cpu_shape4(t, tne, st);
+    ex_td_shape4(t, tne, st);
     for (int d = 0; d < 4; d++) {
         if (tne[d] != ne[d] && tne[d] != 1)
             return 0;
@@ -52,7 +52,7 @@ static int nas_align(const ex_tdesc *t, const int64_t ne[4], int64_t st[4])
 static int nas_dst_ok(const ex_tdesc *d, const int64_t st[4])
 {
     int64_t ne[4], own[4];
-    cpu_shape4(d, ne, own);
+    ex_td_shape4(d, ne, own);
     for (int k = 0; k < 4; k++)
         if (ne[k] > 1 && st[k] == 0)
             return 0;
@@ -67,7 +67,7 @@ static int64_t nas_row_off(const int64_t ne[4], const int64_t st[4], int64_t r)
 /* Element i of a [K]-like tensor read by logical index. */
 static float nas_get(const ex_tdesc *t, int64_t i)
 {
-    return cpu_f32(t)[cpu_at(t, i)];
+    return cpu_f32(t)[ex_td_at(t, i)];
 }
 
 /* ---- MIXED_SUM ---- */
@@ -93,10 +93,10 @@ static ex_status mix_select(const cpu_exec *e, const ex_node_exec *n, const char
                         NAS_MAX_X + 2);
     if (!nas_valid(mask, EX_F32) || (w && !nas_valid(w, EX_F32)))
         return cpu_fail(e, EX_ERR_ARG, "%s: weights and mask must be f32", op);
-    int64_t k = cpu_numel(mask);
-    if (w && cpu_numel(w) != k)
+    int64_t k = ex_td_numel(mask);
+    if (w && ex_td_numel(w) != k)
         return cpu_fail(e, EX_ERR_SHAPE, "%s: %lld weights, %lld mask entries", op,
-                        (long long)cpu_numel(w), (long long)k);
+                        (long long)ex_td_numel(w), (long long)k);
     for (int j = 0; j < m->n; j++) {
         int i = n->ip[j];
         if (i < 0 || i >= k)
@@ -186,7 +186,7 @@ CPU_OP(mixed_sum)
     if (!nas_valid(&n->dst, EX_F32))
         return cpu_fail(e, EX_ERR_ARG, "mixed_sum: dst must be f32 with 1 to 4 dims");
     mix_ops o;
-    cpu_shape4(&n->dst, o.ne, o.st[0]);
+    ex_td_shape4(&n->dst, o.ne, o.st[0]);
     if (!nas_dst_ok(&n->dst, o.st[0]))
         return cpu_fail(e, EX_ERR_ARG, "mixed_sum: dst broadcasts (stride 0)");
     o.base[0] = cpu_ptr(&n->dst);
@@ -246,11 +246,11 @@ static ex_status dw_setup(const cpu_exec *e, const ex_node_exec *n, const mix_se
     if (!nas_valid(dy, EX_F32))
         return cpu_fail(e, EX_ERR_ARG, "mixed_sum_bwd_w: dy must be f32 with 1 to 4 dims");
     const ex_tdesc *d = &n->dst;
-    if (!nas_valid(d, EX_F32) || cpu_numel(d) != cpu_numel(&n->src[1]))
+    if (!nas_valid(d, EX_F32) || ex_td_numel(d) != ex_td_numel(&n->src[1]))
         return cpu_fail(e, EX_ERR_SHAPE,
                         "mixed_sum_bwd_w: dst must be f32 with one entry "
                         "per mask entry");
-    cpu_shape4(dy, o->ne, o->st[0]);
+    ex_td_shape4(dy, o->ne, o->st[0]);
     o->p[0] = cpu_f32(dy);
     for (int j = 0; j < m->na; j++) {
         if (!nas_align(&n->src[m->src[j]], o->ne, o->st[1 + j]))
@@ -268,7 +268,7 @@ static ex_status dw_setup(const cpu_exec *e, const ex_node_exec *n, const mix_se
 static void dw_store(const ex_tdesc *d, const mix_set *m, const double *part, int64_t nch)
 {
     float *dst = cpu_f32(d);
-    for (int64_t k = 0; k < cpu_numel(d); k++) {
+    for (int64_t k = 0; k < ex_td_numel(d); k++) {
         double acc = 0.0;
         for (int j = 0; j < m->na; j++) {
             if (m->idx[j] != k)
@@ -276,7 +276,7 @@ static void dw_store(const ex_tdesc *d, const mix_set *m, const double *part, in
             for (int64_t c = 0; c < nch; c++)
                 acc += part[j * nch + c];
         }
-        dst[cpu_at(d, k)] = (float)acc;
+        dst[ex_td_at(d, k)] = (float)acc;
     }
 }
 
@@ -337,7 +337,7 @@ static ex_status rows_setup(const cpu_exec *e, const ex_node_exec *n, const char
     if (!nas_valid(ref, EX_F32) || !nas_valid(&n->dst, EX_F32))
         return cpu_fail(e, EX_ERR_ARG, "%s: tensors must be f32 with 1 to 4 dims", op);
     int64_t own[4];
-    cpu_shape4(ref, o->ne, own);
+    ex_td_shape4(ref, o->ne, own);
     if (o->ne[0] * o->ne[1] * o->ne[2] * o->ne[3] < 1)
         return cpu_fail(e, EX_ERR_SHAPE, "%s: no elements", op);
     o->nalign = nalign;
@@ -372,7 +372,7 @@ static void rows_exec(const cpu_exec *e, const nas_rows *o, nas_fn fn, const voi
 static ex_status nas_scalar(const cpu_exec *e, const char *op, const ex_tdesc *t, const char *what,
                             float *v)
 {
-    if (!nas_valid(t, EX_F32) || cpu_numel(t) != 1)
+    if (!nas_valid(t, EX_F32) || ex_td_numel(t) != 1)
         return cpu_fail(e, EX_ERR_SHAPE, "%s: %s must be one f32 element", op, what);
     *v = cpu_f32(t)[0];
     return EX_OK;
@@ -413,12 +413,12 @@ CPU_OP(gumbel_softmax)
     if (st != EX_OK)
         return st;
     const ex_tdesc *ct = &n->src[2];
-    if (!nas_valid(ct, EX_I32) || cpu_numel(ct) < 2)
+    if (!nas_valid(ct, EX_I32) || ex_td_numel(ct) < 2)
         return cpu_fail(e, EX_ERR_ARG, "gumbel_softmax: counter must be i32 [2]");
     a.k0 = (uint32_t)n->ip[0];
     a.k1 = (uint32_t)n->ip[1];
-    a.c0 = (uint32_t)cpu_i32(ct)[cpu_at(ct, 0)];
-    a.c1 = (uint32_t)cpu_i32(ct)[cpu_at(ct, 1)];
+    a.c0 = (uint32_t)cpu_i32(ct)[ex_td_at(ct, 0)];
+    a.c1 = (uint32_t)cpu_i32(ct)[ex_td_at(ct, 1)];
     rows_exec(e, &o, row_gumbel, &a);
     return EX_OK;
 }

@@ -43,7 +43,7 @@ static int opt_align(const ex_tdesc *t, const int64_t ne[4], int64_t st[4])
     int64_t tne[4];
     if (!opt_valid(t))
         return 0;
-    cpu_shape4(t, tne, st);
+    ex_td_shape4(t, tne, st);
     for (int d = 0; d < 4; d++)
         if (tne[d] != ne[d])
             return 0;
@@ -70,7 +70,7 @@ static ex_status opt_setup(const cpu_exec *e, const ex_node_exec *n, const char 
         return cpu_fail(e, EX_ERR_ARG, "%s: %d sources, expected %d", op, n->nsrc, nsrc);
     if (!opt_valid(&n->dst))
         return cpu_fail(e, EX_ERR_ARG, "%s: dst must be f32 with 1 to 4 dims", op);
-    cpu_shape4(&n->dst, o->ne, o->st[0]);
+    ex_td_shape4(&n->dst, o->ne, o->st[0]);
     o->nop = 1 + nalign;
     o->numel = o->ne[0] * o->ne[1] * o->ne[2] * o->ne[3];
     o->p[0] = cpu_f32(&n->dst);
@@ -109,10 +109,10 @@ static void opt_offsets(const opt_ops *o, int64_t i, int64_t *off)
 static ex_status opt_scalars(const cpu_exec *e, const char *op, const ex_tdesc *t, int count,
                              float *v)
 {
-    if (!opt_valid(t) || cpu_numel(t) != count)
+    if (!opt_valid(t) || ex_td_numel(t) != count)
         return cpu_fail(e, EX_ERR_SHAPE, "%s: expected an f32 source of %d element(s)", op, count);
     for (int i = 0; i < count; i++)
-        v[i] = cpu_f32(t)[cpu_at(t, i)];
+        v[i] = cpu_f32(t)[ex_td_at(t, i)];
     return EX_OK;
 }
 
@@ -176,7 +176,7 @@ static double sumsq_range(const ex_tdesc *t, int64_t k0, int64_t k1)
         return acc;
     }
     int64_t ne[4], st[4], c[4], k = k0, off = 0;
-    cpu_shape4(t, ne, st);
+    ex_td_shape4(t, ne, st);
     for (int d = 3; d >= 0; d--) {
         c[d] = k % ne[d];
         k /= ne[d];
@@ -205,7 +205,7 @@ static ex_status norm_chunks(const cpu_exec *e, const ex_node_exec *n, int64_t *
     for (int i = 0; i < n->nsrc; i++) {
         if (!opt_valid(&n->src[i]))
             return cpu_fail(e, EX_ERR_ARG, "grad_norm: source %d must be f32 with 1 to 4 dims", i);
-        first[i + 1] = first[i] + (cpu_numel(&n->src[i]) + CPU_CHUNK - 1) / CPU_CHUNK;
+        first[i + 1] = first[i] + (ex_td_numel(&n->src[i]) + CPU_CHUNK - 1) / CPU_CHUNK;
     }
     return EX_OK;
 }
@@ -231,7 +231,7 @@ static void norm_partials(const cpu_exec *e, const ex_node_exec *n, const int64_
 #pragma omp parallel for if (!e->reference) num_threads(opt_threads(e)) schedule(static)
     for (int64_t it = 0; it < first[n->nsrc]; it++) {
         int t = norm_tensor(first, n->nsrc, it);
-        int64_t k0 = (it - first[t]) * CPU_CHUNK, m = cpu_numel(&n->src[t]);
+        int64_t k0 = (it - first[t]) * CPU_CHUNK, m = ex_td_numel(&n->src[t]);
         part[it] = sumsq_range(&n->src[t], k0, k0 + CPU_CHUNK < m ? k0 + CPU_CHUNK : m);
     }
 }
@@ -240,7 +240,7 @@ CPU_OP(grad_norm)
 {
     if (n->nsrc < 0 || (n->nsrc > 0 && n->src == NULL))
         return cpu_fail(e, EX_ERR_ARG, "grad_norm: %d sources", n->nsrc);
-    if (!opt_valid(&n->dst) || cpu_numel(&n->dst) != 1)
+    if (!opt_valid(&n->dst) || ex_td_numel(&n->dst) != 1)
         return cpu_fail(e, EX_ERR_SHAPE, "grad_norm: dst must be one f32 element");
     int64_t *first = cpu_alloc(e, sizeof(int64_t) * (size_t)(n->nsrc + 1));
     if (first == NULL)

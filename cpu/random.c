@@ -26,7 +26,7 @@ static ex_status rnd_setup(const cpu_exec *e, const ex_node_exec *n, const char 
     if (n->nsrc != 1 || n->src == NULL)
         return cpu_fail(e, EX_ERR_ARG, "%s: %d sources, expected the counter", op, n->nsrc);
     const ex_tdesc *c = &n->src[0], *d = &n->dst;
-    if (c->ndim < 1 || c->ndim > 4 || c->dtype != EX_I32 || cpu_numel(c) < 2)
+    if (c->ndim < 1 || c->ndim > 4 || c->dtype != EX_I32 || ex_td_numel(c) < 2)
         return cpu_fail(e, EX_ERR_ARG, "%s: counter must be i32 [2]", op);
     if (d->ndim < 1 || d->ndim > 4 || d->dtype != EX_F32)
         return cpu_fail(e, EX_ERR_ARG, "%s: dst must be f32 with 1 to 4 dims", op);
@@ -35,8 +35,8 @@ static ex_status rnd_setup(const cpu_exec *e, const ex_node_exec *n, const char 
             return cpu_fail(e, EX_ERR_ARG, "%s: dst broadcasts (stride 0)", op);
     s->k0 = (uint32_t)n->ip[0];
     s->k1 = (uint32_t)n->ip[1];
-    s->c0 = (uint32_t)cpu_i32(c)[cpu_at(c, 0)];
-    s->c1 = (uint32_t)cpu_i32(c)[cpu_at(c, 1)];
+    s->c0 = (uint32_t)cpu_i32(c)[ex_td_at(c, 0)];
+    s->c1 = (uint32_t)cpu_i32(c)[ex_td_at(c, 1)];
     return EX_OK;
 }
 
@@ -49,13 +49,13 @@ static ex_status rnd_fill(const cpu_exec *e, const ex_node_exec *n, const char *
         return st;
     const ex_tdesc *t = &n->dst;
     float *d = cpu_f32(t), a = n->fp[0], b = n->fp[1];
-    int64_t m = cpu_numel(t);
+    int64_t m = ex_td_numel(t);
     int dense = cpu_contiguous(t);
 #pragma omp parallel for if (!e->reference) num_threads(rnd_threads(e)) schedule(static)
     for (int64_t i = 0; i < m; i++) {
         float v = normal ? a + b * ex_philox_normal(s.k0, s.k1, s.c0, s.c1, (uint64_t)i)
                          : a + (b - a) * ex_philox_uniform(s.k0, s.k1, s.c0, s.c1, (uint64_t)i);
-        d[dense ? i : cpu_at(t, i)] = v;
+        d[dense ? i : ex_td_at(t, i)] = v;
     }
     return EX_OK;
 }

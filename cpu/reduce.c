@@ -228,7 +228,7 @@ static int red_align(const ex_tdesc *t, const int64_t ne[4], int64_t st[4])
     int64_t tne[4];
     if (t->ndim < 1 || t->ndim > 4 || t->dtype != EX_F32)
         return 0;
-    cpu_shape4(t, tne, st);
+    ex_td_shape4(t, tne, st);
     for (int d = 0; d < 4; d++) {
         if (tne[d] != ne[d] && tne[d] != 1)
             return 0;
@@ -245,7 +245,7 @@ CPU_OP(max_bwd)
     if (n->dst.ndim < 1 || n->dst.ndim > 4 || n->dst.dtype != EX_F32)
         return cpu_fail(e, EX_ERR_ARG, "max_bwd: dst must be f32 with 1 to 4 dims");
     int64_t ne[4], s[4][4]; /* dst, x, y, dy */
-    cpu_shape4(&n->dst, ne, s[0]);
+    ex_td_shape4(&n->dst, ne, s[0]);
     for (int k = 0; k < 4; k++)
         if (ne[k] > 1 && s[0][k] == 0)
             return cpu_fail(e, EX_ERR_ARG, "max_bwd: dst broadcasts (stride 0)");

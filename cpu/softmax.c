@@ -47,7 +47,7 @@ static int sm_align(const ex_tdesc *t, ex_dtype dt, const int64_t ne[4], int64_t
     int64_t tne[4];
     if (t->ndim < 1 || t->ndim > 4 || t->dtype != dt)
         return 0;
-    cpu_shape4(t, tne, st);
+    ex_td_shape4(t, tne, st);
     for (int d = 0; d < 4; d++) {
         if (tne[d] != ne[d] && tne[d] != 1)
             return 0;
@@ -70,7 +70,7 @@ static ex_status sm_setup(const cpu_exec *e, const ex_node_exec *n, const char *
     if (n->dst.ndim < 1 || n->dst.ndim > 4 || n->dst.dtype != EX_F32)
         return cpu_fail(e, EX_ERR_ARG, "%s: dst must be f32 with 1 to 4 dims", op);
     o->nsrc = nsrc;
-    cpu_shape4(&n->dst, o->ne, o->st[0]);
+    ex_td_shape4(&n->dst, o->ne, o->st[0]);
     for (int d = 0; d < 4; d++)
         if (o->ne[d] < 1)
             return cpu_fail(e, EX_ERR_SHAPE, "%s: dst has an empty dim", op);
@@ -207,14 +207,14 @@ static ex_status ce_setup(const cpu_exec *e, const ex_node_exec *n, const char *
         return cpu_fail(e, EX_ERR_ARG, "%s: logits must be f32 with 1 to 4 dims", op);
     if (l->ndim < 1 || l->ndim > 4 || l->dtype != EX_I32)
         return cpu_fail(e, EX_ERR_ARG, "%s: labels must be i32", op);
-    cpu_shape4(x, c->ne, c->st);
+    ex_td_shape4(x, c->ne, c->st);
     c->k = c->ne[3];
     c->rows = c->ne[0] * c->ne[1] * c->ne[2];
     if (c->k < 1 || c->rows < 1)
         return cpu_fail(e, EX_ERR_SHAPE, "%s: logits have no elements", op);
-    if (cpu_numel(l) != c->rows)
+    if (ex_td_numel(l) != c->rows)
         return cpu_fail(e, EX_ERR_SHAPE, "%s: %lld labels for %lld rows", op,
-                        (long long)cpu_numel(l), (long long)c->rows);
+                        (long long)ex_td_numel(l), (long long)c->rows);
     c->x = cpu_f32(x);
     c->labels = l;
     c->lab = cpu_i32(l);
@@ -223,7 +223,7 @@ static ex_status ce_setup(const cpu_exec *e, const ex_node_exec *n, const char *
 
 static int32_t ce_label(const ce_in *c, int64_t r)
 {
-    return c->lab[cpu_at(c->labels, r)];
+    return c->lab[ex_td_at(c->labels, r)];
 }
 
 /* Checked before any thread starts, so the message names the first bad row. */
@@ -240,7 +240,7 @@ static ex_status ce_check_labels(const cpu_exec *e, const char *op, const ce_in 
 
 static ex_status ce_scalar_dst(const cpu_exec *e, const char *op, const ex_tdesc *d)
 {
-    if (d->ndim < 1 || d->ndim > 4 || d->dtype != EX_F32 || cpu_numel(d) != 1)
+    if (d->ndim < 1 || d->ndim > 4 || d->dtype != EX_F32 || ex_td_numel(d) != 1)
         return cpu_fail(e, EX_ERR_SHAPE, "%s: dst must be one f32 element", op);
     return EX_OK;
 }
@@ -312,12 +312,12 @@ CPU_OP(cross_entropy_bwd)
     if (st != EX_OK)
         return st;
     const ex_tdesc *dl = &n->src[2];
-    if (dl->ndim < 1 || dl->ndim > 4 || dl->dtype != EX_F32 || cpu_numel(dl) != 1)
+    if (dl->ndim < 1 || dl->ndim > 4 || dl->dtype != EX_F32 || ex_td_numel(dl) != 1)
         return cpu_fail(e, EX_ERR_SHAPE, "cross_entropy_bwd: dloss must be one f32 element");
     int64_t ne[4], sd[4];
     if (n->dst.ndim != n->src[0].ndim || n->dst.dtype != EX_F32)
         return cpu_fail(e, EX_ERR_SHAPE, "cross_entropy_bwd: dst must be f32 like logits");
-    cpu_shape4(&n->dst, ne, sd);
+    ex_td_shape4(&n->dst, ne, sd);
     for (int d = 0; d < 4; d++)
         if (ne[d] != c.ne[d] || (ne[d] > 1 && sd[d] == 0))
             return cpu_fail(e, EX_ERR_SHAPE, "cross_entropy_bwd: dst must have logits' shape");

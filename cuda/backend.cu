@@ -170,7 +170,7 @@ static int uses_blas(ex_op op)
 static ex_status gate_check(cu_exec *e, const ex_node_exec *n)
 {
     const ex_tdesc *g = n->gate;
-    if (g && (!cu_valid(g, EX_F32) || n->gate_index < 0 || n->gate_index >= cu_numel(g)))
+    if (g && (!ex_td_valid(g, EX_F32) || n->gate_index < 0 || n->gate_index >= ex_td_numel(g)))
         return cu_fail(e, EX_ERR_ARG, "%s: gate must be f32 with index %lld inside it",
                        ex_op_name(n->op), (long long)n->gate_index);
     return EX_OK;
@@ -178,7 +178,7 @@ static ex_status gate_check(cu_exec *e, const ex_node_exec *n)
 
 static const float *gate_ptr(const ex_node_exec *n)
 {
-    return n->gate ? cu_f32(n->gate) + cu_at(n->gate, n->gate_index) : NULL;
+    return n->gate ? cu_f32(n->gate) + ex_td_at(n->gate, n->gate_index) : NULL;
 }
 
 __global__ void set_condition_kernel(cudaGraphConditionalHandle h, const float *gate)

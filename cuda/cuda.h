@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/tdesc.h"
 #include "exapt/backend.h"
 
 /** A device allocation. ex_buffer handles of this backend point to one. */
@@ -82,74 +83,12 @@ static inline float *cu_f32(const ex_tdesc *t)
     return (float *)cu_ptr(t);
 }
 
-/** Shape and strides padded on the left to 4 dims (size 1, stride 0). */
-static inline void cu_shape4(const ex_tdesc *t, int64_t ne[4], int64_t st[4])
-{
-    int pad = 4 - t->ndim;
-    for (int d = 0; d < 4; d++) {
-        ne[d] = d < pad ? 1 : t->ne[d - pad];
-        st[d] = d < pad ? 0 : t->st[d - pad];
-    }
-}
-
 static inline cu_t4 cu_t4_of(const ex_tdesc *t)
 {
     cu_t4 v;
     v.p = cu_ptr(t);
-    cu_shape4(t, v.ne, v.st);
+    ex_td_shape4(t, v.ne, v.st);
     return v;
-}
-
-/** Element offset of the row-major logical index i of t (host side). */
-static inline int64_t cu_at(const ex_tdesc *t, int64_t i)
-{
-    int64_t off = 0;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        off += (i % t->ne[d]) * t->st[d];
-        i /= t->ne[d];
-    }
-    return off;
-}
-
-static inline int64_t cu_numel(const ex_tdesc *t)
-{
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++)
-        n *= t->ne[d];
-    return n;
-}
-
-/** Whether t is 1 to 4 dims of dtype dt in a buffer. */
-static inline int cu_valid(const ex_tdesc *t, ex_dtype dt)
-{
-    return t->ndim >= 1 && t->ndim <= 4 && t->dtype == dt && t->buf != NULL;
-}
-
-/** Strides of t read as the padded shape ne (a size-1 dim broadcasts); 0 when it does
- *  not fit. */
-static inline int cu_align(const ex_tdesc *t, const int64_t ne[4], int64_t st[4])
-{
-    int64_t tne[4];
-    if (t->ndim < 1 || t->ndim > 4 || t->buf == NULL)
-        return 0;
-    cu_shape4(t, tne, st);
-    for (int d = 0; d < 4; d++) {
-        if (tne[d] == ne[d])
-            continue;
-        if (tne[d] != 1)
-            return 0;
-        st[d] = 0;
-    }
-    return 1;
-}
-
-/** Whether a written tensor of padded shape ne never writes one element twice. */
-static inline int cu_dst_ok(const int64_t ne[4], const int64_t st[4])
-{
-    for (int d = 0; d < 4; d++)
-        if (ne[d] > 1 && st[d] == 0)
-            return 0;
-    return 1;
 }
 
 /** Blocks for a grid-stride loop over n items. */

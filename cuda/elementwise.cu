@@ -144,14 +144,14 @@ static ex_status ew_setup(cu_exec *e, const ex_node_exec *n, const char *op, int
     if (d->ndim < 1 || d->ndim > 4 || d->buf == NULL)
         return cu_fail(e, EX_ERR_ARG, "%s: bad dst (ndim %d)", op, d->ndim);
     memset(o, 0, sizeof *o);
-    cu_shape4(d, o->ne, o->st[0]);
-    if (!cu_dst_ok(o->ne, o->st[0]))
+    ex_td_shape4(d, o->ne, o->st[0]);
+    if (!ex_td_dst_ok(o->ne, o->st[0]))
         return cu_fail(e, EX_ERR_ARG, "%s: dst broadcasts (stride 0)", op);
     o->nop = 1 + nalign;
     o->nd = 4;
     o->base[0] = cu_ptr(d);
     for (int i = 0; i < nalign; i++) {
-        if (!cu_align(&n->src[i], o->ne, o->st[1 + i]))
+        if (!ex_td_align(&n->src[i], o->ne, o->st[1 + i]))
             return cu_fail(e, EX_ERR_SHAPE, "%s: source %d does not broadcast to dst", op, i);
         o->base[1 + i] = cu_ptr(&n->src[i]);
     }
@@ -308,15 +308,15 @@ __global__ void copy_reshape_kernel(cu_t4 d, cu_t4 s, int64_t n, const float *ga
 static ex_status copy_reshape(cu_exec *e, const ex_node_exec *n)
 {
     int64_t ne[4], st[4];
-    cu_shape4(&n->dst, ne, st);
-    if (cu_numel(&n->src[0]) != cu_numel(&n->dst))
+    ex_td_shape4(&n->dst, ne, st);
+    if (ex_td_numel(&n->src[0]) != ex_td_numel(&n->dst))
         return cu_fail(e, EX_ERR_SHAPE, "copy: %lld elements into %lld",
-                       (long long)cu_numel(&n->src[0]), (long long)cu_numel(&n->dst));
-    if (!cu_dst_ok(ne, st))
+                       (long long)ex_td_numel(&n->src[0]), (long long)ex_td_numel(&n->dst));
+    if (!ex_td_dst_ok(ne, st))
         return cu_fail(e, EX_ERR_ARG, "copy: dst broadcasts (stride 0)");
     if (e->dry)
         return EX_OK;
-    int64_t m = cu_numel(&n->dst);
+    int64_t m = ex_td_numel(&n->dst);
     copy_reshape_kernel<<<cu_blocks(m, CU_THREADS), CU_THREADS, 0, e->stream>>>(
         cu_t4_of(&n->dst), cu_t4_of(&n->src[0]), m, e->gate);
     return cu_launched(e, "copy");
@@ -333,8 +333,8 @@ CU_OP(copy)
     if (d->dtype != s->dtype || (d->dtype != EX_F32 && d->dtype != EX_I32))
         return cu_fail(e, EX_ERR_ARG, "copy: source and dst must both be f32 or both i32");
     int64_t ne[4], st[4];
-    cu_shape4(d, ne, st);
-    if (!cu_align(s, ne, st))
+    ex_td_shape4(d, ne, st);
+    if (!ex_td_align(s, ne, st))
         return copy_reshape(e, n);
     ew_args o;
     ex_status r = ew_setup(e, n, "copy", 1, 1, &o);
@@ -394,15 +394,15 @@ CU_OP(drop_path)
     if (st != EX_OK)
         return st;
     const ex_tdesc *ct = &n->src[1];
-    if (!cu_valid(ct, EX_I32) || cu_numel(ct) < 2)
+    if (!ex_td_valid(ct, EX_I32) || ex_td_numel(ct) < 2)
         return cu_fail(e, EX_ERR_SHAPE, "drop_path: counter needs 2 elements");
     if (e->dry)
         return EX_OK;
     const int32_t *cnt = (const int32_t *)cu_ptr(ct);
     dp_args r = {(uint32_t)n->ip[0],
                  (uint32_t)n->ip[1],
-                 cnt + cu_at(ct, 0),
-                 cnt + cu_at(ct, 1),
+                 cnt + ex_td_at(ct, 0),
+                 cnt + ex_td_at(ct, 1),
                  n->fp[0],
                  4 - n->dst.ndim,
                  0};

@@ -257,7 +257,7 @@ CU_OP(pwconv)
     if (!gm_sample(x, &xm) || !gm_sample(y, &ym)) {
         if (e->dry)
             return EX_OK;
-        int64_t total = cu_numel(y);
+        int64_t total = ex_td_numel(y);
         pw_direct_kernel<<<cu_blocks(total, CU_THREADS), CU_THREADS, 0, e->stream>>>(
             cu_t4_of(x), gm_mat2(w), cu_t4_of(y), e->gate);
         return cu_launched(e, "pwconv");

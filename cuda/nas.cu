@@ -53,20 +53,20 @@ static ex_status mix_select(cu_exec *e, const ex_node_exec *n, const char *op, c
     m->n = n->nsrc - 2;
     if (m->n < 0 || m->n > MIX_MAX || n->src == NULL)
         return cu_fail(e, EX_ERR_ARG, "%s: %d sources, expected 2 to %d", op, n->nsrc, MIX_MAX + 2);
-    if (!cu_valid(mask, EX_F32) || (w && !cu_valid(w, EX_F32)))
+    if (!ex_td_valid(mask, EX_F32) || (w && !ex_td_valid(w, EX_F32)))
         return cu_fail(e, EX_ERR_ARG, "%s: weights and mask must be f32", op);
-    m->k = cu_numel(mask);
-    if (w && cu_numel(w) != m->k)
+    m->k = ex_td_numel(mask);
+    if (w && ex_td_numel(w) != m->k)
         return cu_fail(e, EX_ERR_SHAPE, "%s: %lld weights, %lld mask entries", op,
-                       (long long)cu_numel(w), (long long)m->k);
+                       (long long)ex_td_numel(w), (long long)m->k);
     for (int j = 0; j < m->n; j++) {
         int i = n->ip[j];
         if (i < 0 || i >= m->k)
             return cu_fail(e, EX_ERR_ARG, "%s: candidate %d has weight index %d outside [0, %lld)",
                            op, j, i, (long long)m->k);
         m->idx[j] = i;
-        m->mask[j] = cu_f32(mask) + cu_at(mask, i);
-        m->w[j] = w ? cu_f32(w) + cu_at(w, i) : NULL;
+        m->mask[j] = cu_f32(mask) + ex_td_at(mask, i);
+        m->w[j] = w ? cu_f32(w) + ex_td_at(w, i) : NULL;
     }
     return EX_OK;
 }
@@ -78,7 +78,7 @@ static void mix_align(const ex_node_exec *n, mix_args *m)
     for (int j = 0; j < m->n; j++) {
         const ex_tdesc *x = &n->src[2 + j];
         m->p[1 + j] = x->buf ? cu_f32(x) : NULL;
-        if (x->dtype != EX_F32 || !cu_align(x, m->ne, m->st[1 + j])) {
+        if (x->dtype != EX_F32 || !ex_td_align(x, m->ne, m->st[1 + j])) {
             m->bad |= 1u << j;
             memset(m->st[1 + j], 0, sizeof m->st[1 + j]);
         }
@@ -172,10 +172,10 @@ CU_OP(mixed_sum)
     ex_status st = mix_select(e, n, "mixed_sum", &n->src[0], &m);
     if (st != EX_OK)
         return st;
-    if (!cu_valid(&n->dst, EX_F32))
+    if (!ex_td_valid(&n->dst, EX_F32))
         return cu_fail(e, EX_ERR_ARG, "mixed_sum: dst must be f32 with 1 to 4 dims");
-    cu_shape4(&n->dst, m.ne, m.st[0]);
-    if (!cu_dst_ok(m.ne, m.st[0]))
+    ex_td_shape4(&n->dst, m.ne, m.st[0]);
+    if (!ex_td_dst_ok(m.ne, m.st[0]))
         return cu_fail(e, EX_ERR_ARG, "mixed_sum: dst broadcasts (stride 0)");
     if (e->dry)
         return EX_OK;
@@ -273,12 +273,12 @@ CU_OP(mixed_sum_bwd_w)
     if (st != EX_OK)
         return st;
     const ex_tdesc *dy = &n->src[0], *d = &n->dst;
-    if (!cu_valid(dy, EX_F32))
+    if (!ex_td_valid(dy, EX_F32))
         return cu_fail(e, EX_ERR_ARG, "mixed_sum_bwd_w: dy must be f32 with 1 to 4 dims");
-    if (!cu_valid(d, EX_F32) || cu_numel(d) != m.k)
+    if (!ex_td_valid(d, EX_F32) || ex_td_numel(d) != m.k)
         return cu_fail(e, EX_ERR_SHAPE,
                        "mixed_sum_bwd_w: dst must be f32 with one entry per mask entry");
-    cu_shape4(dy, m.ne, m.st[0]);
+    ex_td_shape4(dy, m.ne, m.st[0]);
     m.numel = m.ne[0] * m.ne[1] * m.ne[2] * m.ne[3];
     int64_t per = (m.numel + MIX_BLOCKS - 1) / MIX_BLOCKS;
     m.chunk = (per + MIX_CHUNK - 1) / MIX_CHUNK * MIX_CHUNK;
@@ -322,20 +322,20 @@ static ex_status rows_setup(cu_exec *e, const ex_node_exec *n, const char *op, i
 {
     if (n->nsrc != nsrc || n->src == NULL)
         return cu_fail(e, EX_ERR_ARG, "%s: %d sources, expected %d", op, n->nsrc, nsrc);
-    if (!cu_valid(ref, EX_F32) || !cu_valid(&n->dst, EX_F32))
+    if (!ex_td_valid(ref, EX_F32) || !ex_td_valid(&n->dst, EX_F32))
         return cu_fail(e, EX_ERR_ARG, "%s: tensors must be f32 with 1 to 4 dims", op);
     memset(o, 0, sizeof *o);
     int64_t own[4], dne[4];
-    cu_shape4(ref, o->ne, own);
+    ex_td_shape4(ref, o->ne, own);
     o->rows = o->ne[0] * o->ne[1] * o->ne[2];
     if (o->rows * o->ne[3] < 1)
         return cu_fail(e, EX_ERR_SHAPE, "%s: no elements", op);
-    cu_shape4(&n->dst, dne, own);
-    if (!cu_align(&n->dst, o->ne, o->st[0]) || !cu_dst_ok(dne, o->st[0]))
+    ex_td_shape4(&n->dst, dne, own);
+    if (!ex_td_align(&n->dst, o->ne, o->st[0]) || !ex_td_dst_ok(dne, o->st[0]))
         return cu_fail(e, EX_ERR_SHAPE, "%s: dst does not fit the rows", op);
     o->base[0] = cu_f32(&n->dst);
     for (int i = 0; i < nalign; i++) {
-        if (n->src[i].dtype != EX_F32 || !cu_align(&n->src[i], o->ne, o->st[1 + i]))
+        if (n->src[i].dtype != EX_F32 || !ex_td_align(&n->src[i], o->ne, o->st[1 + i]))
             return cu_fail(e, EX_ERR_SHAPE, "%s: source %d is not f32 of the rows' shape", op, i);
         o->base[1 + i] = cu_f32(&n->src[i]);
     }
@@ -345,7 +345,7 @@ static ex_status rows_setup(cu_exec *e, const ex_node_exec *n, const char *op, i
 /* A one-element f32 source such as tau. */
 static ex_status nas_scalar(cu_exec *e, const char *op, const ex_tdesc *t, const char *what)
 {
-    if (!cu_valid(t, EX_F32) || cu_numel(t) != 1)
+    if (!ex_td_valid(t, EX_F32) || ex_td_numel(t) != 1)
         return cu_fail(e, EX_ERR_SHAPE, "%s: %s must be one f32 element", op, what);
     return EX_OK;
 }
@@ -473,11 +473,11 @@ CU_OP(gumbel_softmax)
     if (st != EX_OK)
         return st;
     const ex_tdesc *ct = &n->src[2];
-    if (!cu_valid(ct, EX_I32) || cu_numel(ct) < 2)
+    if (!ex_td_valid(ct, EX_I32) || ex_td_numel(ct) < 2)
         return cu_fail(e, EX_ERR_ARG, "gumbel_softmax: counter must be i32 [2]");
     o.tau = cu_f32(&n->src[1]);
-    o.c0 = (const int32_t *)cu_ptr(ct) + cu_at(ct, 0);
-    o.c1 = (const int32_t *)cu_ptr(ct) + cu_at(ct, 1);
+    o.c0 = (const int32_t *)cu_ptr(ct) + ex_td_at(ct, 0);
+    o.c1 = (const int32_t *)cu_ptr(ct) + ex_td_at(ct, 1);
     o.k0 = (uint32_t)n->ip[0];
     o.k1 = (uint32_t)n->ip[1];
     return rows_run<ROW_GUMBEL>(e, &o, "gumbel_softmax");

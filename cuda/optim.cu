@@ -42,10 +42,10 @@ static ex_status opt_setup(cu_exec *e, const ex_node_exec *n, const char *op, in
 {
     if (n->nsrc != nsrc || n->src == NULL)
         return cu_fail(e, EX_ERR_ARG, "%s: %d sources, expected %d", op, n->nsrc, nsrc);
-    if (!cu_valid(&n->dst, EX_F32))
+    if (!ex_td_valid(&n->dst, EX_F32))
         return cu_fail(e, EX_ERR_ARG, "%s: dst must be f32 with 1 to 4 dims", op);
     memset(o, 0, sizeof *o);
-    cu_shape4(&n->dst, o->ne, o->st[0]);
+    ex_td_shape4(&n->dst, o->ne, o->st[0]);
     o->nop = 1 + nalign;
     o->numel = o->ne[0] * o->ne[1] * o->ne[2] * o->ne[3];
     o->p[0] = cu_f32(&n->dst);
@@ -53,9 +53,9 @@ static ex_status opt_setup(cu_exec *e, const ex_node_exec *n, const char *op, in
     for (int i = 0; i < nalign; i++) {
         const ex_tdesc *t = &n->src[i];
         int64_t tne[4];
-        int ok = cu_valid(t, EX_F32);
+        int ok = ex_td_valid(t, EX_F32);
         if (ok) {
-            cu_shape4(t, tne, o->st[1 + i]);
+            ex_td_shape4(t, tne, o->st[1 + i]);
             for (int d = 0; d < 4; d++)
                 ok = ok && tne[d] == o->ne[d];
         }
@@ -65,7 +65,7 @@ static ex_status opt_setup(cu_exec *e, const ex_node_exec *n, const char *op, in
         o->dense = o->dense && opt_dense(o->ne, o->st[1 + i]);
     }
     for (int k = 0; k < o->nop; k++)
-        if (((written >> k) & 1) && !cu_dst_ok(o->ne, o->st[k]))
+        if (((written >> k) & 1) && !ex_td_dst_ok(o->ne, o->st[k]))
             return cu_fail(e, EX_ERR_ARG, "%s: an updated tensor broadcasts", op);
     for (int k = 0; k < 4; k++)
         o->f[k] = n->fp[k];
@@ -76,11 +76,11 @@ static ex_status opt_setup(cu_exec *e, const ex_node_exec *n, const char *op, in
 static ex_status opt_scalars(cu_exec *e, const char *op, const ex_tdesc *t, int count,
                              const float **p0, const float **p1)
 {
-    if (!cu_valid(t, EX_F32) || cu_numel(t) != count)
+    if (!ex_td_valid(t, EX_F32) || ex_td_numel(t) != count)
         return cu_fail(e, EX_ERR_SHAPE, "%s: expected an f32 source of %d element(s)", op, count);
-    *p0 = cu_f32(t) + cu_at(t, 0);
+    *p0 = cu_f32(t) + ex_td_at(t, 0);
     if (p1)
-        *p1 = cu_f32(t) + cu_at(t, 1);
+        *p1 = cu_f32(t) + ex_td_at(t, 1);
     return EX_OK;
 }
 
@@ -220,13 +220,13 @@ CU_OP(grad_norm)
 {
     if (n->nsrc < 0 || (n->nsrc > 0 && n->src == NULL))
         return cu_fail(e, EX_ERR_ARG, "grad_norm: %d sources", n->nsrc);
-    if (!cu_valid(&n->dst, EX_F32) || cu_numel(&n->dst) != 1)
+    if (!ex_td_valid(&n->dst, EX_F32) || ex_td_numel(&n->dst) != 1)
         return cu_fail(e, EX_ERR_SHAPE, "grad_norm: dst must be one f32 element");
     int64_t chunks = 0;
     for (int i = 0; i < n->nsrc; i++) {
-        if (!cu_valid(&n->src[i], EX_F32))
+        if (!ex_td_valid(&n->src[i], EX_F32))
             return cu_fail(e, EX_ERR_ARG, "grad_norm: source %d must be f32 with 1 to 4 dims", i);
-        chunks += (cu_numel(&n->src[i]) + CU_CHUNK - 1) / CU_CHUNK;
+        chunks += (ex_td_numel(&n->src[i]) + CU_CHUNK - 1) / CU_CHUNK;
     }
     void *ws = NULL;
     ex_status st = cu_scratch(e, sizeof(double) * (size_t)(chunks + 1), &ws);
@@ -239,7 +239,7 @@ CU_OP(grad_norm)
         a.base = base;
         for (int i = i0; i < n->nsrc && a.nt < NORM_BATCH; i++, a.nt++) {
             a.t[a.nt] = cu_t4_of(&n->src[i]);
-            a.numel[a.nt] = cu_numel(&n->src[i]);
+            a.numel[a.nt] = ex_td_numel(&n->src[i]);
             a.first[a.nt + 1] = a.first[a.nt] + (a.numel[a.nt] + CU_CHUNK - 1) / CU_CHUNK;
         }
         int64_t cnt = a.first[a.nt];

@@ -43,9 +43,9 @@ static ex_status rnd_fill(cu_exec *e, const ex_node_exec *n, const char *op, int
     if (n->nsrc != 1 || n->src == NULL)
         return cu_fail(e, EX_ERR_ARG, "%s: %d sources, expected the counter", op, n->nsrc);
     const ex_tdesc *c = &n->src[0], *d = &n->dst;
-    if (!cu_valid(c, EX_I32) || cu_numel(c) < 2)
+    if (!ex_td_valid(c, EX_I32) || ex_td_numel(c) < 2)
         return cu_fail(e, EX_ERR_ARG, "%s: counter must be i32 [2]", op);
-    if (!cu_valid(d, EX_F32))
+    if (!ex_td_valid(d, EX_F32))
         return cu_fail(e, EX_ERR_ARG, "%s: dst must be f32 with 1 to 4 dims", op);
     for (int k = 0; k < d->ndim; k++)
         if (d->ne[k] > 1 && d->st[k] == 0)
@@ -55,14 +55,14 @@ static ex_status rnd_fill(cu_exec *e, const ex_node_exec *n, const char *op, int
     rnd_args r;
     r.k0 = (uint32_t)n->ip[0];
     r.k1 = (uint32_t)n->ip[1];
-    r.c0 = (const int32_t *)cu_ptr(c) + cu_at(c, 0);
-    r.c1 = (const int32_t *)cu_ptr(c) + cu_at(c, 1);
+    r.c0 = (const int32_t *)cu_ptr(c) + ex_td_at(c, 0);
+    r.c1 = (const int32_t *)cu_ptr(c) + ex_td_at(c, 1);
     r.a = n->fp[0];
     r.b = n->fp[1];
     r.d = cu_t4_of(d);
     r.dense = rnd_contiguous(d);
     r.normal = normal;
-    int64_t m = cu_numel(d);
+    int64_t m = ex_td_numel(d);
     rnd_kernel<<<cu_blocks(m, CU_THREADS), CU_THREADS, 0, e->stream>>>(r, m, e->gate);
     return cu_launched(e, op);
 }

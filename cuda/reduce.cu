@@ -238,12 +238,12 @@ CU_OP(max_bwd)
     if (n->dst.ndim < 1 || n->dst.ndim > 4 || n->dst.dtype != EX_F32)
         return cu_fail(e, EX_ERR_ARG, "max_bwd: dst must be f32 with 1 to 4 dims");
     mb_args a;
-    cu_shape4(&n->dst, a.ne, a.st[0]);
-    if (!cu_dst_ok(a.ne, a.st[0]))
+    ex_td_shape4(&n->dst, a.ne, a.st[0]);
+    if (!ex_td_dst_ok(a.ne, a.st[0]))
         return cu_fail(e, EX_ERR_ARG, "max_bwd: dst broadcasts (stride 0)");
     a.p[0] = cu_f32(&n->dst);
     for (int i = 0; i < 3; i++) {
-        if (n->src[i].dtype != EX_F32 || !cu_align(&n->src[i], a.ne, a.st[1 + i]))
+        if (n->src[i].dtype != EX_F32 || !ex_td_align(&n->src[i], a.ne, a.st[1 + i]))
             return cu_fail(e, EX_ERR_SHAPE, "max_bwd: source %d is not f32 of dst's shape", i);
         a.p[1 + i] = cu_f32(&n->src[i]);
     }

@@ -31,15 +31,15 @@ static ex_status sm_setup(cu_exec *e, const ex_node_exec *n, const char *op, int
         return cu_fail(e, EX_ERR_ARG, "%s: dst must be f32 with 1 to 4 dims", op);
     memset(o, 0, sizeof *o);
     o->nsrc = nsrc;
-    cu_shape4(&n->dst, o->ne, o->st[0]);
+    ex_td_shape4(&n->dst, o->ne, o->st[0]);
     for (int d = 0; d < 4; d++)
         if (o->ne[d] < 1)
             return cu_fail(e, EX_ERR_SHAPE, "%s: dst has an empty dim", op);
-    if (!cu_dst_ok(o->ne, o->st[0]))
+    if (!ex_td_dst_ok(o->ne, o->st[0]))
         return cu_fail(e, EX_ERR_ARG, "%s: dst broadcasts (stride 0)", op);
     o->base[0] = cu_f32(&n->dst);
     for (int i = 0; i < nsrc; i++) {
-        if (n->src[i].dtype != EX_F32 || !cu_align(&n->src[i], o->ne, o->st[1 + i]))
+        if (n->src[i].dtype != EX_F32 || !ex_td_align(&n->src[i], o->ne, o->st[1 + i]))
             return cu_fail(e, EX_ERR_SHAPE, "%s: source %d is not f32 of dst's shape", op, i);
         o->base[1 + i] = cu_f32(&n->src[i]);
     }
@@ -166,14 +166,14 @@ static ex_status ce_setup(cu_exec *e, const ex_node_exec *n, const char *op, int
     if (l->ndim < 1 || l->ndim > 4 || l->dtype != EX_I32 || l->buf == NULL)
         return cu_fail(e, EX_ERR_ARG, "%s: labels must be i32", op);
     memset(c, 0, sizeof *c);
-    cu_shape4(x, c->ne, c->st);
+    ex_td_shape4(x, c->ne, c->st);
     c->k = c->ne[3];
     c->rows = c->ne[0] * c->ne[1] * c->ne[2];
     if (c->k < 1 || c->rows < 1)
         return cu_fail(e, EX_ERR_SHAPE, "%s: logits have no elements", op);
-    if (cu_numel(l) != c->rows)
-        return cu_fail(e, EX_ERR_SHAPE, "%s: %lld labels for %lld rows", op, (long long)cu_numel(l),
-                       (long long)c->rows);
+    if (ex_td_numel(l) != c->rows)
+        return cu_fail(e, EX_ERR_SHAPE, "%s: %lld labels for %lld rows", op,
+                       (long long)ex_td_numel(l), (long long)c->rows);
     c->x = cu_f32(x);
     c->lab = cu_t4_of(l);
     return EX_OK;
@@ -181,7 +181,7 @@ static ex_status ce_setup(cu_exec *e, const ex_node_exec *n, const char *op, int
 
 static ex_status ce_scalar_dst(cu_exec *e, const char *op, const ex_tdesc *d)
 {
-    if (d->ndim < 1 || d->ndim > 4 || d->dtype != EX_F32 || cu_numel(d) != 1 || d->buf == NULL)
+    if (d->ndim < 1 || d->ndim > 4 || d->dtype != EX_F32 || ex_td_numel(d) != 1 || d->buf == NULL)
         return cu_fail(e, EX_ERR_SHAPE, "%s: dst must be one f32 element", op);
     return EX_OK;
 }
@@ -307,12 +307,12 @@ CU_OP(cross_entropy_bwd)
     if (st != EX_OK)
         return st;
     const ex_tdesc *dl = &n->src[2];
-    if (!cu_valid(dl, EX_F32) || cu_numel(dl) != 1)
+    if (!ex_td_valid(dl, EX_F32) || ex_td_numel(dl) != 1)
         return cu_fail(e, EX_ERR_SHAPE, "cross_entropy_bwd: dloss must be one f32 element");
     int64_t ne[4];
     if (n->dst.ndim != n->src[0].ndim || n->dst.dtype != EX_F32)
         return cu_fail(e, EX_ERR_SHAPE, "cross_entropy_bwd: dst must be f32 like logits");
-    cu_shape4(&n->dst, ne, c.dst4);
+    ex_td_shape4(&n->dst, ne, c.dst4);
     for (int d = 0; d < 4; d++)
         if (ne[d] != c.ne[d] || (ne[d] > 1 && c.dst4[d] == 0))
             return cu_fail(e, EX_ERR_SHAPE, "cross_entropy_bwd: dst must have logits' shape");

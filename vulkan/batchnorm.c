@@ -46,7 +46,7 @@ static ex_status check_4d(vk_exec *e, const ex_tdesc *t, const ex_tdesc *x, cons
         ok = t->ne[d] == x->ne[d];
     if (!ok)
         return vk_fail(e, EX_ERR_SHAPE, "%s must be an f32 tensor of x's shape", what);
-    if (written && !vk_dst_ok(t->ne, t->st))
+    if (written && !ex_td_dst_ok(t->ne, t->st))
         return vk_fail(e, EX_ERR_ARG, "%s broadcasts (stride 0)", what);
     if (!vk_fits32(t->ne, t->st))
         return vk_fail(e, EX_ERR_UNSUPPORTED, "%s is beyond 32-bit indexing", what);
@@ -64,8 +64,8 @@ static ex_status check_c(vk_exec *e, const ex_tdesc *t, int rows, int64_t c, con
         return vk_fail(e, EX_ERR_SHAPE, "%s must be an f32 [%s%lld] tensor", what,
                        rows == 1 ? "" : "2, ", (long long)c);
     int64_t ne[4], st[4];
-    vk_shape4(t, ne, st);
-    if (written && !vk_dst_ok(ne, st))
+    ex_td_shape4(t, ne, st);
+    if (written && !ex_td_dst_ok(ne, st))
         return vk_fail(e, EX_ERR_ARG, "%s broadcasts (stride 0)", what);
     if (!vk_fits32(ne, st))
         return vk_fail(e, EX_ERR_UNSUPPORTED, "%s is beyond 32-bit indexing", what);
@@ -218,7 +218,7 @@ static void pw_common(vk_exec *e, const ex_node_exec *n, bn_pw_pc *pc)
     put4(pc->sd, n->dst.st);
     pc->sv[0] = (uint32_t)s->st[0];
     pc->sv[1] = (uint32_t)s->st[1];
-    pc->n = (uint32_t)vk_numel(x);
+    pc->n = (uint32_t)ex_td_numel(x);
 }
 
 static ex_status pointwise(vk_exec *e, int variant, const bn_pw_pc *pc)

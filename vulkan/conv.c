@@ -130,7 +130,7 @@ static ex_status conv_run(vk_exec *e, const ex_node_exec *nd, int which, int dep
                        (long long)w->ne[2], (long long)w->ne[3], (long long)y->ne[0],
                        (long long)y->ne[1], (long long)y->ne[2], (long long)y->ne[3], ip[0], ip[1],
                        ip[2], ip[3], ip[4], ip[5]);
-    if (!vk_dst_ok(nd->dst.ne, nd->dst.st))
+    if (!ex_td_dst_ok(nd->dst.ne, nd->dst.st))
         return vk_fail(e, EX_ERR_ARG, "dst broadcasts (stride 0)");
     conv_pc pc;
     memset(&pc, 0, sizeof pc);
@@ -149,7 +149,7 @@ static ex_status conv_run(vk_exec *e, const ex_node_exec *nd, int which, int dep
     pc.x = vk_ref(e, x);
     pc.w = vk_ref(e, w);
     pc.y = vk_ref(e, y);
-    int64_t count = which == 0 ? vk_numel(y) : vk_numel(x);
+    int64_t count = which == 0 ? ex_td_numel(y) : ex_td_numel(x);
     return vk_dispatch(e, VK_SH_conv_conv, (which == 0 ? CV_FWD : CV_BWD_DATA) + dwv, &pc,
                        sizeof pc, vk_groups(count, 128), 1, 1);
 }

@@ -40,19 +40,19 @@ static ex_status setup(vk_exec *e, const ex_node_exec *n, int nsrc, int nalign, 
         return vk_fail(e, EX_ERR_ARG, "%d sources, expected %d", n->nsrc, nsrc);
     if (n->dst.ndim < 1 || n->dst.ndim > 4 || !n->dst.buf)
         return vk_fail(e, EX_ERR_ARG, "bad dst (ndim %d)", n->dst.ndim);
-    vk_shape4(&n->dst, ne, st);
-    if (!vk_dst_ok(ne, st))
+    ex_td_shape4(&n->dst, ne, st);
+    if (!ex_td_dst_ok(ne, st))
         return vk_fail(e, EX_ERR_ARG, "dst broadcasts (stride 0)");
     if (!vk_fits32(ne, st))
         return vk_fail(e, EX_ERR_UNSUPPORTED, "dst is beyond 32-bit indexing");
     put4(pc->ne, ne);
     put4(pc->sd, st);
-    pc->n = (uint32_t)vk_numel(&n->dst);
+    pc->n = (uint32_t)ex_td_numel(&n->dst);
     pc->d = vk_ref(e, &n->dst);
     pc->a = pc->b = VK_NOREF;
     for (int i = 0; i < nalign; i++) {
         int64_t s[4];
-        if (!vk_align(&n->src[i], ne, s))
+        if (!ex_td_align(&n->src[i], ne, s))
             return vk_fail(e, EX_ERR_SHAPE, "source %d does not broadcast to dst", i);
         if (!vk_fits32(ne, s))
             return vk_fail(e, EX_ERR_UNSUPPORTED, "source %d is beyond 32-bit indexing", i);
@@ -123,20 +123,20 @@ static ex_status copy(vk_exec *e, const ex_node_exec *n)
     if (n->dst.dtype != s->dtype || (s->dtype != EX_F32 && s->dtype != EX_I32))
         return vk_fail(e, EX_ERR_ARG, "source and dst must both be f32 or both i32");
     int64_t ne[4], st4[4], sne[4], sst[4];
-    vk_shape4(&n->dst, ne, st4);
-    if (vk_align(s, ne, sst)) {
+    ex_td_shape4(&n->dst, ne, st4);
+    if (ex_td_align(s, ne, sst)) {
         ew_pc pc;
         ex_status st = setup(e, n, 1, 1, &pc);
         return st == EX_OK ? go(e, EW_COPY, &pc) : st;
     }
-    if (vk_numel(s) != vk_numel(&n->dst))
-        return vk_fail(e, EX_ERR_SHAPE, "%lld elements into %lld", (long long)vk_numel(s),
-                       (long long)vk_numel(&n->dst));
+    if (ex_td_numel(s) != ex_td_numel(&n->dst))
+        return vk_fail(e, EX_ERR_SHAPE, "%lld elements into %lld", (long long)ex_td_numel(s),
+                       (long long)ex_td_numel(&n->dst));
     ew_pc pc;
     ex_status st = setup(e, n, 1, 0, &pc);
     if (st != EX_OK)
         return st;
-    vk_shape4(s, sne, sst);
+    ex_td_shape4(s, sne, sst);
     if (!vk_fits32(sne, sst))
         return vk_fail(e, EX_ERR_UNSUPPORTED, "source is beyond 32-bit indexing");
     put4(pc.ane, sne);
@@ -158,10 +158,10 @@ static ex_status drop_path(vk_exec *e, const ex_node_exec *n)
     if (st != EX_OK)
         return st;
     const ex_tdesc *ct = &n->src[1];
-    if (ct->ndim < 1 || ct->ndim > 4 || !ct->buf || vk_numel(ct) < 2)
+    if (ct->ndim < 1 || ct->ndim > 4 || !ct->buf || ex_td_numel(ct) < 2)
         return vk_fail(e, EX_ERR_SHAPE, "counter needs 2 elements");
     pc.b = vk_ref(e, ct);
-    pc.cst = (uint32_t)vk_at(ct, 1);
+    pc.cst = (uint32_t)ex_td_at(ct, 1);
     memcpy(&pc.bits, &n->fp[0], 4);
     pc.k0 = (uint32_t)n->ip[0];
     pc.k1 = (uint32_t)n->ip[1];

@@ -373,12 +373,12 @@ static ex_status run_one(vk_exec *e, const ex_node_exec *n, int64_t i)
     ex_status st = EX_OK;
     if (n->gate) {
         const ex_tdesc *g = n->gate;
-        if (!vk_valid(g, EX_F32) || n->gate_index < 0 || n->gate_index >= vk_numel(g))
+        if (!ex_td_valid(g, EX_F32) || n->gate_index < 0 || n->gate_index >= ex_td_numel(g))
             return vk_fail(e, EX_ERR_ARG, "gate must be f32 with index %lld inside it",
                            (long long)n->gate_index);
         st = bind_tensor(e, g);
         if (st == EX_OK)
-            e->gate = vk_ref(e, g) + (uint32_t)vk_at(g, n->gate_index);
+            e->gate = vk_ref(e, g) + (uint32_t)ex_td_at(g, n->gate_index);
     }
     if (st == EX_OK)
         st = bind_tensor(e, &n->dst);
@@ -628,7 +628,7 @@ static void gate_snapshot(vk_backend *b, vk_exec *e, const ex_node_exec *n, int6
     if (!n->gate || (uint64_t)(i + 1) * 4 > VK_STAGE_BYTES)
         return;
     const vk_buffer *v = (const vk_buffer *)n->gate->buf;
-    VkBufferCopy r = {v->offset + n->gate->offset + 4 * (uint64_t)vk_at(n->gate, n->gate_index),
+    VkBufferCopy r = {v->offset + n->gate->offset + 4 * (uint64_t)ex_td_at(n->gate, n->gate_index),
                       (uint64_t)i * 4, 4};
     vkCmdCopyBuffer(e->cmd, b->blocks[v->block].buf, b->stage, 1, &r);
 }

@@ -71,9 +71,9 @@ static void put4(uint32_t out[4], const int64_t v[4])
 /* f32 with 1 to 4 dims whose indices fit 32 bits; strides as read (padded) in st. */
 static int fits(const ex_tdesc *t, int64_t ne[4], int64_t st[4])
 {
-    if (!vk_valid(t, EX_F32))
+    if (!ex_td_valid(t, EX_F32))
         return 0;
-    vk_shape4(t, ne, st);
+    ex_td_shape4(t, ne, st);
     return vk_fits32(ne, st);
 }
 
@@ -100,12 +100,12 @@ static ex_status mix_select(vk_exec *e, const ex_node_exec *n, const ex_tdesc *w
         return vk_fail(e, EX_ERR_ARG, "%d sources, expected 2 to %d", n->nsrc, MIX_MAX + 2);
     const ex_tdesc *mask = &n->src[1];
     int64_t ne[4], st[4];
-    if (!vk_valid(mask, EX_F32) || (w && !vk_valid(w, EX_F32)))
+    if (!ex_td_valid(mask, EX_F32) || (w && !ex_td_valid(w, EX_F32)))
         return vk_fail(e, EX_ERR_ARG, "weights and mask must be f32");
-    m->k = vk_numel(mask);
-    if (w && vk_numel(w) != m->k)
-        return vk_fail(e, EX_ERR_SHAPE, "%lld weights, %lld mask entries", (long long)vk_numel(w),
-                       (long long)m->k);
+    m->k = ex_td_numel(mask);
+    if (w && ex_td_numel(w) != m->k)
+        return vk_fail(e, EX_ERR_SHAPE, "%lld weights, %lld mask entries",
+                       (long long)ex_td_numel(w), (long long)m->k);
     for (int j = 0; j < m->n; j++)
         if (n->ip[j] < 0 || n->ip[j] >= m->k)
             return vk_fail(e, EX_ERR_ARG, "candidate %d has weight index %d outside [0, %lld)", j,
@@ -120,7 +120,8 @@ static void mix_align(const ex_node_exec *n, mix_ops *m)
 {
     for (int j = 0; j < m->n; j++) {
         const ex_tdesc *x = &n->src[2 + j];
-        if (!vk_valid(x, EX_F32) || !vk_align(x, m->ne, m->st[j]) || !vk_fits32(m->ne, m->st[j]))
+        if (!ex_td_valid(x, EX_F32) || !ex_td_align(x, m->ne, m->st[j]) ||
+            !vk_fits32(m->ne, m->st[j]))
             m->bad |= 1u << j;
     }
 }
@@ -157,12 +158,12 @@ static ex_status mix_table(vk_exec *e, const ex_node_exec *n, const ex_tdesc *w,
     int64_t ne[4], sw[4];
     pc.w = w ? vk_ref(e, w) : VK_NOREF;
     if (w) {
-        vk_shape4(w, ne, sw);
+        ex_td_shape4(w, ne, sw);
         put4(pc.wne, ne);
         put4(pc.wst, sw);
     }
     pc.mask = vk_ref(e, &n->src[1]);
-    vk_shape4(&n->src[1], ne, sw);
+    ex_td_shape4(&n->src[1], ne, sw);
     put4(pc.mne, ne);
     put4(pc.mst, sw);
     pc.n = (uint32_t)m->n;
@@ -240,14 +241,14 @@ static ex_status mixed_sum(vk_exec *e, const ex_node_exec *n)
     if (st != EX_OK)
         return st;
     const ex_tdesc *d = &n->dst;
-    if (!vk_valid(d, EX_F32))
+    if (!ex_td_valid(d, EX_F32))
         return vk_fail(e, EX_ERR_ARG, "dst must be f32 with 1 to 4 dims");
-    vk_shape4(d, m.ne, m.sd);
-    if (!vk_dst_ok(m.ne, m.sd))
+    ex_td_shape4(d, m.ne, m.sd);
+    if (!ex_td_dst_ok(m.ne, m.sd))
         return vk_fail(e, EX_ERR_ARG, "dst broadcasts (stride 0)");
     if (!vk_fits32(m.ne, m.sd))
         return vk_fail(e, EX_ERR_UNSUPPORTED, "dst is beyond 32-bit indexing");
-    m.numel = vk_numel(d);
+    m.numel = ex_td_numel(d);
     mix_align(n, &m);
     st = mix_table(e, n, &n->src[0], &m);
     return st == EX_OK ? mix_groups(e, n, &m, d, 0) : st;
@@ -260,17 +261,17 @@ static ex_status mixed_sum_bwd_w(vk_exec *e, const ex_node_exec *n)
     if (st != EX_OK)
         return st;
     const ex_tdesc *dy = &n->src[0], *d = &n->dst;
-    if (!vk_valid(dy, EX_F32))
+    if (!ex_td_valid(dy, EX_F32))
         return vk_fail(e, EX_ERR_ARG, "dy must be f32 with 1 to 4 dims");
     int64_t dne[4], dst[4];
-    if (!vk_valid(d, EX_F32) || vk_numel(d) != m.k)
+    if (!ex_td_valid(d, EX_F32) || ex_td_numel(d) != m.k)
         return vk_fail(e, EX_ERR_SHAPE, "dst must be f32 with one entry per mask entry");
-    vk_shape4(d, dne, dst);
-    if (!vk_dst_ok(dne, dst))
+    ex_td_shape4(d, dne, dst);
+    if (!ex_td_dst_ok(dne, dst))
         return vk_fail(e, EX_ERR_ARG, "dst broadcasts (stride 0)");
     if (!fits(dy, m.ne, m.sd) || !vk_fits32(dne, dst))
         return vk_fail(e, EX_ERR_UNSUPPORTED, "dy or dst is beyond 32-bit indexing");
-    m.numel = vk_numel(dy);
+    m.numel = ex_td_numel(dy);
     m.nch = (m.numel + MIX_CHUNK - 1) / MIX_CHUNK;
     mix_align(n, &m);
     st = mix_table(e, n, NULL, &m);
@@ -302,18 +303,18 @@ static ex_status rows_setup(vk_exec *e, const ex_node_exec *n, int nsrc, int nal
 {
     if (n->nsrc != nsrc || n->src == NULL)
         return vk_fail(e, EX_ERR_ARG, "%d sources, expected %d", n->nsrc, nsrc);
-    if (!vk_valid(ref, EX_F32) || !vk_valid(&n->dst, EX_F32))
+    if (!ex_td_valid(ref, EX_F32) || !ex_td_valid(&n->dst, EX_F32))
         return vk_fail(e, EX_ERR_ARG, "tensors must be f32 with 1 to 4 dims");
     int64_t ne[4], own[4], s[3][4];
-    vk_shape4(ref, ne, own);
+    ex_td_shape4(ref, ne, own);
     if (ne[0] * ne[1] * ne[2] * ne[3] < 1)
         return vk_fail(e, EX_ERR_SHAPE, "no elements");
     int64_t dne[4];
-    vk_shape4(&n->dst, dne, own);
-    if (!vk_align(&n->dst, ne, s[0]) || !vk_dst_ok(dne, s[0]))
+    ex_td_shape4(&n->dst, dne, own);
+    if (!ex_td_align(&n->dst, ne, s[0]) || !ex_td_dst_ok(dne, s[0]))
         return vk_fail(e, EX_ERR_SHAPE, "dst does not fit the rows");
     for (int i = 0; i < nalign; i++)
-        if (n->src[i].dtype != EX_F32 || !vk_align(&n->src[i], ne, s[1 + i]))
+        if (n->src[i].dtype != EX_F32 || !ex_td_align(&n->src[i], ne, s[1 + i]))
             return vk_fail(e, EX_ERR_SHAPE, "source %d is not f32 of the rows' shape", i);
     for (int i = 0; i <= nalign; i++)
         if (!vk_fits32(ne, s[i]))
@@ -341,9 +342,9 @@ static ex_status rows_run(vk_exec *e, int variant, const rows_pc *pc)
 /* A one-element f32 source such as tau. */
 static ex_status scalar(vk_exec *e, const ex_tdesc *t, const char *what, uint32_t *ref)
 {
-    if (!vk_valid(t, EX_F32) || vk_numel(t) != 1)
+    if (!ex_td_valid(t, EX_F32) || ex_td_numel(t) != 1)
         return vk_fail(e, EX_ERR_SHAPE, "%s must be one f32 element", what);
-    *ref = vk_ref(e, t) + (uint32_t)vk_at(t, 0);
+    *ref = vk_ref(e, t) + (uint32_t)ex_td_at(t, 0);
     return EX_OK;
 }
 
@@ -356,14 +357,14 @@ static ex_status gumbel_softmax(vk_exec *e, const ex_node_exec *n)
     if (st != EX_OK)
         return st;
     const ex_tdesc *ct = &n->src[2];
-    if (!vk_valid(ct, EX_I32) || vk_numel(ct) < 2)
+    if (!ex_td_valid(ct, EX_I32) || ex_td_numel(ct) < 2)
         return vk_fail(e, EX_ERR_ARG, "counter must be i32 [2]");
     int64_t ne[4], cs[4];
-    vk_shape4(ct, ne, cs);
+    ex_td_shape4(ct, ne, cs);
     if (!vk_fits32(ne, cs) || (int64_t)pc.rows * pc.k > UINT32_MAX)
         return vk_fail(e, EX_ERR_UNSUPPORTED, "beyond 32-bit indexing");
     pc.ctr = vk_ref(e, ct);
-    pc.cst = (uint32_t)vk_at(ct, 1);
+    pc.cst = (uint32_t)ex_td_at(ct, 1);
     pc.k0 = (uint32_t)n->ip[0];
     pc.k1 = (uint32_t)n->ip[1];
     return rows_run(e, ROW_GUMBEL, &pc);

@@ -50,9 +50,9 @@ static ex_status setup(vk_exec *e, const ex_node_exec *n, int nsrc, int nalign, 
     if (!valid(&n->dst))
         return vk_fail(e, EX_ERR_ARG, "dst must be f32 with 1 to 4 dims");
     int64_t ne[4], s[5][4];
-    vk_shape4(&n->dst, ne, s[0]);
+    ex_td_shape4(&n->dst, ne, s[0]);
     for (int i = 0; i < nalign; i++) {
-        if (!valid(&n->src[i]) || !vk_align(&n->src[i], ne, s[i]))
+        if (!valid(&n->src[i]) || !ex_td_align(&n->src[i], ne, s[i]))
             return vk_fail(e, EX_ERR_SHAPE, "source %d is not f32 of dst's shape", i);
         if (!vk_fits32(ne, s[i]))
             return vk_fail(e, EX_ERR_UNSUPPORTED, "source %d is beyond 32-bit indexing", i);
@@ -64,7 +64,7 @@ static ex_status setup(vk_exec *e, const ex_node_exec *n, int nsrc, int nalign, 
         return vk_fail(e, EX_ERR_ARG, "dst must be src[0] (the update is in place)");
     memset(pc, 0, sizeof *pc);
     put4(pc->ne, ne);
-    pc->n = (uint32_t)vk_numel(&n->dst);
+    pc->n = (uint32_t)ex_td_numel(&n->dst);
     pc->p = vk_ref(e, &n->src[0]);
     put4(pc->sp, s[0]);
     pc->g = vk_ref(e, &n->src[1]);
@@ -83,10 +83,10 @@ static ex_status setup(vk_exec *e, const ex_node_exec *n, int nsrc, int nalign, 
 /* A small f32 source read by logical index (lr, hyper, norm). */
 static ex_status scalars(vk_exec *e, const ex_tdesc *t, int count, opt_pc *pc)
 {
-    if (!valid(t) || vk_numel(t) != count)
+    if (!valid(t) || ex_td_numel(t) != count)
         return vk_fail(e, EX_ERR_SHAPE, "expected an f32 source of %d element(s)", count);
     pc->sc = vk_ref(e, t);
-    pc->sc1 = count > 1 ? (uint32_t)vk_at(t, 1) : 0;
+    pc->sc1 = count > 1 ? (uint32_t)ex_td_at(t, 1) : 0;
     return EX_OK;
 }
 
@@ -142,7 +142,7 @@ static ex_status grad_norm(vk_exec *e, const ex_node_exec *n)
 {
     if (n->nsrc < 0 || (n->nsrc > 0 && n->src == NULL))
         return vk_fail(e, EX_ERR_ARG, "%d sources", n->nsrc);
-    if (!valid(&n->dst) || vk_numel(&n->dst) != 1)
+    if (!valid(&n->dst) || ex_td_numel(&n->dst) != 1)
         return vk_fail(e, EX_ERR_SHAPE, "dst must be one f32 element");
     for (int i = 0; i < n->nsrc; i++)
         if (!valid(&n->src[i]))

@@ -26,7 +26,7 @@ static ex_status pool_check_types(vk_exec *e, const ex_node_exec *nd, int nsrc)
         if (t->dtype != EX_F32 || t->ndim != 4 || t->buf == NULL)
             return vk_fail(e, EX_ERR_ARG, "operand %d must be a 4-d f32 tensor", i);
     }
-    if (!vk_dst_ok(nd->dst.ne, nd->dst.st))
+    if (!ex_td_dst_ok(nd->dst.ne, nd->dst.st))
         return vk_fail(e, EX_ERR_ARG, "dst broadcasts (stride 0)");
     for (int i = 0; i <= nsrc; i++) {
         const ex_tdesc *t = i < nsrc ? &nd->src[i] : &nd->dst;
@@ -100,7 +100,7 @@ static ex_status pool_simple(vk_exec *e, const ex_node_exec *n, int variant)
     pc.at = VK_NOREF;
     put_strides(pc.sa, &n->src[0]);
     put_strides(pc.sd, &n->dst);
-    return go(e, variant, &pc, vk_numel(&n->dst));
+    return go(e, variant, &pc, ex_td_numel(&n->dst));
 }
 
 /* MAX_POOL_BWD (x, dy -> dx): the maxima's places into scratch, then the gather. */
@@ -116,7 +116,7 @@ static ex_status max_pool_bwd(vk_exec *e, const ex_node_exec *n)
             st = vk_fail(e, EX_ERR_SHAPE, "x and dx differ in dimension %d", d);
     if (st != EX_OK)
         return st;
-    int64_t outs = vk_numel(&n->src[1]);
+    int64_t outs = ex_td_numel(&n->src[1]);
     vk_bind_reset(e);
     pc.a = vk_ref(e, &n->src[0]);
     put_strides(pc.sa, &n->src[0]);
@@ -132,7 +132,7 @@ static ex_status max_pool_bwd(vk_exec *e, const ex_node_exec *n)
     pc.d = vk_ref(e, &n->dst);
     put_strides(pc.sa, &n->src[1]);
     put_strides(pc.sd, &n->dst);
-    return go(e, PL_MAX_BWD, &pc, vk_numel(&n->dst));
+    return go(e, PL_MAX_BWD, &pc, ex_td_numel(&n->dst));
 }
 
 static ex_status global_avg_pool(vk_exec *e, const ex_node_exec *n)

@@ -20,13 +20,13 @@ static ex_status rnd(vk_exec *e, const ex_node_exec *n, int normal)
     if (n->nsrc != 1 || n->src == NULL)
         return vk_fail(e, EX_ERR_ARG, "%d sources, expected the counter", n->nsrc);
     const ex_tdesc *c = &n->src[0], *d = &n->dst;
-    if (c->ndim < 1 || c->ndim > 4 || c->dtype != EX_I32 || !c->buf || vk_numel(c) < 2)
+    if (c->ndim < 1 || c->ndim > 4 || c->dtype != EX_I32 || !c->buf || ex_td_numel(c) < 2)
         return vk_fail(e, EX_ERR_ARG, "counter must be i32 [2]");
     if (d->ndim < 1 || d->ndim > 4 || d->dtype != EX_F32 || !d->buf)
         return vk_fail(e, EX_ERR_ARG, "dst must be f32 with 1 to 4 dims");
     int64_t ne[4], st[4];
-    vk_shape4(d, ne, st);
-    if (!vk_dst_ok(ne, st))
+    ex_td_shape4(d, ne, st);
+    if (!ex_td_dst_ok(ne, st))
         return vk_fail(e, EX_ERR_ARG, "dst broadcasts (stride 0)");
     if (!vk_fits32(ne, st))
         return vk_fail(e, EX_ERR_UNSUPPORTED, "dst is beyond 32-bit indexing");
@@ -34,10 +34,10 @@ static ex_status rnd(vk_exec *e, const ex_node_exec *n, int normal)
     memset(&pc, 0, sizeof pc);
     pc.d = vk_ref(e, d);
     pc.c = vk_ref(e, c);
-    pc.cst = (uint32_t)vk_at(c, 1);
+    pc.cst = (uint32_t)ex_td_at(c, 1);
     pc.k0 = (uint32_t)n->ip[0];
     pc.k1 = (uint32_t)n->ip[1];
-    pc.n = (uint32_t)vk_numel(d);
+    pc.n = (uint32_t)ex_td_numel(d);
     pc.a = n->fp[0];
     pc.b = n->fp[1];
     for (int k = 0; k < 4; k++) {

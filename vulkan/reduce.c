@@ -104,7 +104,7 @@ static ex_status reduce(vk_exec *e, const ex_node_exec *n, int variant)
 
 static int align_f32(const ex_tdesc *t, const int64_t ne[4], int64_t st[4])
 {
-    return t->dtype == EX_F32 && vk_align(t, ne, st) && vk_fits32(ne, st);
+    return t->dtype == EX_F32 && ex_td_align(t, ne, st) && vk_fits32(ne, st);
 }
 
 static ex_status max_bwd(vk_exec *e, const ex_node_exec *n)
@@ -114,8 +114,8 @@ static ex_status max_bwd(vk_exec *e, const ex_node_exec *n)
     if (n->dst.ndim < 1 || n->dst.ndim > 4 || n->dst.dtype != EX_F32)
         return vk_fail(e, EX_ERR_ARG, "dst must be f32 with 1 to 4 dims");
     int64_t ne[4], s[4][4]; /* dst, x, y, dy */
-    vk_shape4(&n->dst, ne, s[0]);
-    if (!vk_dst_ok(ne, s[0]) || !vk_fits32(ne, s[0]))
+    ex_td_shape4(&n->dst, ne, s[0]);
+    if (!ex_td_dst_ok(ne, s[0]) || !vk_fits32(ne, s[0]))
         return vk_fail(e, EX_ERR_ARG, "dst broadcasts (stride 0) or is beyond 32-bit indexing");
     for (int i = 0; i < 3; i++)
         if (!align_f32(&n->src[i], ne, s[1 + i]))
@@ -126,7 +126,7 @@ static ex_status max_bwd(vk_exec *e, const ex_node_exec *n)
     pc.x = vk_ref(e, &n->src[0]);
     pc.y = vk_ref(e, &n->src[1]);
     pc.dy = vk_ref(e, &n->src[2]);
-    pc.n = (uint32_t)vk_numel(&n->dst);
+    pc.n = (uint32_t)ex_td_numel(&n->dst);
     for (int d = 0; d < 4; d++) {
         pc.ne[d] = (uint32_t)ne[d];
         pc.sd[d] = (uint32_t)s[0][d];
@@ -140,14 +140,14 @@ static ex_status max_bwd(vk_exec *e, const ex_node_exec *n)
 ex_status vk_reduce_all(vk_exec *e, const ex_tdesc *x, uint32_t xref, uint32_t dst, int variant)
 {
     int64_t ne[4], st[4];
-    vk_shape4(x, ne, st);
+    ex_td_shape4(x, ne, st);
     if (!vk_fits32(ne, st))
         return vk_fail(e, EX_ERR_UNSUPPORTED, "a source is beyond 32-bit indexing");
     red_pc pc;
     memset(&pc, 0, sizeof pc);
     pc.x = xref;
     pc.d = dst;
-    pc.m = (uint32_t)vk_numel(x);
+    pc.m = (uint32_t)ex_td_numel(x);
     pc.nout = 1;
     for (int k = 0; k < 4; k++) {
         pc.kne[k] = 1;

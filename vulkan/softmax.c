@@ -28,7 +28,7 @@ static void put4(uint32_t out[4], const int64_t v[4])
 
 static int align_f32(const ex_tdesc *t, const int64_t ne[4], int64_t st[4])
 {
-    return t->dtype == EX_F32 && vk_align(t, ne, st) && vk_fits32(ne, st);
+    return t->dtype == EX_F32 && ex_td_align(t, ne, st) && vk_fits32(ne, st);
 }
 
 static ex_status go(vk_exec *e, int variant, const sm_pc *pc)
@@ -45,11 +45,11 @@ static ex_status rowwise(vk_exec *e, const ex_node_exec *n, int nsrc, int varian
     if (n->dst.ndim < 1 || n->dst.ndim > 4 || n->dst.dtype != EX_F32)
         return vk_fail(e, EX_ERR_ARG, "dst must be f32 with 1 to 4 dims");
     int64_t ne[4], sd[4], s[2][4];
-    vk_shape4(&n->dst, ne, sd);
+    ex_td_shape4(&n->dst, ne, sd);
     for (int d = 0; d < 4; d++)
         if (ne[d] < 1)
             return vk_fail(e, EX_ERR_SHAPE, "dst has an empty dim");
-    if (!vk_dst_ok(ne, sd))
+    if (!ex_td_dst_ok(ne, sd))
         return vk_fail(e, EX_ERR_ARG, "dst broadcasts (stride 0)");
     if (!vk_fits32(ne, sd))
         return vk_fail(e, EX_ERR_UNSUPPORTED, "dst is beyond 32-bit indexing");
@@ -82,13 +82,13 @@ static ex_status ce_setup(vk_exec *e, const ex_node_exec *n, int nsrc, sm_pc *pc
     if (l->ndim < 1 || l->ndim > 4 || l->dtype != EX_I32)
         return vk_fail(e, EX_ERR_ARG, "labels must be i32");
     int64_t ne[4], st[4], lne[4], lst[4];
-    vk_shape4(x, ne, st);
-    vk_shape4(l, lne, lst);
+    ex_td_shape4(x, ne, st);
+    ex_td_shape4(l, lne, lst);
     int64_t rows = ne[0] * ne[1] * ne[2];
     if (ne[3] < 1 || rows < 1)
         return vk_fail(e, EX_ERR_SHAPE, "logits have no elements");
-    if (vk_numel(l) != rows)
-        return vk_fail(e, EX_ERR_SHAPE, "%lld labels for %lld rows", (long long)vk_numel(l),
+    if (ex_td_numel(l) != rows)
+        return vk_fail(e, EX_ERR_SHAPE, "%lld labels for %lld rows", (long long)ex_td_numel(l),
                        (long long)rows);
     if (!vk_fits32(ne, st) || !vk_fits32(lne, lst))
         return vk_fail(e, EX_ERR_UNSUPPORTED, "logits are beyond 32-bit indexing");
@@ -107,7 +107,7 @@ static ex_status ce_setup(vk_exec *e, const ex_node_exec *n, int nsrc, sm_pc *pc
 
 static ex_status scalar_dst(vk_exec *e, const ex_tdesc *d)
 {
-    if (d->ndim < 1 || d->ndim > 4 || d->dtype != EX_F32 || vk_numel(d) != 1)
+    if (d->ndim < 1 || d->ndim > 4 || d->dtype != EX_F32 || ex_td_numel(d) != 1)
         return vk_fail(e, EX_ERR_SHAPE, "dst must be one f32 element");
     return EX_OK;
 }
@@ -140,12 +140,12 @@ static ex_status ce_bwd(vk_exec *e, const ex_node_exec *n)
     if (st != EX_OK)
         return st;
     const ex_tdesc *dl = &n->src[2];
-    if (dl->ndim < 1 || dl->ndim > 4 || dl->dtype != EX_F32 || vk_numel(dl) != 1)
+    if (dl->ndim < 1 || dl->ndim > 4 || dl->dtype != EX_F32 || ex_td_numel(dl) != 1)
         return vk_fail(e, EX_ERR_SHAPE, "dloss must be one f32 element");
     if (n->dst.ndim != n->src[0].ndim || n->dst.dtype != EX_F32)
         return vk_fail(e, EX_ERR_SHAPE, "dst must be f32 like logits");
     int64_t ne[4], sd[4];
-    vk_shape4(&n->dst, ne, sd);
+    ex_td_shape4(&n->dst, ne, sd);
     for (int d = 0; d < 4; d++)
         if (ne[d] != (int64_t)pc.ne[d] || (ne[d] > 1 && sd[d] == 0))
             return vk_fail(e, EX_ERR_SHAPE, "dst must have logits' shape");

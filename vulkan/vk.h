@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <vulkan/vulkan.h>
 
+#include "core/tdesc.h"
 #include "exapt/backend.h"
 #include "vk_shaders.h"
 
@@ -101,57 +102,6 @@ static inline uint32_t vk_groups(int64_t n, uint32_t wg)
     return g < 1 ? 1u : g > (int64_t)VK_MAX_GROUPS ? VK_MAX_GROUPS : (uint32_t)g;
 }
 
-/** Shape and strides padded on the left to 4 dims (size 1, stride 0). */
-static inline void vk_shape4(const ex_tdesc *t, int64_t ne[4], int64_t st[4])
-{
-    int pad = 4 - t->ndim;
-    for (int d = 0; d < 4; d++) {
-        ne[d] = d < pad ? 1 : t->ne[d - pad];
-        st[d] = d < pad ? 0 : t->st[d - pad];
-    }
-}
-
-static inline int64_t vk_numel(const ex_tdesc *t)
-{
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++)
-        n *= t->ne[d];
-    return n;
-}
-
-/** Whether t is 1 to 4 dims of dtype dt in a buffer. */
-static inline int vk_valid(const ex_tdesc *t, ex_dtype dt)
-{
-    return t->ndim >= 1 && t->ndim <= 4 && t->dtype == dt && t->buf != NULL;
-}
-
-/** Strides of t read as the padded shape ne (a size-1 dim broadcasts); 0 when it does
- *  not fit. */
-static inline int vk_align(const ex_tdesc *t, const int64_t ne[4], int64_t st[4])
-{
-    int64_t tne[4];
-    if (t->ndim < 1 || t->ndim > 4 || t->buf == NULL)
-        return 0;
-    vk_shape4(t, tne, st);
-    for (int d = 0; d < 4; d++) {
-        if (tne[d] == ne[d])
-            continue;
-        if (tne[d] != 1)
-            return 0;
-        st[d] = 0;
-    }
-    return 1;
-}
-
-/** Whether a written tensor of padded shape ne never writes one element twice. */
-static inline int vk_dst_ok(const int64_t ne[4], const int64_t st[4])
-{
-    for (int d = 0; d < 4; d++)
-        if (ne[d] > 1 && st[d] == 0)
-            return 0;
-    return 1;
-}
-
 /** Whether every size and stride fits the shaders' 32-bit arithmetic. */
 static inline int vk_fits32(const int64_t ne[4], const int64_t st[4])
 {
@@ -162,17 +112,6 @@ static inline int vk_fits32(const int64_t ne[4], const int64_t st[4])
         n *= ne[d];
     }
     return n <= INT32_MAX;
-}
-
-/** Element offset of the row-major logical index i of t (host side). */
-static inline int64_t vk_at(const ex_tdesc *t, int64_t i)
-{
-    int64_t off = 0;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        off += (i % t->ne[d]) * t->st[d];
-        i /= t->ne[d];
-    }
-    return off;
 }
 
 /** Whether the memory blocks of t[0..n) (NULL or buffer-less entries skipped) can all be
