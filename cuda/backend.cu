@@ -287,39 +287,10 @@ static ex_status size_pass(cu_backend *b, const ex_node_exec *nodes, int64_t cou
 
 /* ---- the graph cache ---- */
 
-static uint64_t mix(uint64_t h, uint64_t v)
+/* Where a tensor lies, for the fingerprint of a captured graph: its device address. */
+static uint64_t cu_where(const ex_tdesc *t)
 {
-    h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
-    return h * 0xFF51AFD7ED558CCDull;
-}
-
-static uint64_t mix_desc(uint64_t h, const ex_tdesc *t)
-{
-    h = mix(h, (uint64_t)t->dtype * 8 + (uint64_t)t->ndim);
-    for (int d = 0; d < t->ndim && d < EX_MAX_DIMS; d++)
-        h = mix(mix(h, (uint64_t)t->ne[d]), (uint64_t)t->st[d]);
-    return mix(h, t->buf ? (uint64_t)(uintptr_t)cu_ptr(t) : 0);
-}
-
-/* Everything a captured graph depends on. */
-static uint64_t fingerprint(const ex_node_exec *nodes, int64_t count)
-{
-    uint64_t h = 0xCBF29CE484222325ull;
-    for (int64_t i = 0; i < count; i++) {
-        const ex_node_exec *n = &nodes[i];
-        h = mix(mix(h, (uint64_t)n->op), (uint64_t)n->nsrc);
-        for (int k = 0; k < EX_NODE_IPARAMS; k++)
-            h = mix(h, (uint32_t)n->ip[k]);
-        uint32_t f[EX_NODE_FPARAMS];
-        memcpy(f, n->fp, sizeof f);
-        for (int k = 0; k < EX_NODE_FPARAMS; k++)
-            h = mix(h, f[k]);
-        h = mix_desc(h, &n->dst);
-        for (int k = 0; k < n->nsrc; k++)
-            h = mix_desc(h, &n->src[k]);
-        h = n->gate ? mix(mix_desc(h, n->gate), (uint64_t)n->gate_index) : mix(h, 1);
-    }
-    return h;
+    return (uint64_t)(uintptr_t)cu_ptr(t);
 }
 
 static cu_graph *graph_slot(cu_backend *b, const ex_node_exec *nodes, int64_t count)
@@ -365,7 +336,7 @@ static ex_status capture(cu_backend *b, const ex_node_exec *nodes, int64_t count
 static ex_status graph_for(cu_backend *b, const ex_node_exec *nodes, int64_t count,
                            cudaGraphExec_t *out)
 {
-    uint64_t fp = fingerprint(nodes, count);
+    uint64_t fp = ex_td_fingerprint(nodes, count, cu_where);
     cu_graph *g = graph_slot(b, nodes, count);
     if (g->used && g->nodes == nodes && g->count == count && g->fingerprint == fp) {
         g->used = ++b->tick;

@@ -420,41 +420,11 @@ void vkx_invalidate(vk_backend *b)
     b->nsets = 0;
 }
 
-static uint64_t mix(uint64_t h, uint64_t v)
+/* Where a tensor lies, for the fingerprint of a recorded step: its block and offset. */
+static uint64_t vk_where(const ex_tdesc *t)
 {
-    h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
-    return h * 0xFF51AFD7ED558CCDull;
-}
-
-static uint64_t mix_desc(uint64_t h, const ex_tdesc *t)
-{
-    h = mix(h, (uint64_t)t->dtype * 8 + (uint64_t)t->ndim);
-    for (int d = 0; d < t->ndim && d < EX_MAX_DIMS; d++)
-        h = mix(mix(h, (uint64_t)t->ne[d]), (uint64_t)t->st[d]);
-    if (!t->buf)
-        return mix(h, 0);
     const vk_buffer *v = (const vk_buffer *)t->buf;
-    return mix(mix(h, (uint64_t)v->block + 1), v->offset + t->offset);
-}
-
-static uint64_t fingerprint(const ex_node_exec *nodes, int64_t count)
-{
-    uint64_t h = 0xCBF29CE484222325ull;
-    for (int64_t i = 0; i < count; i++) {
-        const ex_node_exec *n = &nodes[i];
-        h = mix(mix(h, (uint64_t)n->op), (uint64_t)n->nsrc);
-        for (int k = 0; k < EX_NODE_IPARAMS; k++)
-            h = mix(h, (uint32_t)n->ip[k]);
-        uint32_t f[EX_NODE_FPARAMS];
-        memcpy(f, n->fp, sizeof f);
-        for (int k = 0; k < EX_NODE_FPARAMS; k++)
-            h = mix(h, f[k]);
-        h = mix_desc(h, &n->dst);
-        for (int k = 0; k < n->nsrc; k++)
-            h = mix_desc(h, &n->src[k]);
-        h = n->gate ? mix(mix_desc(h, n->gate), (uint64_t)n->gate_index) : mix(h, 1);
-    }
-    return h;
+    return ex_td_mix((uint64_t)(uintptr_t)v->block + 1, v->offset + t->offset);
 }
 
 /* Checks every node and makes the scratch large enough; a new scratch drops what was
@@ -526,7 +496,7 @@ static ex_status record(vk_backend *b, const ex_node_exec *nodes, int64_t count,
 static ex_status step_for(vk_backend *b, const ex_node_exec *nodes, int64_t count,
                           VkCommandBuffer *out)
 {
-    uint64_t fp = fingerprint(nodes, count);
+    uint64_t fp = ex_td_fingerprint(nodes, count, vk_where);
     vk_step *lru = &b->steps[0];
     for (int i = 0; i < VK_STEPS; i++) {
         vk_step *s = &b->steps[i];
