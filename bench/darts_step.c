@@ -32,6 +32,7 @@ typedef struct opts {
     const char *backend, *out, *input;
     int height, width, in_channels;
     int batch, channels, layers, iters;
+    int profile; /* also time one step node by node and report it by op */
 } opts;
 
 typedef struct batch {
@@ -51,9 +52,10 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_darts_step [--backend NAME] [--input HxWxC] [--batch N] "
                "[--channels C]\n"
-               "                        [--layers L] [--iters N] --out DIR\n"
+               "                        [--layers L] [--iters N] [--profile 0|1] --out DIR\n"
                "defaults: --backend auto --input 32x32x3 --batch 64 --channels 16 "
-               "--layers 8 --iters 20\n");
+               "--layers 8 --iters 20 --profile 0\n"
+               "--profile 1 times one more step node by node and reports it by op\n");
 }
 
 /* ---- arguments ---- */
@@ -95,6 +97,8 @@ static int parse_option(const char *key, const char *val, opts *o)
         return parse_int(val, 1, 64, &o->layers);
     else if (!strcmp(key, "--iters"))
         return parse_int(val, 1, 100000, &o->iters);
+    else if (!strcmp(key, "--profile"))
+        return parse_int(val, 0, 1, &o->profile);
     else
         return -1;
     return 0;
@@ -102,7 +106,7 @@ static int parse_option(const char *key, const char *val, opts *o)
 
 static int parse_args(int argc, char **argv, opts *o)
 {
-    *o = (opts){"auto", NULL, "32x32x3", 32, 32, 3, 64, 16, 8, 20};
+    *o = (opts){"auto", NULL, "32x32x3", 32, 32, 3, 64, 16, 8, 20, 0};
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc || parse_option(argv[i], argv[i + 1], o)) {
             fprintf(stderr, "bench_darts_step: bad or incomplete option '%s'\n", argv[i]);
@@ -309,6 +313,75 @@ static int time_steps(ex_search *s, ex_backend *be, const batch *b, int iters, t
     return 0;
 }
 
+/* ---- one step node by node ---- */
+
+typedef struct op_row {
+    int op, calls;
+    double ms, bytes, flops;
+} op_row;
+
+static int cmp_row_ms(const void *a, const void *b)
+{
+    double x = ((const op_row *)a)->ms, y = ((const op_row *)b)->ms;
+    return (x < y) - (x > y);
+}
+
+/* Sums the last profiled step's node times by engine op, slowest first. */
+static int profile_rows(ex_plan *p, op_row *rows, double *total_ms)
+{
+    int n = 0, slot[EX_OP_COUNT];
+    for (int o = 0; o < EX_OP_COUNT; o++)
+        slot[o] = -1;
+    *total_ms = 0;
+    for (int64_t i = 0; i < ex_plan_node_count(p); i++) {
+        ex_node_info in;
+        if (ex_plan_node_info(p, i, &in) != EX_OK)
+            return -1;
+        if (in.skipped || in.ms <= 0)
+            continue;
+        if (slot[in.op] < 0)
+            rows[slot[in.op] = n++] = (op_row){(int)in.op, 0, 0, 0, 0};
+        op_row *r = &rows[slot[in.op]];
+        r->calls++;
+        r->ms += in.ms;
+        r->bytes += (double)in.min_bytes;
+        r->flops += (double)in.flops;
+        *total_ms += in.ms;
+    }
+    qsort(rows, (size_t)n, sizeof *rows, cmp_row_ms);
+    return n;
+}
+
+/* One more step with every node timed (GPU backends launch node by node then, so the
+ * sum exceeds a replayed step by the launch gaps): where the step's time goes. */
+static json_t *profile_step(ex_search *s, const batch *b, double peak_gbs)
+{
+    ex_plan *p = ex_search_plan(s);
+    op_row rows[EX_OP_COUNT];
+    ex_search_stats st;
+    double total = 0;
+    if (ex_plan_set_profile(p, true) != EX_OK || step(s, b, &st))
+        return NULL;
+    ex_plan_set_profile(p, false);
+    int n = profile_rows(p, rows, &total);
+    if (n < 0)
+        return NULL;
+    json_t *ops = json_array();
+    printf("%-22s %7s %10s %6s %9s %7s\n", "op", "calls", "ms", "share", "GB/s", "of peak");
+    for (int i = 0; i < n; i++) {
+        const op_row *r = &rows[i];
+        double gbs = r->ms > 0 ? r->bytes / (r->ms * 1e6) : 0;
+        printf("%-22s %7d %10.3f %5.1f%% %9.1f %6.1f%%\n", ex_op_name((ex_op)r->op), r->calls,
+               r->ms, 100 * r->ms / total, gbs, peak_gbs > 0 ? 100 * gbs / peak_gbs : 0);
+        json_array_append_new(ops,
+                              json_pack("{s:s, s:i, s:f, s:f, s:f, s:f}", "op",
+                                        ex_op_name((ex_op)r->op), "calls", r->calls, "ms", r->ms,
+                                        "min_bytes", r->bytes, "flops", r->flops, "gbs", gbs));
+    }
+    printf("%-22s %7s %10.3f\n", "sum of nodes", "", total);
+    return json_pack("{s:f, s:f, s:o}", "sum_ms", total, "peak_gbs", peak_gbs, "by_op", ops);
+}
+
 /* ---- the report ---- */
 
 static json_t *config_json(const ex_search_config *c)
@@ -373,7 +446,7 @@ static char *join_args(int argc, char **argv)
 }
 
 static int report(const opts *o, const ex_search_config *c, ex_backend *be, ex_search *s,
-                  const timing *t, const char *date, const char *command)
+                  const timing *t, json_t *profile, const char *date, const char *command)
 {
     const ex_backend_caps *caps = ex_backend_get_caps(be);
     json_t *backend = json_pack("{s:s, s:s, s:i}", "name", caps->name, "device", caps->device,
@@ -383,6 +456,8 @@ static int report(const opts *o, const ex_search_config *c, ex_backend *be, ex_s
                             "backend", backend, "date", date, "command", command ? command : "",
                             "input", o->input, "config", config_json(c), "timing",
                             timing_json(t, o->iters), "memory", memory_json(s));
+    if (doc && profile)
+        json_object_set(doc, "profile", profile);
     return json_write(o->out, "exapt.json", doc);
 }
 
@@ -408,12 +483,27 @@ static void configure(const opts *o, ex_search_config *c)
     c->layers = o->layers;
 }
 
+/* With --profile 1: the bandwidth to compare with, then the profiled step. */
+static int profile_run(const opts *o, ex_backend *be, ex_search *s, const batch *b, json_t **out)
+{
+    double gbs = 0;
+    if (!o->profile)
+        return 0;
+    if (ex_backend_measure_bandwidth(be, (uint64_t)256 << 20, &gbs) != EX_OK)
+        gbs = 0; /* the table then shows GB/s alone */
+    *out = profile_step(s, b, gbs);
+    if (!*out)
+        fprintf(stderr, "bench_darts_step: profiled step: %s\n", ex_search_error(s));
+    return *out ? 0 : -1;
+}
+
 static int run(const opts *o, ex_backend *be, const char *date, const char *command)
 {
     ex_search_config c;
     configure(o, &c);
     batch b = {0};
     timing t = {0};
+    json_t *prof = NULL;
     ex_search *s = NULL;
     char msg[512];
     int rc = -1;
@@ -422,11 +512,13 @@ static int run(const opts *o, ex_backend *be, const char *date, const char *comm
     } else if (ex_search_new(&c, be, &s, msg, sizeof msg) != EX_OK) {
         fprintf(stderr, "bench_darts_step: %s\n", msg);
     } else if (!batch_write(o->out, &b) && !first_step(s, &b, o->out) &&
-               !time_steps(s, be, &b, o->iters, &t) && !report(o, &c, be, s, &t, date, command)) {
+               !time_steps(s, be, &b, o->iters, &t) && !profile_run(o, be, s, &b, &prof) &&
+               !report(o, &c, be, s, &t, prof, date, command)) {
         printf("exapt %s %s: %.3f ms/step median (min %.3f), %.1f host syncs/step\n",
                ex_backend_get_caps(be)->name, o->input, t.median, t.min, t.syncs_per_step);
         rc = 0;
     }
+    json_decref(prof);
     free(t.ms);
     ex_search_free(s);
     batch_free(&b);
