@@ -73,6 +73,7 @@ static cu_exec exec_of(cu_backend *b)
     e.stream = b->stream;
     e.blas = b->blas;
     e.status = b->status;
+    e.ticket = (unsigned *)(b->status + CU_STATUS_WORDS);
     e.scratch = b->scratch;
     e.scratch_bytes = b->scratch_bytes;
     e.msg = b->msg;
@@ -156,13 +157,6 @@ static ex_status run_node(cu_exec *e, const ex_node_exec *n)
     case EX_OP_COUNT: break;
     }
     return cu_fail(e, EX_ERR_UNSUPPORTED, "cuda: op %d is not in the catalogue", (int)n->op);
-}
-
-/* Ops that may call cuBLAS: a gated one runs inside a conditional graph node. */
-static int uses_blas(ex_op op)
-{
-    return op == EX_OP_PWCONV || op == EX_OP_PWCONV_BWD_FILTER || op == EX_OP_MATMUL ||
-           op == EX_OP_LINEAR;
 }
 
 /* ---- gates ---- */
@@ -319,7 +313,7 @@ static ex_status capture(cu_backend *b, const ex_node_exec *nodes, int64_t count
         const ex_node_exec *n = &nodes[i];
         e.node = i;
         e.gate = gate_ptr(n);
-        st = n->gate && uses_blas(n->op) ? run_conditional(b, &e, n) : run_node(&e, n);
+        st = n->gate && cu_node_uses_blas(n) ? run_conditional(b, &e, n) : run_node(&e, n);
     }
     cudaGraph_t graph = NULL;
     cudaError_t err = cudaStreamEndCapture(b->stream, &graph);
@@ -367,8 +361,8 @@ static ex_status graph_for(cu_backend *b, const ex_node_exec *nodes, int64_t cou
 
 static ex_status status_reset(cu_backend *b)
 {
-    return bk_check(b,
-                    cudaMemsetAsync(b->status, 0, CU_STATUS_WORDS * sizeof(long long), b->stream),
+    /* the ticket after the words too, should a failed step have left it taken */
+    return bk_check(b, cudaMemsetAsync(b->status, 0, CU_STATUS_BYTES, b->stream),
                     "cudaMemsetAsync");
 }
 
@@ -829,8 +823,10 @@ static ex_status backend_init(cu_backend *b)
         b->status_host = (long long *)p;
     if (st == EX_OK && (st = bk_check(b, cudaHostAlloc(&p, 64, 0), "pinned")) == EX_OK)
         b->gate_host = (float *)p;
-    if (st == EX_OK && (st = bk_check(b, cudaMalloc(&p, 64), "status")) == EX_OK)
+    if (st == EX_OK && (st = bk_check(b, cudaMalloc(&p, CU_STATUS_BYTES), "status")) == EX_OK)
         b->status = (long long *)p;
+    if (st == EX_OK)
+        st = bk_check(b, cudaMemset(b->status, 0, CU_STATUS_BYTES), "cudaMemset");
     if (st == EX_OK &&
         (st = bk_check(b, cudaMalloc(&b->blas_ws, CU_BLAS_WS_BYTES), "cuBLAS")) == EX_OK)
         st = blas_open(b, &b->blas, b->stream);
