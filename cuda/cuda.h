@@ -34,8 +34,10 @@ typedef struct cu_buffer {
  *  active mixed-sum candidate of the wrong shape) and read back by compute() after the
  *  step: [0] code, [1] node index, [2] row (label) or candidate (shape), [3] the label. */
 #define CU_STATUS_WORDS 4
-/** The status allocation: the words, then the last-block ticket (cu_exec.ticket). */
-#define CU_STATUS_BYTES (CU_STATUS_WORDS * sizeof(long long) + 16)
+/** Last-block tickets of a captured step: node i takes slot i % CU_SCHED_TICKETS. */
+#define CU_SCHED_TICKETS 1024
+/** The status allocation: the words, then the last-block tickets (cu_exec.ticket). */
+#define CU_STATUS_BYTES (CU_STATUS_WORDS * sizeof(long long) + CU_SCHED_TICKETS * sizeof(unsigned))
 enum cu_status_code { CU_STATUS_OK = 0, CU_STATUS_LABEL = 1, CU_STATUS_SHAPE = 2 };
 
 /** What a node's host function needs. */
@@ -44,7 +46,7 @@ typedef struct cu_exec {
     cublasHandle_t blas; /**< bound to stream */
     const float *gate;   /**< the node's gate element, or NULL: kernels return when it is 0 */
     long long *status;   /**< device status words */
-    unsigned *ticket;    /**< zero before and after every kernel: cu_last_block() counts on it */
+    unsigned *ticket;    /**< zero before and after the node: cu_last_block() counts on it */
     int64_t node;        /**< the node's index in the list (for status reports) */
     int dry;             /**< sizing pass: check and ask for scratch, launch nothing */
     char *scratch;       /**< device work space shared by all nodes (run one at a time) */
@@ -365,6 +367,32 @@ int cu_pw_small(cu_exec *e, const cu_pw_args *a, const char *name, ex_status *st
 /** Whether node n's launch pass calls cuBLAS (gemm.cu), so a gated one needs a
  *  conditional graph node around it. */
 int cu_node_uses_blas(const ex_node_exec *n);
+
+/** Where node i of a captured step runs (schedule.cu). */
+typedef struct cu_sched_node {
+    int stream;    /**< index into the backend's streams */
+    int record;    /**< a node on another stream waits for this one: record its event */
+    int32_t nwait; /**< earlier nodes to wait for: cu_sched.waits[wait0 .. wait0 + nwait) */
+    int64_t wait0;
+    uint64_t scratch_off, scratch_bytes; /**< the node's slice of the scratch ring */
+} cu_sched_node;
+
+/** A node list spread over streams by its dependencies. */
+typedef struct cu_sched {
+    cu_sched_node *node;
+    int64_t *waits;
+    int64_t nwaits;
+} cu_sched;
+
+/** Schedules count nodes over nstreams streams: need[i] is node i's scratch (from the
+ *  sizing pass), conditional[i] whether it runs as a conditional graph node, ring the
+ *  scratch ring's bytes (at least the largest need). EX_ERR_NOMEM when host memory ran
+ *  out. */
+ex_status cu_schedule(const ex_node_exec *nodes, int64_t count, const size_t *need,
+                      const unsigned char *conditional, int nstreams, uint64_t ring, cu_sched *out);
+
+/** Frees a schedule's arrays. */
+void cu_sched_free(cu_sched *s);
 
 /** Fills n 32-bit words at p with pattern on stream (the backend's fill). */
 ex_status cu_fill_words(cu_exec *e, void *p, uint64_t n, uint32_t pattern);
