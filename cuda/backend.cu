@@ -18,9 +18,11 @@
 /* Bytes of each of the two pinned staging buffers. */
 #define CU_STAGE_BYTES ((size_t)8 << 20)
 /* cuBLAS work space of each handle: set explicitly so that captured calls never allocate. */
-#define CU_BLAS_WS_BYTES ((size_t)8 << 20)
-/* Streams a captured step is spread over (schedule.cu); the first is the compute stream. */
-#define CU_STREAMS 8
+#define CU_BLAS_WS_BYTES ((size_t)4 << 20)
+/* Streams a captured step may be spread over (schedule.cu), and how many by default; the
+ * first is the compute stream. */
+#define CU_STREAMS 16
+#define CU_STREAMS_DEFAULT 8
 /* Node lists whose graphs are kept. */
 #define CU_GRAPHS 8
 
@@ -40,7 +42,7 @@ typedef struct cu_backend {
     cudaStream_t more[CU_STREAMS]; /**< [0] is stream; the others join captured steps */
     cublasHandle_t blas, blas_side;
     cublasHandle_t blas_more[CU_STREAMS]; /**< one per stream of more; [0] is blas */
-    void *blas_ws;                        /**< CU_STREAMS + 1 work spaces */
+    void *blas_ws;                        /**< nstreams + 1 work spaces (the last: side) */
     size_t *need;                         /**< sizing pass: each node's scratch */
     unsigned char *cond;                  /**< each node runs as a conditional node */
     int64_t cap_nodes;                    /**< room in need and cond */
@@ -915,11 +917,11 @@ static ex_status device_index(int count, int *dev, char *msg, size_t len)
 }
 
 /* The streams a captured step is spread over, from EXAPT_CUDA_STREAMS (1 to CU_STREAMS,
- * default CU_STREAMS; 1 captures the step on one stream, in node order). */
+ * default CU_STREAMS_DEFAULT; 1 captures the step on one stream, in node order). */
 static ex_status stream_count(int *n, char *msg, size_t len)
 {
     const char *s = getenv("EXAPT_CUDA_STREAMS");
-    *n = CU_STREAMS;
+    *n = CU_STREAMS_DEFAULT;
     if (!s || !*s)
         return EX_OK;
     char *end = NULL;
@@ -980,14 +982,15 @@ static ex_status backend_init(cu_backend *b)
     if (st == EX_OK)
         st = bk_check(b, cudaMemset(b->status, 0, CU_STATUS_BYTES), "cudaMemset");
     if (st == EX_OK)
-        st = bk_check(b, cudaMalloc(&b->blas_ws, (CU_STREAMS + 1) * CU_BLAS_WS_BYTES), "cuBLAS");
+        st = bk_check(b, cudaMalloc(&b->blas_ws, (size_t)(b->nstreams + 1) * CU_BLAS_WS_BYTES),
+                      "cuBLAS");
     if (st == EX_OK)
         st = blas_open(b, &b->blas, b->stream, 0);
     if (st == EX_OK)
-        st = blas_open(b, &b->blas_side, b->side, CU_STREAMS);
+        st = blas_open(b, &b->blas_side, b->side, b->nstreams);
     b->more[0] = b->stream;
     b->blas_more[0] = b->blas;
-    for (int s = 1; s < CU_STREAMS && st == EX_OK; s++) {
+    for (int s = 1; s < b->nstreams && st == EX_OK; s++) {
         st = bk_check(b, cudaStreamCreateWithFlags(&b->more[s], cudaStreamNonBlocking), "stream");
         if (st == EX_OK)
             st = blas_open(b, &b->blas_more[s], b->more[s], s);
