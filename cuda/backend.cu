@@ -63,6 +63,12 @@ typedef struct cu_backend {
     cudaEvent_t *events; /**< profiling: two per node */
     int64_t nevents;
     uint64_t host_syncs; /**< times the host waited for the device */
+    bool pending;        /**< a queued step's status words are fetched but not read */
+    const ex_node_exec *pending_nodes;
+    int64_t pending_count;
+    ex_status late; /**< a queued step's failure, read but not yet returned */
+    char late_msg[512];
+    bool copy_queued; /**< uploads queued that the compute stream is not ordered after */
     char msg[512];
 } cu_backend;
 
@@ -482,18 +488,19 @@ static ex_status status_reset(cu_backend *b)
                     "cudaMemsetAsync");
 }
 
-/* Waits for the step and turns what a kernel reported into a status and a message. */
-static ex_status status_read(cu_backend *b, const ex_node_exec *nodes, int64_t count)
+/* Queues the copy of the status words to the host, behind the step on the stream. */
+static ex_status status_fetch(cu_backend *b)
 {
-    ex_status st =
-        bk_check(b,
-                 cudaMemcpyAsync(b->status_host, b->status, CU_STATUS_WORDS * sizeof(long long),
-                                 cudaMemcpyDeviceToHost, b->stream),
-                 "cudaMemcpyAsync");
-    if (st == EX_OK)
-        st = bk_check(b, wait_stream(b, b->stream), "the step");
-    if (st != EX_OK)
-        return st;
+    return bk_check(b,
+                    cudaMemcpyAsync(b->status_host, b->status, CU_STATUS_WORDS * sizeof(long long),
+                                    cudaMemcpyDeviceToHost, b->stream),
+                    "cudaMemcpyAsync");
+}
+
+/* Turns the status words a step left (fetched, and the step waited for) into a status and
+ * a message in b->msg. */
+static ex_status status_of(cu_backend *b, const ex_node_exec *nodes, int64_t count)
+{
     const long long *s = b->status_host;
     if (s[0] == CU_STATUS_OK)
         return EX_OK;
@@ -512,6 +519,41 @@ static ex_status status_read(cu_backend *b, const ex_node_exec *nodes, int64_t c
     }
     snprintf(b->msg, sizeof b->msg, "cuda: node %lld reported status %lld", s[1], s[0]);
     return EX_ERR_DEVICE;
+}
+
+/* Waits for the step and turns what a kernel reported into a status and a message. */
+static ex_status status_read(cu_backend *b, const ex_node_exec *nodes, int64_t count)
+{
+    ex_status st = status_fetch(b);
+    if (st == EX_OK)
+        st = bk_check(b, wait_stream(b, b->stream), "the step");
+    return st != EX_OK ? st : status_of(b, nodes, count);
+}
+
+/* A queued step whose status words are fetched but not yet read (the host has waited for
+ * the stream since): its status goes to b->late, to be returned by the next call that
+ * reports. */
+static void collect(cu_backend *b)
+{
+    if (!b->pending)
+        return;
+    b->pending = false;
+    char keep[sizeof b->msg];
+    memcpy(keep, b->msg, sizeof keep);
+    b->late = status_of(b, b->pending_nodes, b->pending_count);
+    memcpy(b->late_msg, b->msg, sizeof b->late_msg);
+    memcpy(b->msg, keep, sizeof keep);
+}
+
+/* st, or else the failure a queued step left, once. */
+static ex_status with_late(cu_backend *b, ex_status st)
+{
+    ex_status late = b->late;
+    b->late = EX_OK;
+    if (st != EX_OK || late == EX_OK)
+        return st;
+    memcpy(b->msg, b->late_msg, sizeof b->msg);
+    return late;
 }
 
 /* ---- profiling: eager, timed node by node ---- */
@@ -596,18 +638,29 @@ static ex_status cuda_compute(void *impl, const ex_node_exec *nodes, int64_t cou
     ex_status st = bk_enter(b);
     if (st != EX_OK || count <= 0)
         return st;
-    if (node_ms)
-        return (st = compute_after_copy(b)) != EX_OK ? st : run_profiled(b, nodes, count, node_ms);
-    cudaGraphExec_t exec;
-    st = compute_after_copy(b);
+    if (b->pending) { /* the last step's status is still to be read: wait for it */
+        st = bk_check(b, wait_stream(b, b->stream), "the step");
+        collect(b);
+    }
+    st = with_late(b, st);
     if (st == EX_OK)
-        st = graph_for(b, nodes, count, &exec);
+        st = compute_after_copy(b);
+    if (st != EX_OK)
+        return st;
+    if (node_ms)
+        return run_profiled(b, nodes, count, node_ms);
+    cudaGraphExec_t exec;
+    st = graph_for(b, nodes, count, &exec);
     if (st == EX_OK)
         st = status_reset(b);
     if (st == EX_OK)
         st = bk_check(b, cudaGraphLaunch(exec, b->stream), "cudaGraphLaunch");
     if (st == EX_OK)
-        st = status_read(b, nodes, count);
+        st = status_fetch(b);
+    /* no wait: synchronize, download or the next compute reads the words */
+    b->pending = st == EX_OK;
+    b->pending_nodes = nodes;
+    b->pending_count = count;
     return st;
 }
 
@@ -642,8 +695,11 @@ static void cuda_buffer_free(void *impl, ex_buffer *buf)
     cu_backend *b = (cu_backend *)impl;
     if (!buf)
         return;
-    if (bk_enter(b) == EX_OK)
+    if (bk_enter(b) == EX_OK) {
+        if (b->pending && wait_stream(b, b->stream) == cudaSuccess)
+            collect(b); /* the plan's nodes may go with it: read their status now */
         cudaFree(((cu_buffer *)buf)->ptr); /* waits for work that may still use it */
+    }
     free(buf);
 }
 
@@ -665,6 +721,8 @@ static ex_status compute_after_copy(cu_backend *b)
     ex_status st = bk_check(b, cudaEventRecord(b->ev_copy, b->copy), "cudaEventRecord");
     if (st == EX_OK)
         st = bk_check(b, cudaStreamWaitEvent(b->stream, b->ev_copy, 0), "cudaStreamWaitEvent");
+    if (st == EX_OK)
+        b->copy_queued = false;
     return st;
 }
 
@@ -690,6 +748,7 @@ static ex_status cuda_upload(void *impl, ex_buffer *buf, uint64_t off, const voi
         return st;
     char *dst = (char *)((cu_buffer *)buf)->ptr + off;
     st = copy_after_compute(b);
+    b->copy_queued = true;
     for (uint64_t done = 0; st == EX_OK && done < n;) {
         int s = b->stage_cur;
         size_t used = b->stage_used[s], room = used < CU_STAGE_BYTES ? CU_STAGE_BYTES - used : 0;
@@ -746,9 +805,14 @@ static ex_status cuda_download(void *impl, ex_buffer *buf, uint64_t off, void *d
                 memcpy((char *)dst + at, b->stage[s], len);
         }
     }
-    ex_status sync = bk_check(b, wait_stream(b, b->copy), "download");
-    b->stage_used[0] = b->stage_used[1] = 0; /* every transfer is done, uploads included */
-    return st != EX_OK ? st : sync;
+    /* the last chunk's event came after every transfer queued before it, uploads included;
+     * after a failure the copies still in flight must end before staging is reused */
+    if (st != EX_OK)
+        wait_stream(b, b->copy);
+    b->stage_used[0] = b->stage_used[1] = 0;
+    b->copy_queued = false;
+    collect(b); /* the copy stream waited for the compute stream, status words included */
+    return with_late(b, st);
 }
 
 /* On the compute stream, in order with the nodes; overlapping ranges of one buffer go
@@ -806,10 +870,15 @@ static ex_status cuda_synchronize(void *impl)
     ex_status st = bk_enter(b);
     if (st == EX_OK)
         st = bk_check(b, wait_stream(b, b->stream), "cudaStreamSynchronize");
-    if (st == EX_OK)
+    /* uploads the compute stream was ordered after are done with it */
+    if (st == EX_OK && b->copy_queued)
         st = bk_check(b, wait_stream(b, b->copy), "cudaStreamSynchronize");
-    b->stage_used[0] = b->stage_used[1] = 0;
-    return st;
+    if (st == EX_OK) {
+        b->copy_queued = false;
+        b->stage_used[0] = b->stage_used[1] = 0;
+        collect(b);
+    }
+    return with_late(b, st);
 }
 
 static const char *cuda_error(void *impl)

@@ -127,17 +127,26 @@ __device__ __forceinline__ float bn_px(const cu_t4 &t, int64_t nb, int64_t c, in
 
 /* ---- per-channel results from the per-plane partials ---- */
 
-/* Channel c's statistics from its partials (or, in eval, from the running ones), and in
- * training the running statistics moved towards the batch's (variance unbiased). */
-__device__ void bn_stats_one(const bn_args &a, const double *part, int64_t c)
+/* Channel c's Σ over n of its two partials, for one warp: lane l adds n = l, l + 32, ...
+ * in order, then a fixed shuffle tree; every lane gets the sums. */
+__device__ __forceinline__ void bn_channel_sums(const bn_args &a, const double *part, int64_t c,
+                                                double *s1, double *s2)
+{
+    double x = 0.0, y = 0.0;
+    for (int64_t nb = threadIdx.x % 32; nb < a.g.n; nb += 32) {
+        x += __ldcg(&part[2 * (nb * a.g.c + c)]);
+        y += __ldcg(&part[2 * (nb * a.g.c + c) + 1]);
+    }
+    *s1 = cu_warp_sum(x);
+    *s2 = cu_warp_sum(y);
+}
+
+/* Channel c's statistics from its sums s, q (or, in eval, from the running ones), and
+ * in training the running statistics moved towards the batch's (variance unbiased). */
+__device__ void bn_stats_one(const bn_args &a, double s, double q, int64_t c)
 {
     double mean, var;
     if (a.train) {
-        double s = 0.0, q = 0.0;
-        for (int64_t nb = 0; nb < a.g.n; nb++) {
-            s += __ldcg(&part[2 * (nb * a.g.c + c)]);
-            q += __ldcg(&part[2 * (nb * a.g.c + c) + 1]);
-        }
         mean = s / (double)a.g.m;
         var = q / (double)a.g.m - mean * mean;
         var = var > 0.0 ? var : 0.0;
@@ -154,23 +163,22 @@ __device__ void bn_stats_one(const bn_args &a, const double *part, int64_t c)
     bn_set(a.rv, c, (float)((1.0 - a.mom) * bn_get(a.rv, c) + a.mom * unbiased));
 }
 
-/* Channel c's Σ dy·x̂ and Σ dy from its partials, added over n in order. */
-__device__ void bn_reduce_one(const bn_args &a, const double *part, int64_t c)
-{
-    double sxh = 0.0, sdy = 0.0;
-    for (int64_t nb = 0; nb < a.g.n; nb++) {
-        sxh += __ldcg(&part[2 * (nb * a.g.c + c)]);
-        sdy += __ldcg(&part[2 * (nb * a.g.c + c) + 1]);
-    }
-    bn_set(a.d0, c, (float)sxh);
-    bn_set(a.d1, c, (float)sdy);
-}
-
-/* The last block of a partials kernel finishes every channel. */
+/* The last block of a partials kernel finishes every channel, a warp a channel:
+ * statistics, or the two reductions of the backward pass. */
 __device__ void bn_finish(const bn_args &a, int stats, const double *part)
 {
-    for (int64_t c = threadIdx.x; c < a.g.c; c += blockDim.x)
-        stats ? bn_stats_one(a, part, c) : bn_reduce_one(a, part, c);
+    for (int64_t c = threadIdx.x / 32; c < a.g.c; c += blockDim.x / 32) {
+        double s1, s2;
+        bn_channel_sums(a, part, c, &s1, &s2);
+        if (threadIdx.x % 32 != 0)
+            continue;
+        if (stats) {
+            bn_stats_one(a, s1, s2, c);
+        } else {
+            bn_set(a.d0, c, (float)s1);
+            bn_set(a.d1, c, (float)s2);
+        }
+    }
 }
 
 /* ---- per-plane partials ---- */
@@ -290,7 +298,7 @@ __global__ void bn_stats_eval_kernel(bn_args a, const float *gate)
         return;
     for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < a.g.c;
          c += (int64_t)gridDim.x * blockDim.x)
-        bn_stats_one(a, NULL, c);
+        bn_stats_one(a, 0.0, 0.0, c);
 }
 
 CU_OP(bn_stats)

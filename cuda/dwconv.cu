@@ -16,8 +16,10 @@
 #define DW_SMEM_BYTES (24 * 1024)
 /** Outputs a block aims to have in flight, so small planes share a block. */
 #define DW_BLOCK_OUTPUTS 1024
-/** Outputs one filter-gradient block works through before its reduction. */
+/** Outputs one filter-gradient block works through before its reduction, and the blocks
+ *  that should be there at least (where the work allows). */
 #define DW_FILTER_OUTPUTS 4096
+#define DW_FILTER_BLOCKS 256
 
 /** The launch geometry, all in-plane figures 32-bit (conv.cu checked the plane sizes). */
 typedef struct dw_geo {
@@ -176,6 +178,112 @@ __global__ void dw_bwd_data_kernel(dw_geo g, cu_t4 dy, cu_t4 w, cu_t4 dx, const 
     }
 }
 
+/* Outputs one thread of a strip kernel computes, side by side in a row. */
+#define DW_STRIP 4
+
+/* The forward with a dilation D known at compile time: thread (plane, row, strip) computes
+ * DW_STRIP neighbouring outputs, and the taps they share are read from shared memory
+ * once (the offsets v*S + b*D repeat). Same sums, in the same order, as dw_fwd_kernel. */
+template <int K, int S, int D>
+__global__ void dw_fwd_strip_kernel(dw_geo g, cu_t4 x, cu_t4 w, cu_t4 y, const float *gate)
+{
+    extern __shared__ float sm[];
+    __shared__ int64_t xb[DW_MAX_PPB], yb[DW_MAX_PPB];
+    if (cu_gated_off(gate))
+        return;
+    const int plane = g.sr * g.sc, strips = (g.wo + DW_STRIP - 1) / DW_STRIP;
+    const int outs = g.ho * strips;
+    const float inv_outs = 1.0f / (float)outs, inv_strips = 1.0f / (float)strips;
+    float *sw = sm + g.ppb * plane;
+    const int64_t planes = (int64_t)g.n * g.c;
+    for (int64_t item = blockIdx.x; item < g.items; item += gridDim.x) {
+        int64_t p0 = item * g.ppb;
+        int np = (int)(planes - p0 < g.ppb ? planes - p0 : g.ppb);
+        dw_bases(xb, x, g.c, p0, np, -1);
+        dw_bases(yb, y, g.c, p0, np, -1);
+        dw_stage_filter<K>(sw, g, w, p0, np);
+        __syncthreads();
+        dw_stage(sm, g, x, xb, g.h, g.w, np);
+        __syncthreads();
+        for (int j = threadIdx.x; j < np * outs; j += blockDim.x) {
+            int pi = dw_div(j, outs, inv_outs), q = j - pi * outs;
+            int oh = dw_div(q, strips, inv_strips), ow = (q - oh * strips) * DW_STRIP;
+            const float *sp = sm + pi * plane + oh * S * g.sc + ow * S;
+            const float *wk = sw + pi * K * K;
+            float acc[DW_STRIP] = {};
+#pragma unroll
+            for (int a = 0; a < K; a++) {
+                const float *r = sp + a * D * g.sc;
+#pragma unroll
+                for (int b = 0; b < K; b++) {
+                    float wv = wk[a * K + b];
+#pragma unroll
+                    for (int v = 0; v < DW_STRIP; v++)
+                        acc[v] += r[v * S + b * D] * wv;
+                }
+            }
+            float *yp = (float *)y.p + yb[pi] + oh * y.st[2];
+#pragma unroll
+            for (int v = 0; v < DW_STRIP; v++)
+                if (ow + v < g.wo)
+                    yp[(ow + v) * y.st[3]] = acc[v];
+        }
+        __syncthreads();
+    }
+}
+
+/* The data gradient for stride 1 with a dilation D known at compile time, DW_STRIP
+ * inputs a thread: with stride 1 every tap lands, so dx is dy correlated with the
+ * flipped filter, row ih + (K-1-a)*D and column iw + (K-1-b)*D of the staged dy. */
+template <int K, int D>
+__global__ void dw_bwd_data_strip_kernel(dw_geo g, cu_t4 dy, cu_t4 w, cu_t4 dx, const float *gate)
+{
+    extern __shared__ float sm[];
+    __shared__ int64_t yb[DW_MAX_PPB], xb[DW_MAX_PPB];
+    if (cu_gated_off(gate))
+        return;
+    const int plane = g.sr * g.sc, strips = (g.w + DW_STRIP - 1) / DW_STRIP;
+    const int outs = g.h * strips;
+    const float inv_outs = 1.0f / (float)outs, inv_strips = 1.0f / (float)strips;
+    float *sw = sm + g.ppb * plane;
+    const int64_t planes = (int64_t)g.n * g.c;
+    for (int64_t item = blockIdx.x; item < g.items; item += gridDim.x) {
+        int64_t p0 = item * g.ppb;
+        int np = (int)(planes - p0 < g.ppb ? planes - p0 : g.ppb);
+        dw_bases(yb, dy, g.c, p0, np, -1);
+        dw_bases(xb, dx, g.c, p0, np, -1);
+        dw_stage_filter<K>(sw, g, w, p0, np);
+        __syncthreads();
+        dw_stage(sm, g, dy, yb, g.ho, g.wo, np);
+        __syncthreads();
+        for (int j = threadIdx.x; j < np * outs; j += blockDim.x) {
+            int pi = dw_div(j, outs, inv_outs), q = j - pi * outs;
+            int ih = dw_div(q, strips, inv_strips), iw = (q - ih * strips) * DW_STRIP;
+            /* row ih + ph - a*D - r0 = ih + (K-1-a)*D since r0 = ph - (K-1)*D; columns alike */
+            const float *sp = sm + pi * plane + ih * g.sc + iw;
+            const float *wk = sw + pi * K * K;
+            float acc[DW_STRIP] = {};
+#pragma unroll
+            for (int a = 0; a < K; a++) {
+                const float *r = sp + (K - 1 - a) * D * g.sc;
+#pragma unroll
+                for (int b = 0; b < K; b++) {
+                    float wv = wk[a * K + b];
+#pragma unroll
+                    for (int v = 0; v < DW_STRIP; v++)
+                        acc[v] += r[v + (K - 1 - b) * D] * wv;
+                }
+            }
+            float *xp = (float *)dx.p + xb[pi] + ih * dx.st[2];
+#pragma unroll
+            for (int v = 0; v < DW_STRIP; v++)
+                if (iw + v < g.w)
+                    xp[(iw + v) * dx.st[3]] = acc[v];
+        }
+        __syncthreads();
+    }
+}
+
 /* dw[c, 0, a, b] = Σ over groups, in order, of the partials (the grid's last block). */
 template <int K>
 __device__ void dw_filter_sum(const dw_geo &g, const double *part, int groups, const cu_t4 &dw)
@@ -189,9 +297,57 @@ __device__ void dw_filter_sum(const dw_geo &g, const double *part, int groups, c
     }
 }
 
+/* One strip's DW_STRIP outputs into every tap; past the row's end (wo not a multiple
+ * of DW_STRIP) only the outputs that exist. */
+template <int K, int S, int D, bool FULL>
+__device__ __forceinline__ void dw_filter_strip(const float *r0, const float *d, int sc, int left,
+                                                float *acc)
+{
+#pragma unroll
+    for (int a = 0; a < K; a++) {
+        const float *r = r0 + a * D * sc;
+#pragma unroll
+        for (int b = 0; b < K; b++) {
+            float t = 0.0f;
+#pragma unroll
+            for (int v = 0; v < DW_STRIP; v++)
+                if (FULL || v < left)
+                    t += d[v] * r[v * S + b * D];
+            acc[a * K + b] += t;
+        }
+    }
+}
+
+/* The staged planes' outputs, DW_STRIP side by side a thread, into acc: the taps the
+ * strip's outputs share are read once. */
+template <int K, int S, int D>
+__device__ __forceinline__ void dw_filter_strips(const dw_geo &g, const cu_t4 &dy,
+                                                 const int64_t *yb, const float *sm, int np,
+                                                 float *acc)
+{
+    const int plane = g.sr * g.sc, strips = (g.wo + DW_STRIP - 1) / DW_STRIP;
+    const int outs = g.ho * strips;
+    const float inv_outs = 1.0f / (float)outs, inv_strips = 1.0f / (float)strips;
+    for (int j = threadIdx.x; j < np * outs; j += blockDim.x) {
+        int pi = dw_div(j, outs, inv_outs), q = j - pi * outs;
+        int oh = dw_div(q, strips, inv_strips), ow = (q - oh * strips) * DW_STRIP;
+        int left = g.wo - ow;
+        const float *dp = (const float *)dy.p + yb[pi] + oh * dy.st[2];
+        float d[DW_STRIP];
+#pragma unroll
+        for (int v = 0; v < DW_STRIP; v++)
+            d[v] = v < left ? dp[(ow + v) * dy.st[3]] : 0.0f;
+        const float *r0 = sm + pi * plane + oh * S * g.sc + ow * S;
+        if (left >= DW_STRIP)
+            dw_filter_strip<K, S, D, true>(r0, d, g.sc, left, acc);
+        else
+            dw_filter_strip<K, S, D, false>(r0, d, g.sc, left, acc);
+    }
+}
+
 /* Block (channel c, group) sums dy · x over the group's samples for every tap at once,
  * into part[(group * C + c) * K*K + tap]. */
-template <int K, int S>
+template <int K, int S, int D>
 __global__ void dw_filter_kernel(dw_geo g, cu_t4 x, cu_t4 dy, cu_t4 dw, double *part,
                                  unsigned *ticket, const float *gate)
 {
@@ -215,17 +371,20 @@ __global__ void dw_filter_kernel(dw_geo g, cu_t4 x, cu_t4 dy, cu_t4 dw, double *
         __syncthreads();
         dw_stage(sm, g, x, xb, g.h, g.w, np);
         __syncthreads();
-        for (int j = threadIdx.x; j < np * outs; j += blockDim.x) {
-            int pi = dw_div(j, outs, inv_outs), q = j - pi * outs;
-            int oh = dw_div(q, g.wo, inv_wo), ow = q - oh * g.wo;
-            float d = ((const float *)dy.p)[yb[pi] + oh * dy.st[2] + ow * dy.st[3]];
-            const float *s = sm + pi * plane + oh * S * g.sc + ow * S;
+        if (D > 0)
+            dw_filter_strips<K, S, D>(g, dy, yb, sm, np, acc);
+        else
+            for (int j = threadIdx.x; j < np * outs; j += blockDim.x) {
+                int pi = dw_div(j, outs, inv_outs), q = j - pi * outs;
+                int oh = dw_div(q, g.wo, inv_wo), ow = q - oh * g.wo;
+                float d = ((const float *)dy.p)[yb[pi] + oh * dy.st[2] + ow * dy.st[3]];
+                const float *s = sm + pi * plane + oh * S * g.sc + ow * S;
 #pragma unroll
-            for (int a = 0; a < K; a++)
+                for (int a = 0; a < K; a++)
 #pragma unroll
-                for (int b = 0; b < K; b++)
-                    acc[a * K + b] += d * s[a * g.dh * g.sc + b * g.dw];
-        }
+                    for (int b = 0; b < K; b++)
+                        acc[a * K + b] += d * s[a * g.dh * g.sc + b * g.dw];
+            }
         __syncthreads();
     }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -273,14 +432,17 @@ static int dw_plan(const cu_dw_args *a, int which, dw_geo *g)
         g->sc = (a->wo - 1) * s + (k - 1) * a->dw + 1;
     }
     int64_t plane_bytes = ((int64_t)g->sr * g->sc + k * k) * (int64_t)sizeof(float);
-    if (plane_bytes > DW_SMEM_BYTES)
+    if (plane_bytes + 2 * DW_STRIP * (int64_t)sizeof(float) > DW_SMEM_BYTES)
         return 0;
     int64_t outs = which == 1 ? (int64_t)a->h * a->w : (int64_t)a->ho * a->wo;
-    int64_t want = (DW_BLOCK_OUTPUTS + outs - 1) / outs, fit = DW_SMEM_BYTES / plane_bytes;
+    int64_t fit = (DW_SMEM_BYTES - 2 * DW_STRIP * (int64_t)sizeof(float)) / plane_bytes;
+    int64_t want = (DW_BLOCK_OUTPUTS + outs - 1) / outs;
     g->ppb = (int)(want < fit ? want : fit);
     g->ppb = g->ppb < DW_MAX_PPB ? g->ppb : DW_MAX_PPB;
     if (which == 2) {
-        int64_t per = (DW_FILTER_OUTPUTS + outs - 1) / outs;
+        /* about DW_FILTER_OUTPUTS outputs a block, but blocks enough to fill the GPU */
+        int64_t per = (DW_FILTER_OUTPUTS + outs - 1) / outs, fill = a->n * a->c / DW_FILTER_BLOCKS;
+        per = per < fill ? per : fill > 1 ? fill : 1;
         g->per_group = (int)(per < a->n ? per : a->n);
         g->ppb = g->ppb < g->per_group ? g->ppb : g->per_group;
         g->items = (a->n + g->per_group - 1) / g->per_group;
@@ -290,9 +452,13 @@ static int dw_plan(const cu_dw_args *a, int which, dw_geo *g)
     return 1;
 }
 
+/* The staged planes, then (forward and data gradient) their filters; a strip past the
+ * end of the last row reads up to DW_STRIP * 2 floats beyond the planes, into the
+ * filters or the padding, and never stores what it computed from them. */
 static size_t dw_smem(const dw_geo &g, int k, int which)
 {
-    return sizeof(float) * ((size_t)g.ppb * g.sr * g.sc + (which == 2 ? 0 : (size_t)g.ppb * k * k));
+    size_t filters = which == 2 ? 0 : (size_t)g.ppb * k * k;
+    return sizeof(float) * ((size_t)g.ppb * g.sr * g.sc + filters + 2 * DW_STRIP);
 }
 
 template <int K, int S>
@@ -305,19 +471,41 @@ static ex_status dw_launch(cu_exec *e, int which, const dw_geo &g, const cu_dw_a
         ex_status st = cu_scratch(e, sizeof(double) * (size_t)(g.items * g.c * K * K), &ws);
         if (st != EX_OK || e->dry)
             return st;
-        dw_filter_kernel<K, S>
-            <<<dim3((unsigned)g.c, (unsigned)g.items), CU_THREADS, smem, e->stream>>>(
-                g, a->x, a->y, a->wt, (double *)ws, e->ticket, e->gate);
+        dim3 grid((unsigned)g.c, (unsigned)g.items);
+        int d = g.dh == g.dw && (g.dh == 1 || g.dh == 2) ? g.dh : 0;
+        double *part = (double *)ws;
+        if (d == 1)
+            dw_filter_kernel<K, S, 1><<<grid, CU_THREADS, smem, e->stream>>>(
+                g, a->x, a->y, a->wt, part, e->ticket, e->gate);
+        else if (d == 2)
+            dw_filter_kernel<K, S, 2><<<grid, CU_THREADS, smem, e->stream>>>(
+                g, a->x, a->y, a->wt, part, e->ticket, e->gate);
+        else
+            dw_filter_kernel<K, S, 0><<<grid, CU_THREADS, smem, e->stream>>>(
+                g, a->x, a->y, a->wt, part, e->ticket, e->gate);
         return cu_launched(e, name);
     }
     if (e->dry)
         return EX_OK;
     unsigned blocks = (unsigned)(g.items < (1 << 20) ? g.items : (1 << 20));
-    if (which == 0)
-        dw_fwd_kernel<K, S><<<blocks, CU_THREADS, smem, e->stream>>>(g, a->x, a->wt, a->y, e->gate);
+    int d = g.dh == g.dw && (g.dh == 1 || g.dh == 2) ? g.dh : 0; /* a strip kernel's dilation */
+    cudaStream_t st = e->stream;
+    if (which == 0 && d == 1)
+        dw_fwd_strip_kernel<K, S, 1>
+            <<<blocks, CU_THREADS, smem, st>>>(g, a->x, a->wt, a->y, e->gate);
+    else if (which == 0 && d == 2)
+        dw_fwd_strip_kernel<K, S, 2>
+            <<<blocks, CU_THREADS, smem, st>>>(g, a->x, a->wt, a->y, e->gate);
+    else if (which == 0)
+        dw_fwd_kernel<K, S><<<blocks, CU_THREADS, smem, st>>>(g, a->x, a->wt, a->y, e->gate);
+    else if (S == 1 && d == 1)
+        dw_bwd_data_strip_kernel<K, 1>
+            <<<blocks, CU_THREADS, smem, st>>>(g, a->y, a->wt, a->x, e->gate);
+    else if (S == 1 && d == 2)
+        dw_bwd_data_strip_kernel<K, 2>
+            <<<blocks, CU_THREADS, smem, st>>>(g, a->y, a->wt, a->x, e->gate);
     else
-        dw_bwd_data_kernel<K, S>
-            <<<blocks, CU_THREADS, smem, e->stream>>>(g, a->y, a->wt, a->x, e->gate);
+        dw_bwd_data_kernel<K, S><<<blocks, CU_THREADS, smem, st>>>(g, a->y, a->wt, a->x, e->gate);
     return cu_launched(e, name);
 }
 
