@@ -43,10 +43,10 @@ typedef struct cu_backend {
     cublasHandle_t blas, blas_side;
     cublasHandle_t blas_more[CU_STREAMS]; /**< one per stream of more; [0] is blas */
     void *blas_ws;                        /**< nstreams + 1 work spaces (the last: side) */
-    size_t *need;                         /**< sizing pass: each node's scratch */
-    unsigned char *cond;                  /**< each node runs as a conditional node */
-    int64_t cap_nodes;                    /**< room in need and cond */
-    cudaEvent_t *node_ev;                 /**< capture: events of the nodes waited for */
+    cu_node_flags *flags; /**< sizing pass: each node's scratch, conditional, pairing */
+    int64_t cap_nodes;    /**< room in flags */
+    int cc_major;         /**< the device's compute capability */
+    cudaEvent_t *node_ev; /**< capture: events of the nodes waited for */
     int64_t n_node_ev;
     cudaEvent_t ev_fork, ev_join[CU_STREAMS];
     int nstreams; /**< streams a capture uses: EXAPT_CUDA_STREAMS, default CU_STREAMS */
@@ -283,22 +283,18 @@ static ex_status scratch_reserve(cu_backend *b, size_t need)
     return EX_OK;
 }
 
-/* Room for count nodes' scratch needs and conditional flags. */
+/* Room for count nodes' flags. */
 static ex_status nodes_reserve(cu_backend *b, int64_t count)
 {
     if (count <= b->cap_nodes)
         return EX_OK;
-    size_t *need = (size_t *)realloc(b->need, sizeof *need * (size_t)count);
-    if (need)
-        b->need = need;
-    unsigned char *cond = need ? (unsigned char *)realloc(b->cond, (size_t)count) : NULL;
-    if (cond)
-        b->cond = cond;
-    if (!need || !cond) {
+    cu_node_flags *f = (cu_node_flags *)realloc(b->flags, sizeof *f * (size_t)count);
+    if (!f) {
         snprintf(b->msg, sizeof b->msg, "cuda: out of host memory for %lld nodes",
                  (long long)count);
         return EX_ERR_NOMEM;
     }
+    b->flags = f;
     b->cap_nodes = count;
     return EX_OK;
 }
@@ -318,8 +314,12 @@ static ex_status size_pass(cu_backend *b, const ex_node_exec *nodes, int64_t cou
         st = gate_check(&e, &nodes[i]);
         if (st == EX_OK)
             st = run_node(&e, &nodes[i]);
-        b->need[i] = e.need;
-        b->cond[i] = nodes[i].gate && cu_node_uses_blas(&nodes[i]);
+        cu_node_flags *f = &b->flags[i];
+        f->need = e.need;
+        f->conditional = nodes[i].gate && cu_node_uses_blas(&nodes[i]);
+        f->pair_tail = i > 0 && b->flags[i - 1].pair_head;
+        f->pair_head =
+            !f->pair_tail && i + 1 < count && cu_bn_pair(&nodes[i], &nodes[i + 1], b->cc_major);
         most = e.need > most ? e.need : most;
     }
     *ring = most * 8;
@@ -374,6 +374,8 @@ static ex_status capture_node(cu_backend *b, const ex_node_exec *nodes, int64_t 
                               const cu_sched *sc, const int64_t *ev)
 {
     const cu_sched_node *sn = &sc->node[i];
+    if (b->flags[i].pair_tail)
+        return EX_OK; /* launched with its head */
     cu_exec e = exec_of(b);
     e.stream = b->more[sn->stream];
     e.blas = b->blas_more[sn->stream];
@@ -388,7 +390,9 @@ static ex_status capture_node(cu_backend *b, const ex_node_exec *nodes, int64_t 
             cu_check(&e, cudaStreamWaitEvent(e.stream, b->node_ev[ev[sc->waits[sn->wait0 + k]]], 0),
                      "cudaStreamWaitEvent");
     if (st == EX_OK)
-        st = b->cond[i] ? run_conditional(b, &e, &nodes[i]) : run_node(&e, &nodes[i]);
+        st = b->flags[i].pair_head     ? cu_bn_pair_run(&e, &nodes[i], &nodes[i + 1])
+             : b->flags[i].conditional ? run_conditional(b, &e, &nodes[i])
+                                       : run_node(&e, &nodes[i]);
     if (st == EX_OK && sn->record)
         st = cu_check(&e, cudaEventRecord(b->node_ev[ev[i]], e.stream), "cudaEventRecord");
     return st;
@@ -414,7 +418,7 @@ static ex_status capture(cu_backend *b, const ex_node_exec *nodes, int64_t count
 {
     cu_sched sc;
     int64_t *ev = NULL, nev = 0;
-    ex_status st = cu_schedule(nodes, count, b->need, b->cond, b->nstreams, ring, &sc);
+    ex_status st = cu_schedule(nodes, count, b->flags, b->nstreams, ring, &sc);
     if (st == EX_OK && !(ev = (int64_t *)malloc(sizeof *ev * (size_t)(count > 0 ? count : 1))))
         st = EX_ERR_NOMEM;
     for (int64_t i = 0; i < count && st == EX_OK; i++)
@@ -926,8 +930,7 @@ static void cuda_close(void *impl)
     for (int64_t i = 0; i < b->n_node_ev; i++)
         cudaEventDestroy(b->node_ev[i]);
     free(b->node_ev);
-    free(b->need);
-    free(b->cond);
+    free(b->flags);
     if (b->blas)
         cublasDestroy(b->blas);
     if (b->blas_side)
@@ -1112,6 +1115,7 @@ ex_status ex_cuda_backend_create(int arg, const ex_backend_iface **iface, void *
     b->nstreams = nstreams;
     cudaDeviceProp prop;
     st = bk_check(b, cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
+    b->cc_major = prop.major;
     if (st == EX_OK)
         st = backend_init(b);
     if (st == EX_OK)

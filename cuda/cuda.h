@@ -364,6 +364,14 @@ int cu_pw_small_fits(const cu_pw_args *a);
  *  takes it, 0 otherwise. */
 int cu_pw_small(cu_exec *e, const cu_pw_args *a, const char *name, ex_status *st);
 
+/** Whether nodes a and b (the next) run as one launch on a device of compute capability
+ *  cc_major (bncluster.cu): BN_STATS (training) then BN_APPLY, or BN_BWD_REDUCE then
+ *  BN_BWD_DATA, on the same x, b reading what a wrote, under the same gate; sm_90. */
+int cu_bn_pair(const ex_node_exec *a, const ex_node_exec *b, int cc_major);
+
+/** Launches a pair that cu_bn_pair() accepted: one cluster of blocks per channel. */
+ex_status cu_bn_pair_run(cu_exec *e, const ex_node_exec *a, const ex_node_exec *b);
+
 /** Whether node n's launch pass calls cuBLAS (gemm.cu), so a gated one needs a
  *  conditional graph node around it. */
 int cu_node_uses_blas(const ex_node_exec *n);
@@ -384,12 +392,18 @@ typedef struct cu_sched {
     int64_t nwaits;
 } cu_sched;
 
-/** Schedules count nodes over nstreams streams: need[i] is node i's scratch (from the
- *  sizing pass), conditional[i] whether it runs as a conditional graph node, ring the
- *  scratch ring's bytes (at least the largest need). EX_ERR_NOMEM when host memory ran
- *  out. */
-ex_status cu_schedule(const ex_node_exec *nodes, int64_t count, const size_t *need,
-                      const unsigned char *conditional, int nstreams, uint64_t ring, cu_sched *out);
+/** Per-node facts the schedule needs: scratch from the sizing pass, whether the node runs
+ *  as a conditional graph node, and whether the next node is launched with it as one. */
+typedef struct cu_node_flags {
+    size_t need;
+    unsigned char conditional, pair_head, pair_tail;
+} cu_node_flags;
+
+/** Schedules count nodes over nstreams streams, with ring the scratch ring's bytes (at
+ *  least the largest need). A pair's tail is no node of its own: its head waits for, and
+ *  stands as the writer of, what both touch. EX_ERR_NOMEM when host memory ran out. */
+ex_status cu_schedule(const ex_node_exec *nodes, int64_t count, const cu_node_flags *flags,
+                      int nstreams, uint64_t ring, cu_sched *out);
 
 /** Frees a schedule's arrays. */
 void cu_sched_free(cu_sched *s);

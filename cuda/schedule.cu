@@ -144,7 +144,6 @@ void accesses(const ex_node_exec *n, int64_t i, const cu_sched_node &sn, bool co
               std::vector<access> &out)
 {
     access a;
-    out.clear();
     for (int s = 0; s < n->nsrc; s++)
         if (range_of(&n->src[s], writes_sources(n->op), &a))
             out.push_back(a);
@@ -176,8 +175,8 @@ int pick_stream(const std::vector<int64_t> &deps, const cu_sched_node *node,
     return s;
 }
 
-ex_status build(const ex_node_exec *nodes, int64_t count, const size_t *need,
-                const unsigned char *conditional, int nstreams, uint64_t ring, cu_sched *out)
+ex_status build(const ex_node_exec *nodes, int64_t count, const cu_node_flags *flags, int nstreams,
+                uint64_t ring, cu_sched *out)
 {
     tracker tr;
     std::vector<access> acc;
@@ -187,12 +186,20 @@ ex_status build(const ex_node_exec *nodes, int64_t count, const size_t *need,
     uint64_t cursor = 0;
     for (int64_t i = 0; i < count; i++) {
         cu_sched_node &sn = out->node[i];
-        sn.scratch_bytes = (need[i] + 255) & ~(uint64_t)255;
+        if (flags[i].pair_tail) { /* launched with its head, which stands for it */
+            sn.stream = out->node[i - 1].stream;
+            sn.wait0 = (int64_t)waits.size();
+            continue;
+        }
+        sn.scratch_bytes = (flags[i].need + 255) & ~(uint64_t)255;
         if (cursor + sn.scratch_bytes > ring)
             cursor = 0;
         sn.scratch_off = cursor;
         cursor += sn.scratch_bytes;
-        accesses(&nodes[i], i, sn, conditional[i] != 0, acc);
+        acc.clear();
+        accesses(&nodes[i], i, sn, flags[i].conditional != 0, acc);
+        if (flags[i].pair_head && i + 1 < count)
+            accesses(&nodes[i + 1], i, sn, false, acc);
         deps.clear();
         for (const access &a : acc)
             tr.deps(a, deps);
@@ -226,8 +233,8 @@ ex_status build(const ex_node_exec *nodes, int64_t count, const size_t *need,
 
 } // namespace
 
-ex_status cu_schedule(const ex_node_exec *nodes, int64_t count, const size_t *need,
-                      const unsigned char *conditional, int nstreams, uint64_t ring, cu_sched *out)
+ex_status cu_schedule(const ex_node_exec *nodes, int64_t count, const cu_node_flags *flags,
+                      int nstreams, uint64_t ring, cu_sched *out)
 {
     *out = cu_sched{};
     out->node = (cu_sched_node *)calloc(count > 0 ? (size_t)count : 1, sizeof *out->node);
@@ -235,7 +242,7 @@ ex_status cu_schedule(const ex_node_exec *nodes, int64_t count, const size_t *ne
         return EX_ERR_NOMEM;
     ex_status st;
     try {
-        st = build(nodes, count, need, conditional, nstreams, ring, out);
+        st = build(nodes, count, flags, nstreams, ring, out);
     } catch (const std::bad_alloc &) {
         st = EX_ERR_NOMEM;
     }
