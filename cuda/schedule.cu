@@ -9,9 +9,10 @@
  *
  * A node goes on the stream of its latest dependency when that stream has run nothing
  * since, so chains stay on one stream; otherwise on the next stream in turn. It waits
- * (an event, which capture turns into a graph edge) for each dependency on another
- * stream that its stream has not already waited for. The result is a plain schedule;
- * backend.cu captures it. */
+ * (an event, which capture turns into a graph edge) only for dependencies on other
+ * streams that its stream is not already ordered after, directly or through earlier
+ * waits (a vector clock per stream): fewer edges for the graph to resolve. The result
+ * is a plain schedule; backend.cu captures it. */
 #include <algorithm>
 #include <map>
 #include <new>
@@ -181,7 +182,11 @@ ex_status build(const ex_node_exec *nodes, int64_t count, const cu_node_flags *f
     tracker tr;
     std::vector<access> acc;
     std::vector<int64_t> deps, waits, tail(nstreams, -1);
-    std::vector<std::vector<int64_t>> seen(nstreams, std::vector<int64_t>(nstreams, -1));
+    /* know[s * nstreams + t]: the latest node of stream t that stream s is already ordered
+     * after (vector clocks); clock[i * nstreams + t]: stream i's knowledge right after node
+     * i, which a wait for node i passes on */
+    std::vector<int64_t> know((size_t)nstreams * nstreams, -1);
+    std::vector<int64_t> clock((size_t)count * nstreams, -1);
     int next = 0;
     uint64_t cursor = 0;
     for (int64_t i = 0; i < count; i++) {
@@ -210,15 +215,21 @@ ex_status build(const ex_node_exec *nodes, int64_t count, const cu_node_flags *f
         int s = pick_stream(deps, out->node, tail, nstreams, &next);
         sn.stream = s;
         sn.wait0 = (int64_t)waits.size();
-        for (int64_t d : deps) {
+        int64_t *mine = &know[(size_t)s * nstreams];
+        for (auto it = deps.rbegin(); it != deps.rend(); ++it) { /* latest first */
+            int64_t d = *it;
             int t = out->node[d].stream;
-            if (t == s || d <= seen[s][t])
-                continue; /* stream order, or an earlier wait, covers it */
-            seen[s][t] = d;
+            if (t == s || d <= mine[t])
+                continue; /* stream order, or a wait already made, covers it */
+            const int64_t *theirs = &clock[(size_t)d * nstreams];
+            for (int u = 0; u < nstreams; u++)
+                mine[u] = std::max(mine[u], theirs[u]);
             waits.push_back(d);
             out->node[d].record = 1;
         }
         sn.nwait = (int32_t)((int64_t)waits.size() - sn.wait0);
+        mine[s] = i;
+        std::copy(mine, mine + nstreams, &clock[(size_t)i * nstreams]);
         tail[s] = i;
         for (const access &a : acc)
             tr.apply(a, i);
