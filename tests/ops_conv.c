@@ -65,6 +65,14 @@ static void r_dwconv(const env *e, double *y)
             .ip = {s, s, d * (k - 1) / 2, d * (k - 1) / 2, d, d}, .bwd = B_FD                      \
     }
 
+/* depthwise k x k, stride s, dilation d, "same" padding on x of shape xs */
+#define DWX(nm, xs, c, k, s, d)                                                                    \
+    {                                                                                              \
+        CASE(nm, EX_OP_DWCONV2D, b_dwconv, r_dwconv, 2),                                           \
+            .r = {{GIN("x"), SHAPE xs, UNI(-1, 1)}, {PAR("w"), SHAPE(c, 1, k, k), UNI(-1, 1)}},    \
+            .ip = {s, s, d * (k - 1) / 2, d * (k - 1) / 2, d, d}, .bwd = B_FD                      \
+    }
+
 static const tcase conv_cases[] = {
     CONV("conv2d 3x3 s1 p1", (2, 3, 9, 11), (4, 3, 3, 3), 1, 1, 1, 1, 1, 1),
     CONV("conv2d 3x3 s2 d2 p2", (2, 4, 13, 11), (5, 4, 3, 3), 2, 2, 2, 2, 2, 2),
@@ -95,6 +103,19 @@ static const tcase conv_cases[] = {
      .r = {{GIN("x"), SHAPE(3, 4, 9, 12), UNI(-1, 1), TRANS(2, 3)},
            {PAR("w"), SHAPE(4, 1, 5, 5), UNI(-1, 1)}},
      .ip = {2, 2, 2, 2, 1, 1}, .bwd = B_FD},
+    /* the Vulkan fast path's tiles (planes beyond 32x32, windows that do not fit whole),
+     * its filter partials over ranges of samples, DARTS' shapes; and a geometry it does not
+     * take (conv.comp's depthwise form) */
+    DWX("dwconv2d 5x5 on 45x70 planes (tiles)", (2, 3, 45, 70), 3, 5, 1, 1),
+    DWX("dwconv2d 7x7 stride 2 dilation 2 on 45x70 planes (tiles)", (2, 3, 45, 70), 3, 7, 2, 2),
+    DWX("dwconv2d 3x3 stride 2 on 37x70 planes (tiles)", (3, 2, 37, 70), 2, 3, 2, 1),
+    DWX("dwconv2d 5x5 dilation 2, 64x16x32x32", (64, 16, 32, 32), 16, 5, 1, 2),
+    DWX("dwconv2d 3x3 stride 2, 64x16x32x32", (64, 16, 32, 32), 16, 3, 2, 1),
+    DWX("dwconv2d 3x3, 64x32x16x16", (64, 32, 16, 16), 32, 3, 1, 1),
+    DWX("dwconv2d 5x5, 64x64x8x8", (64, 64, 8, 8), 64, 5, 1, 1),
+    {CASE("dwconv2d 3x5 stride (1, 2) dilation (2, 1)", EX_OP_DWCONV2D, b_dwconv, r_dwconv, 2),
+     .r = {{GIN("x"), SHAPE(2, 4, 12, 13), UNI(-1, 1)}, {PAR("w"), SHAPE(4, 1, 3, 5), UNI(-1, 1)}},
+     .ip = {1, 2, 2, 2, 2, 1}, .bwd = B_FD},
 };
 
 void family_conv(void **state)
