@@ -458,8 +458,15 @@ static const tcase bn_cases[] = {
     BN("batch_norm eval, transposed view", 0, 3, (SHAPE(2, 5, 11, 7), UNI(-1, 3), TRANS(2, 3)),
        {0}),
     /* M = 4608: more than one segment of a channel where a backend splits them (Vulkan:
-     * 4096) */
+     * 2048) */
     BN("batch_norm train affine, M = 4608", 1, 5, (SHAPE(2, 5, 48, 48), UNI(-1, 3)), AFFINE),
+    BN("batch_norm train, transposed view", 1, 3, (SHAPE(3, 5, 11, 7), UNI(-1, 3), TRANS(2, 3)),
+       {0}),
+    /* more than 128 segments of a channel (Vulkan merges them 128 at a time) */
+    BN("batch_norm train, M = 270336", 1, 3, (SHAPE(64, 5, 64, 66), UNI(-1, 3)), {0}),
+    /* DARTS' planes (batch 64, 32x32 and 8x8; the search's batch norms are not affine) */
+    BN("batch_norm train, 64x5x32x32", 1, 3, (SHAPE(64, 5, 32, 32), UNI(-1, 3)), {0}),
+    BN("batch_norm train, 64x5x8x8", 1, 3, (SHAPE(64, 5, 8, 8), UNI(-1, 3)), {0}),
 };
 
 void family_batchnorm(void **state)
