@@ -1,6 +1,8 @@
 // The weight gradient's last pass, one workgroup: each active candidate's chunk partials
-// (mix.comp's MIX_DOT) added by a fixed tree, then dst[k] = the sum over the active
-// candidates with weight index k, in candidate order; 0 for every other entry.
+// (mix.comp's MIX_DOT) added in a fixed order (invocation t every 128th from t, loaded
+// four at a time with every candidate's loads in flight together; then 16 neighbouring
+// invocations, then 8 of those sums), then dst[k] = the sum over the active candidates
+// with weight index k, in candidate order; 0 for every other entry.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -14,34 +16,47 @@ layout(push_constant) uniform PC
     uvec4 dne, dst;
 } pc;
 
-shared float fs[128];
+shared float fs[16 * 128 + 16 * 8];
 shared float tot[16];
+
+bool is_active(uint j) { return j < pc.n && ld(pc.tab, MIX_TAB * j + 1u) != 0u; }
 
 void main()
 {
     GATE_RETURN();
     uint lid = gl_LocalInvocationID.x;
-    for (uint j = 0u; j < pc.n; j++) {
-        if (ld(pc.tab, MIX_TAB * j + 1u) == 0u)
-            continue; // the same in every invocation
-        float v = 0.0;
-        for (uint c = lid; c < pc.nch; c += 128u)
-            v += ldf(pc.part, j * pc.nch + c);
-        fs[lid] = v;
-        barrier();
-        for (uint s = 64u; s > 0u; s >>= 1) {
-            if (lid < s)
-                fs[lid] += fs[lid + s];
-            barrier();
-        }
-        if (lid == 0u)
-            tot[j] = fs[0];
-        barrier();
+    float v[16];
+    for (uint j = 0u; j < 16u; j++)
+        v[j] = 0.0;
+    for (uint c0 = 0u; c0 < pc.nch; c0 += 512u) {
+        uvec4 c = uvec4(c0 + lid) + uvec4(0u, 128u, 256u, 384u);
+        bvec4 ok = lessThan(c, uvec4(pc.nch));
+        vec4 q[16];
+        for (uint j = 0u; j < 16u; j++)
+            q[j] = is_active(j) ? ldf4(pc.part, mix(uvec4(0u), uvec4(j * pc.nch) + c, ok)) : vec4(0.0);
+        for (uint j = 0u; j < 16u; j++)
+            v[j] += dot(mix(vec4(0.0), q[j], ok), vec4(1.0));
     }
+    for (uint j = 0u; j < 16u; j++)
+        fs[j * 128u + lid] = v[j];
+    barrier();
+    uint jj = lid / 8u, l = lid % 8u;
+    float s = 0.0;
+    for (uint k = 0u; k < 16u; k++)
+        s += fs[jj * 128u + l * 16u + k];
+    fs[16u * 128u + jj * 8u + l] = s;
+    barrier();
+    if (lid < 16u) {
+        float t = 0.0;
+        for (uint k = 0u; k < 8u; k++)
+            t += fs[16u * 128u + lid * 8u + k];
+        tot[lid] = t;
+    }
+    barrier();
     for (uint k = lid; k < pc.k; k += 128u) {
         float acc = 0.0;
         for (uint j = 0u; j < pc.n; j++)
-            if (ld(pc.tab, MIX_TAB * j + 1u) != 0u && ld(pc.tab, MIX_TAB * j + 2u) == k)
+            if (is_active(j) && ld(pc.tab, MIX_TAB * j + 2u) == k)
                 acc += tot[j];
         stf(pc.d, off4(pc.dne, pc.dst, k), acc);
     }
