@@ -10,6 +10,7 @@
 // pairwise update for the variance); no atomics, repeatable.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "batchnorm/variants.h"
 
@@ -59,7 +60,7 @@ void offsets(uvec4 s, bool dense, uint ch, uint sg, out uint off[BN_PER])
     uint hw = pc.ne.z * pc.ne.w, dn = 128u / hw, dr = 128u % hw;
     uint i = sg * BN_SEG + gl_LocalInvocationID.x, i1 = sg * BN_SEG + seg_len(sg);
     uint nb = i / hw, r = i - nb * hw;
-    for (uint j = 0u; j < BN_PER; j++, i += 128u) {
+    [[unroll]] for (uint j = 0u; j < BN_PER; j++, i += 128u) {
         uint sp = dense ? r * s.w : (r / pc.ne.w) * s.z + (r % pc.ne.w) * s.w;
         off[j] = i < i1 ? nb * s.x + ch * s.y + sp : 0u;
         nb += dn;
@@ -74,9 +75,9 @@ void offsets(uvec4 s, bool dense, uint ch, uint sg, out uint off[BN_PER])
 // Loads BN_PER elements at off (four per switch on the binding, all in flight).
 void load(uint ref, uint off[BN_PER], out float v[BN_PER])
 {
-    for (uint j = 0u; j < BN_PER; j += 4u) {
+    [[unroll]] for (uint j = 0u; j < BN_PER; j += 4u) {
         vec4 q = ldf4(ref, uvec4(off[j], off[j + 1u], off[j + 2u], off[j + 3u]));
-        for (uint k = 0u; k < 4u; k++)
+        [[unroll]] for (uint k = 0u; k < 4u; k++)
             v[j + k] = q[k];
     }
 }
@@ -88,11 +89,11 @@ void seg_stats(uint ch, uint sg)
     offsets(pc.sx, pc.r0 != 0u, ch, sg, off);
     load(pc.x, off, v);
     float s = 0.0;
-    for (uint j = 0u; j < BN_PER; j++)
+    [[unroll]] for (uint j = 0u; j < BN_PER; j++)
         s += lid + 128u * j < len ? v[j] : 0.0;
     float mean = wg_sum(vec2(s, 0.0)).x / float(len);
     s = 0.0;
-    for (uint j = 0u; j < BN_PER; j++) {
+    [[unroll]] for (uint j = 0u; j < BN_PER; j++) {
         float dv = v[j] - mean;
         s += lid + 128u * j < len ? dv * dv : 0.0;
     }
@@ -113,7 +114,7 @@ void seg_red(uint ch, uint sg)
     load(pc.y, oy, gv);
     float mean = ldf(pc.a, ch * pc.sv.w), inv = ldf(pc.a, pc.sv.z + ch * pc.sv.w);
     vec2 s = vec2(0.0);
-    for (uint j = 0u; j < BN_PER; j++)
+    [[unroll]] for (uint j = 0u; j < BN_PER; j++)
         if (lid + 128u * j < len)
             s += vec2(gv[j] * ((xv[j] - mean) * inv), gv[j]);
     s = wg_sum(s);

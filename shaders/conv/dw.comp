@@ -15,6 +15,7 @@
 // No atomics: every sum has an order fixed by the shape, so results are repeatable.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "conv/variants.h"
 
@@ -55,7 +56,7 @@ void stage(uint ref, uvec4 s, uint at, uint np, uint nr, uint ncl, int r0, int c
     for (uint base = 0u; base < total; base += 1024u) {
         uint off[8];
         bool ok[8];
-        for (uint j = 0u; j < 8u; j++) {
+        [[unroll]] for (uint j = 0u; j < 8u; j++) {
             int ih = r0 + int(r), iw = c0 + int(cl);
             uint q = min(pi, np - 1u);
             ok[j] = base + t + 128u * j < total && ih >= 0 && ih < int(hh) && iw >= 0 &&
@@ -74,7 +75,7 @@ void stage(uint ref, uvec4 s, uint at, uint np, uint nr, uint ncl, int r0, int c
         }
         vec4 va = ldf4(ref, uvec4(off[0], off[1], off[2], off[3]));
         vec4 vb = ldf4(ref, uvec4(off[4], off[5], off[6], off[7]));
-        for (uint j = 0u; j < 8u; j++) {
+        [[unroll]] for (uint j = 0u; j < 8u; j++) {
             uint e = base + t + 128u * j;
             if (e < total)
                 sm[at + e] = ok[j] ? (j < 4u ? va[j] : vb[j - 4u]) : 0.0;
@@ -102,41 +103,41 @@ void fwd_data_units(uint pi, uint lane, uint r0, uint c0, int offh, int offw)
     uint th = pc.tile & 0xFFFFu, tw = pc.tile >> 16;
     uint oh = PASS == DW_FWD ? pc.ho : pc.h, ow = PASS == DW_FWD ? pc.wo : pc.wd;
     float wr[49];
-    for (int k = 0; k < T; k++)
+    [[unroll]] for (int k = 0; k < T; k++)
         wr[k] = wsm[pi * uint(T) + uint(k)];
     uint pb = pi * pc.prow * pc.pcol;
     for (uint u = lane; u < pc.units; u += tpp()) {
         uint j = u % tw, rg = (u / tw) * uint(RH);
         float acc[RH];
-        for (int i = 0; i < RH; i++)
+        [[unroll]] for (int i = 0; i < RH; i++)
             acc[i] = 0.0;
         if (PASS == DW_FWD) {
-            for (int b = 0; b < K; b++) {
+            [[unroll]] for (int b = 0; b < K; b++) {
                 float xr[SPAN];
-                for (int r = 0; r < SPAN; r++)
+                [[unroll]] for (int r = 0; r < SPAN; r++)
                     xr[r] = sm[pb + (rg * uint(S) + uint(r)) * pc.pcol + j * uint(S) + uint(b * D)];
-                for (int a = 0; a < K; a++)
-                    for (int i = 0; i < RH; i++)
+                [[unroll]] for (int a = 0; a < K; a++)
+                    [[unroll]] for (int i = 0; i < RH; i++)
                         acc[i] += wr[a * K + b] * xr[i * S + a * D];
             }
         } else if (S == 1) {
             // dx[i][j] = sum over taps of w[a][b] dy-window[i + (K-1-a) D][j + (K-1-b) D]
-            for (int b = 0; b < K; b++) {
+            [[unroll]] for (int b = 0; b < K; b++) {
                 float xr[RH + (K - 1) * D];
-                for (int r = 0; r < RH + (K - 1) * D; r++)
+                [[unroll]] for (int r = 0; r < RH + (K - 1) * D; r++)
                     xr[r] = sm[pb + (rg + uint(r)) * pc.pcol + j + uint((K - 1 - b) * D)];
-                for (int a = 0; a < K; a++)
-                    for (int i = 0; i < RH; i++)
+                [[unroll]] for (int a = 0; a < K; a++)
+                    [[unroll]] for (int i = 0; i < RH; i++)
                         acc[i] += wr[a * K + b] * xr[i + (K - 1 - a) * D];
             }
         } else {
             // only the taps whose output index (ih + ph - a D) / S is whole
-            for (int i = 0; i < RH; i++)
-                for (int a = 0; a < K; a++) {
+            [[unroll]] for (int i = 0; i < RH; i++)
+                [[unroll]] for (int a = 0; a < K; a++) {
                     int uh = int(rg) + i + offh - a * D;
                     if (uh % S != 0)
                         continue;
-                    for (int b = 0; b < K; b++) {
+                    [[unroll]] for (int b = 0; b < K; b++) {
                         int uw = int(j) + offw - b * D;
                         if (uw % S == 0)
                             acc[i] += wr[a * K + b] * sm[pb + uint(uh / S) * pc.pcol + uint(uw / S)];
@@ -148,7 +149,7 @@ void fwd_data_units(uint pi, uint lane, uint r0, uint c0, int offh, int offw)
         uvec4 s = PASS == DW_FWD ? pc.sy : pc.sx;
         if (col >= ow)
             continue;
-        for (int i = 0; i < RH; i++) {
+        [[unroll]] for (int i = 0; i < RH; i++) {
             uint row = r0 + rg + uint(i);
             if (rg + uint(i) < th && row < oh)
                 stf(PASS == DW_FWD ? pc.y : pc.x, base + row * s.z + col * s.w, acc[i]);
@@ -199,9 +200,9 @@ void fwd_data()
 void filter_sum_wg(float acc[49], uint ch, uint at, bool direct)
 {
     uint t = gl_LocalInvocationID.x;
-    for (int tb = 0; tb < T; tb += 16) {
+    [[unroll]] for (int tb = 0; tb < T; tb += 16) {
         barrier();
-        for (int j = 0; j < 16; j++)
+        [[unroll]] for (int j = 0; j < 16; j++)
             if (tb + j < T)
                 sm[uint(j) * 128u + t] = acc[tb + j];
         barrier();
@@ -232,15 +233,15 @@ void filter_units(inout float acc[49], uint pi, uint lane, uint pb, uint db)
     for (uint u = lane; u < pc.units; u += tpp()) {
         uint j = u % tw, rg = (u / tw) * uint(RH);
         float dyr[RH];
-        for (int i = 0; i < RH; i++)
+        [[unroll]] for (int i = 0; i < RH; i++)
             dyr[i] = sm[db + (rg + uint(i)) * tw + j];
-        for (int b = 0; b < K; b++) {
+        [[unroll]] for (int b = 0; b < K; b++) {
             float xr[SPAN];
-            for (int r = 0; r < SPAN; r++)
+            [[unroll]] for (int r = 0; r < SPAN; r++)
                 xr[r] = sm[pb + (rg * uint(S) + uint(r)) * pc.pcol + j * uint(S) + uint(b * D)];
-            for (int a = 0; a < K; a++) {
+            [[unroll]] for (int a = 0; a < K; a++) {
                 float s = 0.0;
-                for (int i = 0; i < RH; i++)
+                [[unroll]] for (int i = 0; i < RH; i++)
                     s += dyr[i] * xr[i * S + a * D];
                 acc[a * K + b] += s;
             }
@@ -259,7 +260,7 @@ void filter_grad()
         uint r0 = (tl / pc.tiles_w) * th, c0 = (tl % pc.tiles_w) * tw;
         uint n1 = min(pc.n, (sg + 1u) * pc.ns);
         float acc[49];
-        for (int k = 0; k < T; k++)
+        [[unroll]] for (int k = 0; k < T; k++)
             acc[k] = 0.0;
         for (uint n0 = sg * pc.ns; n0 < n1; n0 += pc.g) {
             uint np = min(pc.g, n1 - n0), dyat = np * pc.prow * pc.pcol;

@@ -7,6 +7,7 @@
 // once. Each output sums its input channels in order.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "gemm/variants.h"
 
@@ -59,7 +60,7 @@ void main()
             yo = nb * pc.sy.x + h * pc.sy.z + wc * pc.sy.w;
         }
         vec4 acc[8];
-        for (uint q = 0u; q < 8u; q++)
+        [[unroll]] for (uint q = 0u; q < 8u; q++)
             acc[q] = vec4(0.0);
         for (uint c0 = 0u; c0 < pc.ci; c0 += CK) {
             uint cn = min(CK, pc.ci - c0);
@@ -68,15 +69,15 @@ void main()
             barrier();
             for (uint c = 0u; c < cn; c += 8u) {
                 vec4 xa = load4(xo, c0 + c, live), xb = load4(xo, c0 + c + 4u, live);
-                for (uint k = 0u; k < 8u; k++) {
+                [[unroll]] for (uint k = 0u; k < 8u; k++) {
                     float xv = k < 4u ? xa[k] : xb[k - 4u];
-                    for (uint q = 0u; q < CQ; q++)
+                    [[unroll]] for (uint q = 0u; q < CQ; q++)
                         acc[q] += ws[(c + k) * CQ + q] * xv;
                 }
             }
         }
         if (live)
-            for (uint o = 0u; o < CT; o++)
+            [[unroll]] for (uint o = 0u; o < CT; o++)
                 if (o0 + o < pc.co)
                     stf(pc.y, yo + (o0 + o) * pc.sy.y, acc[o / 4u][o % 4u]);
     }

@@ -10,6 +10,7 @@
 // the result is bitwise repeatable.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "gemm/variants.h"
 
@@ -38,7 +39,7 @@ shared float sm[2112];
 // lim on and where !live (such a lane loads element 0 and discards it).
 void load_rows(uint ref, uint po, uint cs, uint c0, uint lim, bool live, out vec4 v[2])
 {
-    for (uint j = 0u; j < 2u; j++) {
+    [[unroll]] for (uint j = 0u; j < 2u; j++) {
         uvec4 c = uvec4(c0 + RS * 4u * j) + uvec4(0u, RS, 2u * RS, 3u * RS);
         bvec4 ok = live ? lessThan(c, uvec4(lim)) : bvec4(false);
         v[j] = mix(vec4(0.0), ldf4(ref, mix(uvec4(0u), uvec4(po) + c * cs, ok)), ok);
@@ -64,7 +65,7 @@ void partial()
         vec4 va[2], vb[2]; // every load issued before the first is used
         load_rows(pc.a, oa, pc.sa.y, i0 + rb, min(pc.m, i0 + TI), live, va);
         load_rows(pc.b, ob, pc.sb.y, j0 + rb, min(pc.n, j0 + TJ), live, vb);
-        for (uint q = 0u; q < 8u; q++) {
+        [[unroll]] for (uint q = 0u; q < 8u; q++) {
             uint r = rb + RS * q;
             if (r < TI)
                 sm[r * KP + kk] = va[q / 4u][q % 4u];
@@ -75,13 +76,13 @@ void partial()
         for (uint q = g; q < KC; q += G) {
             vec4 bv = vec4(sm[(TI + tx * 4u) * KP + q], sm[(TI + tx * 4u + 1u) * KP + q],
                            sm[(TI + tx * 4u + 2u) * KP + q], sm[(TI + tx * 4u + 3u) * KP + q]);
-            for (uint r = 0u; r < 4u; r++)
+            [[unroll]] for (uint r = 0u; r < 4u; r++)
                 acc[r] += sm[(ty * 4u + r) * KP + q] * bv;
         }
         barrier();
     }
-    for (uint r = 0u; r < 4u; r++)
-        for (uint c = 0u; c < 4u; c++)
+    [[unroll]] for (uint r = 0u; r < 4u; r++)
+        [[unroll]] for (uint c = 0u; c < 4u; c++)
             sm[g * TI * TJ + (ty * 4u + r) * TJ + tx * 4u + c] = acc[r][c];
     barrier();
     for (uint o = t; o < TI * TJ; o += 128u) {

@@ -1,8 +1,9 @@
 // The mixed sum and the dot products of its weight gradient, over one group of up to
 // MIX_GROUP consecutive candidates that share their strides (the host splits the rest
 // into further dispatches). Inactive candidates (the table from mixtab.comp) are never
-// read; the group's activity and coefficients are read once per invocation, and where dy
-// (dst) and the group are contiguous an element's offset is its index. MIX_FWD writes dst,
+// read; the group's activity is read once per invocation (the coefficients, uniform loads,
+// per element: an array of them would be indexed at run time), and where dy (dst) and the
+// group are contiguous an element's offset is its index. MIX_FWD writes dst,
 // MIX_FWD_ACC adds to it, so every element is the sum over the candidates in index order,
 // as on the CPU. MIX_DOT: a workgroup per chunk of MIX_CHUNK elements of dy, MIX_SUB at a
 // time with every load of dy and of the active candidates issued before the first is used;
@@ -10,6 +11,7 @@
 // neighbours, then 8 of those sums) into part[j * nch + chunk].
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "nas/variants.h"
 
@@ -26,17 +28,13 @@ shared float fs[MIX_GROUP * 128 + MIX_GROUP * 8];
 
 uint cand(uint q) { return pc.x[q / 4u][q % 4u]; }
 
-// The group's active candidates as bits, and their coefficients.
-uint actives(out float coef[MIX_GROUP])
+// The group's active candidates as bits (read once, not per element).
+uint actives()
 {
     uint on = 0u;
-    for (uint q = 0u; q < MIX_GROUP; q++) {
-        coef[q] = 0.0;
-        if (q < pc.cnt && ld(pc.tab, MIX_TAB * (pc.j0 + q) + 1u) != 0u) {
+    for (uint q = 0u; q < pc.cnt; q++)
+        if (ld(pc.tab, MIX_TAB * (pc.j0 + q) + 1u) != 0u)
             on |= 1u << q;
-            coef[q] = ldf(pc.tab, MIX_TAB * (pc.j0 + q));
-        }
-    }
     return on;
 }
 
@@ -54,8 +52,7 @@ bool contiguous(uvec4 s)
 
 void forward()
 {
-    float coef[MIX_GROUP];
-    uint on = actives(coef);
+    uint on = actives();
     bool dense = contiguous(pc.sd) && contiguous(pc.sx);
     for (uint i = gl_GlobalInvocationID.x; i < pc.n; i += gl_NumWorkGroups.x * 128u) {
         uint od = i, ox = i;
@@ -65,9 +62,9 @@ void forward()
             ox = dot4(c, pc.sx);
         }
         float acc = VARIANT == MIX_FWD_ACC ? ldf(pc.d, od) : 0.0;
-        for (uint q = 0u; q < MIX_GROUP; q++)
+        for (uint q = 0u; q < pc.cnt; q++)
             if (((on >> q) & 1u) != 0u)
-                acc += coef[q] * ldf(cand(q), ox);
+                acc += ldf(pc.tab, MIX_TAB * (pc.j0 + q)) * ldf(cand(q), ox);
         stf(pc.d, od, acc);
     }
 }
@@ -75,12 +72,11 @@ void forward()
 void dots()
 {
     uint lid = gl_LocalInvocationID.x;
-    float coef[MIX_GROUP];
-    uint on = actives(coef);
+    uint on = actives();
     bool dense = contiguous(pc.sd) && contiguous(pc.sx);
     for (uint ch = gl_WorkGroupID.x; ch < pc.nch; ch += gl_NumWorkGroups.x) {
         float s[MIX_GROUP];
-        for (uint q = 0u; q < MIX_GROUP; q++)
+        [[unroll]] for (uint q = 0u; q < MIX_GROUP; q++)
             s[q] = 0.0;
         uint i1 = min(pc.n, (ch + 1u) * MIX_CHUNK);
         for (uint i0 = ch * MIX_CHUNK; i0 < i1; i0 += MIX_SUB) {
@@ -88,19 +84,19 @@ void dots()
             bvec4 ok = lessThan(e, uvec4(i1));
             uvec4 od = mix(uvec4(0u), e, ok), ox = od;
             if (!dense)
-                for (uint k = 0u; k < 4u; k++) {
+                [[unroll]] for (uint k = 0u; k < 4u; k++) {
                     uvec4 c = coords4(pc.ne, od[k]);
                     od[k] = dot4(c, pc.sd);
                     ox[k] = dot4(c, pc.sx);
                 }
             vec4 g = mix(vec4(0.0), ldf4(pc.d, od), ok), xv[MIX_GROUP];
-            for (uint q = 0u; q < MIX_GROUP; q++)
+            [[unroll]] for (uint q = 0u; q < MIX_GROUP; q++)
                 xv[q] = ((on >> q) & 1u) != 0u ? ldf4(cand(q), ox) : vec4(0.0);
-            for (uint q = 0u; q < MIX_GROUP; q++)
+            [[unroll]] for (uint q = 0u; q < MIX_GROUP; q++)
                 s[q] += dot(g, mix(vec4(0.0), xv[q], ok));
         }
         barrier(); // the previous chunk's sums are read
-        for (uint q = 0u; q < MIX_GROUP; q++)
+        [[unroll]] for (uint q = 0u; q < MIX_GROUP; q++)
             fs[q * 128u + lid] = s[q];
         barrier();
         uint q = lid / 8u, l = lid % 8u;

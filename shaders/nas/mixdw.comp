@@ -5,6 +5,7 @@
 // with weight index k, in candidate order; 0 for every other entry.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "nas/variants.h"
 
@@ -26,18 +27,18 @@ void main()
     GATE_RETURN();
     uint lid = gl_LocalInvocationID.x;
     float v[16];
-    for (uint j = 0u; j < 16u; j++)
+    [[unroll]] for (uint j = 0u; j < 16u; j++)
         v[j] = 0.0;
     for (uint c0 = 0u; c0 < pc.nch; c0 += 512u) {
         uvec4 c = uvec4(c0 + lid) + uvec4(0u, 128u, 256u, 384u);
         bvec4 ok = lessThan(c, uvec4(pc.nch));
         vec4 q[16];
-        for (uint j = 0u; j < 16u; j++)
+        [[unroll]] for (uint j = 0u; j < 16u; j++)
             q[j] = is_active(j) ? ldf4(pc.part, mix(uvec4(0u), uvec4(j * pc.nch) + c, ok)) : vec4(0.0);
-        for (uint j = 0u; j < 16u; j++)
+        [[unroll]] for (uint j = 0u; j < 16u; j++)
             v[j] += dot(mix(vec4(0.0), q[j], ok), vec4(1.0));
     }
-    for (uint j = 0u; j < 16u; j++)
+    [[unroll]] for (uint j = 0u; j < 16u; j++)
         fs[j * 128u + lid] = v[j];
     barrier();
     uint jj = lid / 8u, l = lid % 8u;
