@@ -2,7 +2,7 @@
 // (square k = 3, 5, 7, stride and dilation 1 or 2, any padding; the geometry is a
 // specialization constant, so loops over taps unroll and taps live in registers); other
 // geometries take conv.comp. A workgroup stages G planes' windows (a tile plus its halo,
-// zeros outside the plane) in shared memory with coalesced loads, eight in flight per
+// zeros outside the plane) in shared memory with coalesced loads, sixteen in flight per
 // invocation, and each invocation computes DW_RH vertically adjacent outputs of one
 // column, whose inputs overlap: one shared load feeds up to k multiply-adds.
 //   DW_FWD    y tile from the x window.
@@ -53,10 +53,10 @@ void stage(uint ref, uvec4 s, uint at, uint np, uint nr, uint ncl, int r0, int c
     uint dq = 128u / ncl, dr = 128u % ncl;
     uint cl = t % ncl, r = t / ncl, pi = r / nr;
     r -= pi * nr;
-    for (uint base = 0u; base < total; base += 1024u) {
-        uint off[8];
-        bool ok[8];
-        [[unroll]] for (uint j = 0u; j < 8u; j++) {
+    for (uint base = 0u; base < total; base += 2048u) {
+        uint off[16];
+        bool ok[16];
+        [[unroll]] for (uint j = 0u; j < 16u; j++) {
             int ih = r0 + int(r), iw = c0 + int(cl);
             uint q = min(pi, np - 1u);
             ok[j] = base + t + 128u * j < total && ih >= 0 && ih < int(hh) && iw >= 0 &&
@@ -73,12 +73,13 @@ void stage(uint ref, uvec4 s, uint at, uint np, uint nr, uint ncl, int r0, int c
                 pi++;
             }
         }
-        vec4 va = ldf4(ref, uvec4(off[0], off[1], off[2], off[3]));
-        vec4 vb = ldf4(ref, uvec4(off[4], off[5], off[6], off[7]));
-        [[unroll]] for (uint j = 0u; j < 8u; j++) {
+        vec4 v[4];
+        [[unroll]] for (uint j = 0u; j < 4u; j++)
+            v[j] = ldf4(ref, uvec4(off[4u * j], off[4u * j + 1u], off[4u * j + 2u], off[4u * j + 3u]));
+        [[unroll]] for (uint j = 0u; j < 16u; j++) {
             uint e = base + t + 128u * j;
             if (e < total)
-                sm[at + e] = ok[j] ? (j < 4u ? va[j] : vb[j - 4u]) : 0.0;
+                sm[at + e] = ok[j] ? v[j / 4u][j % 4u] : 0.0;
         }
     }
 }

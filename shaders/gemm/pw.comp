@@ -26,14 +26,20 @@ const uint CK = 512u / CQ; // input channels staged at a time (a multiple of 8)
 
 shared vec4 ws[512]; // ws[c * CQ + q][r] = w[o0 + 4q + r][c0 + c], 0 beyond w
 
-// w's rows [o0, o0 + CT) x columns [c0, c0 + cn), padded with zeros to a multiple of 8.
+// w's rows [o0, o0 + CT) x columns [c0, c0 + cn), padded with zeros to a multiple of 8;
+// four loads per invocation in flight at a time.
 void stage(uint o0, uint c0, uint cn)
 {
-    uint cpad = (cn + 7u) & ~7u;
-    for (uint e = gl_LocalInvocationID.x; e < cpad * CT; e += 128u) {
-        uint o = e % CT, c = e / CT;
-        bool ok = c < cn && o0 + o < pc.co;
-        ws[c * CQ + o / 4u][o % 4u] = ok ? ldf(pc.w, (o0 + o) * pc.swo + (c0 + c) * pc.swi) : 0.0;
+    uint cpad = (cn + 7u) & ~7u, t = gl_LocalInvocationID.x;
+    for (uint e0 = 0u; e0 < cpad * CT; e0 += 512u) {
+        uvec4 e = uvec4(e0 + t) + uvec4(0u, 128u, 256u, 384u);
+        uvec4 o = e % CT, c = e / CT;
+        bvec4 ok = bvec4(uvec4(lessThan(c, uvec4(cn))) & uvec4(lessThan(o, uvec4(pc.co - o0))));
+        vec4 v = ldf4(pc.w, mix(uvec4(0u), (o0 + o) * pc.swo + (c0 + c) * pc.swi, ok));
+        v = mix(vec4(0.0), v, ok);
+        [[unroll]] for (uint k = 0u; k < 4u; k++)
+            if (e[k] < cpad * CT)
+                ws[c[k] * CQ + o[k] / 4u][o[k] % 4u] = v[k];
     }
 }
 

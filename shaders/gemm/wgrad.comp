@@ -3,7 +3,7 @@
 // host splits the positions into `parts` ranges of `len` (from the shape alone). One
 // workgroup per (range, tile of TI x TJ outputs) stages KC positions of the tile's dy and x
 // channels at a time in shared memory (loads coalesced along the positions, 16 in flight
-// per invocation); each invocation sums a 4x4 block of outputs over every G-th staged
+// per invocation, the next stage's issued before this one is summed); each invocation sums a 4x4 block of outputs over every G-th staged
 // position, the G blocks are added in order and the range's partial goes to scratch (to
 // dw when there is one range). WG_SUM then adds the ranges' partials in order: 8 outputs x
 // 16 lanes per workgroup, each lane every 16th range, the lanes in order. No atomics, so
@@ -46,6 +46,21 @@ void load_rows(uint ref, uint po, uint cs, uint c0, uint lim, bool live, out vec
     }
 }
 
+// This invocation's loads of the KC positions from k0 (of the range ending at ke): one
+// position, the tile's rows of dy and x at it.
+void fetch(uint k0, uint ke, uint i0, uint j0, out vec4 va[2], out vec4 vb[2])
+{
+    uint t = gl_LocalInvocationID.x, kq = k0 + t % KC, rb = t / KC, oa = 0u, ob = 0u;
+    bool live = kq < ke;
+    if (live) {
+        uint nb = kq / pc.hw, r = kq - nb * pc.hw, h = r / pc.wd, w = r - h * pc.wd;
+        oa = nb * pc.sa.x + h * pc.sa.z + w * pc.sa.w;
+        ob = nb * pc.sb.x + h * pc.sb.z + w * pc.sb.w;
+    }
+    load_rows(pc.a, oa, pc.sa.y, i0 + rb, min(pc.m, i0 + TI), live, va);
+    load_rows(pc.b, ob, pc.sb.y, j0 + rb, min(pc.n, j0 + TJ), live, vb);
+}
+
 void partial()
 {
     uint t = gl_LocalInvocationID.x, p = gl_WorkGroupID.x;
@@ -54,17 +69,9 @@ void partial()
     uint g = t / TPG, l = t % TPG, ty = l / (TJ / 4u), tx = l % (TJ / 4u);
     uint kk = t % KC, rb = t / KC;
     vec4 acc[4] = vec4[4](vec4(0.0), vec4(0.0), vec4(0.0), vec4(0.0));
+    vec4 va[2], vb[2];
+    fetch(kb, ke, i0, j0, va, vb);
     for (uint k0 = kb; k0 < ke; k0 += KC) {
-        uint kq = k0 + kk, oa = 0u, ob = 0u;
-        bool live = kq < ke;
-        if (live) {
-            uint nb = kq / pc.hw, r = kq - nb * pc.hw, h = r / pc.wd, w = r - h * pc.wd;
-            oa = nb * pc.sa.x + h * pc.sa.z + w * pc.sa.w;
-            ob = nb * pc.sb.x + h * pc.sb.z + w * pc.sb.w;
-        }
-        vec4 va[2], vb[2]; // every load issued before the first is used
-        load_rows(pc.a, oa, pc.sa.y, i0 + rb, min(pc.m, i0 + TI), live, va);
-        load_rows(pc.b, ob, pc.sb.y, j0 + rb, min(pc.n, j0 + TJ), live, vb);
         [[unroll]] for (uint q = 0u; q < 8u; q++) {
             uint r = rb + RS * q;
             if (r < TI)
@@ -73,7 +80,10 @@ void partial()
                 sm[(TI + r) * KP + kk] = vb[q / 4u][q % 4u];
         }
         barrier();
-        for (uint q = g; q < KC; q += G) {
+        if (k0 + KC < ke) // the next stage's loads are in flight while this one is summed
+            fetch(k0 + KC, ke, i0, j0, va, vb);
+        [[unroll]] for (uint qi = 0u; qi < KC / G; qi++) {
+            uint q = g + qi * G;
             vec4 bv = vec4(sm[(TI + tx * 4u) * KP + q], sm[(TI + tx * 4u + 1u) * KP + q],
                            sm[(TI + tx * 4u + 2u) * KP + q], sm[(TI + tx * 4u + 3u) * KP + q]);
             [[unroll]] for (uint r = 0u; r < 4u; r++)
