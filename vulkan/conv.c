@@ -1,6 +1,8 @@
 /* Convolution family: CONV2D, CONV2D_BWD_DATA, CONV2D_BWD_FILTER and their depthwise
- * forms, all through conv/conv.comp (direct loops; see the shader for the algorithm).
- * The checks are the CPU backend's; every operand keeps its own strides. */
+ * forms. The depthwise geometries of a search (square 3, 5, 7; stride and dilation 1 or 2)
+ * go through conv/dw.comp (staged tiles, taps in registers); everything else through
+ * conv/conv.comp (direct loops). See the shaders for the algorithms. The checks are the
+ * CPU backend's; every operand keeps its own strides. */
 #include <string.h>
 
 #include "shaders/conv/variants.h"
