@@ -1,8 +1,8 @@
 // The weight gradient's last pass, one workgroup: each active candidate's chunk partials
-// (mix.comp's MIX_DOT) added in a fixed order (invocation t every 128th from t, loaded
-// four at a time with every candidate's loads in flight together; then 16 neighbouring
-// invocations, then 8 of those sums), then dst[k] = the sum over the active candidates
-// with weight index k, in candidate order; 0 for every other entry.
+// (mix.comp's MIX_DOT) added in a fixed order (invocation t every 128th from t, every
+// candidate's load issued before the first is added; then 16 neighbouring invocations,
+// then 8 of those sums), then dst[k] = the sum over the active candidates with weight
+// index k, in candidate order; 0 for every other entry.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
@@ -25,18 +25,19 @@ bool is_active(uint j) { return j < pc.n && ld(pc.tab, MIX_TAB * j + 1u) != 0u; 
 void main()
 {
     GATE_RETURN();
-    uint lid = gl_LocalInvocationID.x;
+    uint lid = gl_LocalInvocationID.x, on = 0u;
+    for (uint j = 0u; j < pc.n; j++)
+        on |= is_active(j) ? 1u << j : 0u;
     float v[16];
     [[unroll]] for (uint j = 0u; j < 16u; j++)
         v[j] = 0.0;
-    for (uint c0 = 0u; c0 < pc.nch; c0 += 512u) {
-        uvec4 c = uvec4(c0 + lid) + uvec4(0u, 128u, 256u, 384u);
-        bvec4 ok = lessThan(c, uvec4(pc.nch));
-        vec4 q[16];
+    for (uint c0 = 0u; c0 < pc.nch; c0 += 128u) {
+        uint c = c0 + lid;
+        float q[16];
         [[unroll]] for (uint j = 0u; j < 16u; j++)
-            q[j] = is_active(j) ? ldf4(pc.part, mix(uvec4(0u), uvec4(j * pc.nch) + c, ok)) : vec4(0.0);
+            q[j] = ((on >> j) & 1u) != 0u && c < pc.nch ? ldf(pc.part, j * pc.nch + c) : 0.0;
         [[unroll]] for (uint j = 0u; j < 16u; j++)
-            v[j] += dot(mix(vec4(0.0), q[j], ok), vec4(1.0));
+            v[j] += q[j];
     }
     [[unroll]] for (uint j = 0u; j < 16u; j++)
         fs[j * 128u + lid] = v[j];
@@ -57,7 +58,7 @@ void main()
     for (uint k = lid; k < pc.k; k += 128u) {
         float acc = 0.0;
         for (uint j = 0u; j < pc.n; j++)
-            if (is_active(j) && ld(pc.tab, MIX_TAB * j + 2u) == k)
+            if (((on >> j) & 1u) != 0u && ld(pc.tab, MIX_TAB * j + 2u) == k)
                 acc += tot[j];
         stf(pc.d, off4(pc.dne, pc.dst, k), acc);
     }
