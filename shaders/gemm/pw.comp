@@ -3,8 +3,8 @@
 // (so loads and stores coalesce wherever rows are dense), and keeps a block of CT output
 // channels in registers; the workgroup stages w's CT rows in shared memory, CK input
 // channels at a time, and every invocation reads them broadcast. x is read once per
-// block of CT outputs (once where Co <= CT) in batches of 8 loads in flight, y written
-// once. Each output sums its input channels in order.
+// block of CT outputs (once where Co <= CT), 8 loads in flight while the previous 8
+// channels are summed, y written once. Each output sums its input channels in order.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
@@ -70,16 +70,25 @@ void main()
             acc[q] = vec4(0.0);
         for (uint c0 = 0u; c0 < pc.ci; c0 += CK) {
             uint cn = min(CK, pc.ci - c0);
+            // x's first 8 channels are in flight while w is staged, the next 8 while
+            // these are summed
+            vec4 xa = load4(xo, c0, live), xb = load4(xo, c0 + 4u, live);
             barrier(); // every invocation is done with the previous chunk
             stage(o0, c0, cn);
             barrier();
             for (uint c = 0u; c < cn; c += 8u) {
-                vec4 xa = load4(xo, c0 + c, live), xb = load4(xo, c0 + c + 4u, live);
+                vec4 na = vec4(0.0), nb = vec4(0.0);
+                if (c + 8u < cn) {
+                    na = load4(xo, c0 + c + 8u, live);
+                    nb = load4(xo, c0 + c + 12u, live);
+                }
                 [[unroll]] for (uint k = 0u; k < 8u; k++) {
                     float xv = k < 4u ? xa[k] : xb[k - 4u];
                     [[unroll]] for (uint q = 0u; q < CQ; q++)
                         acc[q] += ws[(c + k) * CQ + q] * xv;
                 }
+                xa = na;
+                xb = nb;
             }
         }
         if (live)
