@@ -172,25 +172,14 @@ static int dw_tiles(int which, const int64_t g[16], dw_pc *pc)
 }
 
 /* The depthwise filter gradient through dw.comp: a workgroup per (channel, range of
- * samples, tile), as many ranges as make about DW_PARTS workgroups (from the shape
- * alone), partials into scratch and their ordered sum (one range per channel and tile
- * writes dw directly). Each dispatch binds only what it touches where the node's operands
- * and the scratch do not fit four bindings. */
+ * samples, tile) (dw_ranges), partials into scratch and their ordered sum (one range per
+ * channel and tile writes dw directly). Each dispatch binds only what it touches where the node's
+ * operands and the scratch do not fit four bindings. */
 static ex_status dw_filter(vk_exec *e, const ex_tdesc *x, const ex_tdesc *w, const ex_tdesc *y,
                            int geo, dw_pc *pc)
 {
-    int64_t n = pc->n, c = pc->c, t = (int64_t)(3 + 2 * (geo / 4)) * (3 + 2 * (geo / 4));
-    int64_t stages = c * ((n + pc->g - 1) / pc->g) * pc->tiles, per = stages / DW_PARTS;
-    int64_t ns = pc->g * (per < 1 ? 1 : per), nsg, parts;
-    ns = ns > n ? n : ns;
-    nsg = (n + ns - 1) / ns;
-    parts = nsg * pc->tiles;
-    if (c * parts > INT32_MAX || parts * c * t > VK_REF_MAX_ELEM)
-        return vk_fail(e, EX_ERR_UNSUPPORTED, "%lld filter partials", (long long)(parts * c * t));
-    pc->ns = (uint32_t)ns;
-    pc->parts = (uint32_t)parts;
-    pc->items = (uint32_t)(c * parts);
-    uint32_t groups = vk_groups(c * parts, 1);
+    int64_t c = pc->c, parts = pc->parts, t = (int64_t)(3 + 2 * (geo / 4)) * (3 + 2 * (geo / 4));
+    uint32_t groups = vk_groups(pc->items, 1);
     if (parts == 1) {
         pc->x = vk_ref(e, x);
         pc->y = vk_ref(e, y);
@@ -225,9 +214,27 @@ static ex_status dw_filter(vk_exec *e, const ex_tdesc *x, const ex_tdesc *w, con
                        1);
 }
 
+/* The filter gradient's ranges of samples (pc->ns each) and partials per channel
+ * (pc->parts): as many ranges as make about DW_PARTS workgroups, from the shape alone.
+ * 0 when the partials would pass DW_PART_MAX floats. */
+static int dw_ranges(const int64_t g[16], dw_pc *pc)
+{
+    int64_t n = g[0], c = g[1], t = g[8] * g[9];
+    int64_t stages = c * ((n + pc->g - 1) / pc->g) * pc->tiles, per = stages / DW_PARTS;
+    int64_t ns = pc->g * (per < 1 ? 1 : per), parts;
+    ns = ns > n ? n : ns;
+    parts = (n + ns - 1) / ns * pc->tiles;
+    if (parts > 1 && parts * c * t > DW_PART_MAX)
+        return 0;
+    pc->ns = (uint32_t)ns;
+    pc->parts = (uint32_t)parts;
+    pc->items = (uint32_t)(c * parts);
+    return 1;
+}
+
 /* Fills pc for a depthwise pass through dw.comp and returns its geometry index, or -1
  * where dw.comp does not take the geometry, a tile does not fit or the counts are beyond
- * its indexing (conv.comp then takes the pass). */
+ * its indexing or scratch (conv.comp then takes the pass). */
 static int dw_plan(int which, const ex_tdesc *x, const ex_tdesc *w, const ex_tdesc *y,
                    const int64_t g[16], dw_pc *pc)
 {
@@ -235,7 +242,8 @@ static int dw_plan(int which, const ex_tdesc *x, const ex_tdesc *w, const ex_tde
     memset(pc, 0, sizeof *pc);
     if (geo < 0 || !dw_tiles(which, g, pc) || !conv_strides(x, pc->sx) ||
         !conv_strides(y, pc->sy) || !vk_fits32(w->ne, w->st) ||
-        (g[0] * g[1] + pc->g - 1) / pc->g * pc->tiles > INT32_MAX)
+        (g[0] * g[1] + pc->g - 1) / pc->g * pc->tiles > INT32_MAX ||
+        (which == 2 && !dw_ranges(g, pc)))
         return -1;
     pc->n = (uint32_t)g[0];
     pc->c = (uint32_t)g[1];
@@ -247,7 +255,8 @@ static int dw_plan(int which, const ex_tdesc *x, const ex_tdesc *w, const ex_tde
     pc->swc = (uint32_t)w->st[0];
     pc->swh = (uint32_t)w->st[2];
     pc->sww = (uint32_t)w->st[3];
-    pc->items = (uint32_t)((g[0] * g[1] + pc->g - 1) / pc->g * pc->tiles);
+    if (which != 2)
+        pc->items = (uint32_t)((g[0] * g[1] + pc->g - 1) / pc->g * pc->tiles);
     return geo;
 }
 

@@ -15,3 +15,4 @@
 #define DW_SMEM 2816  // floats of staged planes per workgroup (11 KB)
 #define DW_MAXG 16    // planes per workgroup at most (small planes)
 #define DW_PARTS 512  // workgroups the filter gradient aims at
+#define DW_PART_MAX (1 << 22) // its partials at most (floats of scratch); more take conv.comp
