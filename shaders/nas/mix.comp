@@ -2,7 +2,8 @@
 // MIX_GROUP consecutive candidates that share their strides (the host splits the rest
 // into further dispatches). Inactive candidates (the table from mixtab.comp) are never
 // read; the group's activity is read once per invocation (the coefficients, uniform loads,
-// per element: an array of them would be indexed at run time), and where dy (dst) and the
+// per element: an array of them would be indexed at run time), every active candidate's
+// load of an element is issued before the first is added, and where dy (dst) and the
 // group are contiguous an element's offset is its index. MIX_FWD writes dst,
 // MIX_FWD_ACC adds to it, so every element is the sum over the candidates in index order,
 // as on the CPU. MIX_DOT: a workgroup per chunk of MIX_CHUNK elements of dy, MIX_SUB at a
@@ -61,10 +62,14 @@ void forward()
             od = dot4(c, pc.sd);
             ox = dot4(c, pc.sx);
         }
+        // every active candidate's load issued before the first is added
+        float xv[MIX_GROUP];
+        [[unroll]] for (uint q = 0u; q < MIX_GROUP; q++)
+            xv[q] = ((on >> q) & 1u) != 0u ? ldf(cand(q), ox) : 0.0;
         float acc = VARIANT == MIX_FWD_ACC ? ldf(pc.d, od) : 0.0;
-        for (uint q = 0u; q < pc.cnt; q++)
+        [[unroll]] for (uint q = 0u; q < MIX_GROUP; q++)
             if (((on >> q) & 1u) != 0u)
-                acc += ldf(pc.tab, MIX_TAB * (pc.j0 + q)) * ldf(cand(q), ox);
+                acc += ldf(pc.tab, MIX_TAB * (pc.j0 + q)) * xv[q];
         stf(pc.d, od, acc);
     }
 }
