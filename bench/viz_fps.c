@@ -342,8 +342,33 @@ static int measure_live(live_cost *c, char *err, size_t len)
 /* ---- 3. a real search with and without the viewer ---- */
 
 typedef struct search_run {
-    double epoch_s, median_step_ms, wall_s, cpu_s, viewer_cpu_s, x_cpu_s, load;
+    double epoch_s, median_step_ms, wall_s, cpu_s, load;
+    /* live runs: the window thread's CPU while the search ran (exapt says it on stderr),
+     * the GL driver's threads', the X server's, and the frames drawn */
+    double window_cpu_s, driver_cpu_s, x_cpu_s;
+    long long frames;
 } search_run;
+
+/* The viewer's line of a live search's stderr: "viewer: N frames (renderer), X s of CPU
+ * on its thread in Y s". */
+static int viewer_line(const char *log, search_run *out)
+{
+    FILE *f = fopen(log, "r");
+    char line[1024];
+    int found = -1;
+    while (f && fgets(line, sizeof line, f)) {
+        const char *a = strstr(line, "viewer: "), *b = strstr(line, " s of CPU on its thread");
+        const char *c = b;
+        while (c && c > line && c[-1] != ' ')
+            c--;
+        if (a && b && sscanf(a, "viewer: %lld frames", &out->frames) == 1 &&
+            sscanf(c, "%lf", &out->window_cpu_s) == 1)
+            found = 0;
+    }
+    if (f)
+        fclose(f);
+    return found;
+}
 
 /* Seconds of the log's epochs and the median step time, its first two steps left out. */
 typedef struct speed {
@@ -387,14 +412,13 @@ static double loadavg(void)
     return l;
 }
 
-/* CPU seconds of the threads of a live search that are the viewer's: the main thread (the
- * window) and the GL driver's (Mesa names its rasterizer threads llvmpipe-N); the search
- * runs on the others. Threads are sampled while they run, so one that ends between two
- * samples loses at most a sampling period. */
+/* CPU seconds of the GL driver's threads of a live search (Mesa names its rasterizer
+ * threads llvmpipe-N), sampled while they run, so a thread that ends between two samples
+ * loses at most a sampling period. */
 typedef struct threads {
     int tid[256];
     double cpu[256];
-    bool viewer[256];
+    bool driver[256];
     int n;
 } threads;
 
@@ -417,7 +441,7 @@ static void sample_threads(int pid, threads *t)
         t->n += i == t->n;
         t->tid[i] = tid;
         t->cpu[i] = c;
-        t->viewer[i] = tid == pid || !strncmp(comm, "llvmpipe", 8);
+        t->driver[i] = !strncmp(comm, "llvmpipe", 8);
     }
     if (dir)
         closedir(dir);
@@ -455,9 +479,14 @@ static int run_search(const char *exapt, const char *extra, const char *dir, boo
     }
     out->cpu_s = (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec +
                  (double)u.ru_stime.tv_sec + 1e-6 * (double)u.ru_stime.tv_usec;
-    out->viewer_cpu_s = 0;
+    out->driver_cpu_s = 0;
     for (int i = 0; viz && i < t.n; i++)
-        out->viewer_cpu_s += t.viewer[i] ? t.cpu[i] : 0;
+        out->driver_cpu_s += t.driver[i] ? t.cpu[i] : 0;
+    snprintf(path, sizeof path, "%s.log", dir);
+    if (viz && viewer_line(path, out)) {
+        fprintf(stderr, "bench_viz_fps: no viewer line in %s\n", path);
+        return -1;
+    }
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     speed *s = calloc(1, sizeof *s);
     if (!s || ex_metrics_read(path, on_rec, s, NULL, msg, sizeof msg) != EX_OK || s->n == 0) {
@@ -525,15 +554,19 @@ static void print_pairs(FILE *f, const char *extra, const search_run *off, const
         fprintf(f,
                 "    {\"pair\": %d, \"first\": \"%s\", \"epoch_s_without\": %.3f, "
                 "\"epoch_s_live\": %.3f, \"median_step_ms_without\": %.2f, "
-                "\"median_step_ms_live\": %.2f, \"cpu_s_without\": %.2f, \"cpu_s_live\": %.2f, "
-                "\"viewer_cpu_s\": %.3f, \"x_server_cpu_s\": %.3f, \"load_without\": %.2f, "
-                "\"load_live\": %.2f}%s\n",
+                "\"median_step_ms_live\": %.2f, \"process_cpu_s_without\": %.2f, "
+                "\"process_cpu_s_live\": %.2f, \"wall_s_live\": %.2f, \"frames\": %lld, "
+                "\"window_cpu_s\": %.3f, \"gl_driver_cpu_s\": %.3f, \"x_server_cpu_s\": %.3f, "
+                "\"load_without\": %.2f, \"load_live\": %.2f}%s\n",
                 i + 1, i % 2 ? "live" : "without", off[i].epoch_s, on[i].epoch_s,
                 off[i].median_step_ms, on[i].median_step_ms, off[i].cpu_s, on[i].cpu_s,
-                on[i].viewer_cpu_s, on[i].x_cpu_s, off[i].load, on[i].load, i + 1 < n ? "," : "");
+                on[i].wall_s, on[i].frames, on[i].window_cpu_s, on[i].driver_cpu_s, on[i].x_cpu_s,
+                off[i].load, on[i].load, i + 1 < n ? "," : "");
         slow[i] = 100.0 * (on[i].epoch_s / off[i].epoch_s - 1);
         step[i] = 100.0 * (on[i].median_step_ms / off[i].median_step_ms - 1);
-        vcpu[i] = (on[i].viewer_cpu_s + (on[i].x_cpu_s > 0 ? on[i].x_cpu_s : 0)) / on[i].epoch_s;
+        vcpu[i] =
+            (on[i].window_cpu_s + on[i].driver_cpu_s + (on[i].x_cpu_s > 0 ? on[i].x_cpu_s : 0)) /
+            on[i].epoch_s;
     }
     double med = median(slow, n), q1 = slow[n / 4], q3 = slow[(3 * n) / 4];
     fprintf(f,
@@ -542,7 +575,7 @@ static void print_pairs(FILE *f, const char *extra, const search_run *off, const
             "  \"slowdown_percent_max\": %.2f,\n",
             med, q1, q3, slow[0], slow[n - 1]);
     fprintf(f, "  \"median_step_slowdown_percent_median\": %.2f,\n", median(step, n));
-    fprintf(f, "  \"viewer_and_x_cpu_s_per_search_s_median\": %.4f,\n", median(vcpu, n));
+    fprintf(f, "  \"viewer_cpu_s_per_search_s_median\": %.4f,\n", median(vcpu, n));
 }
 
 typedef struct opts {
@@ -648,11 +681,11 @@ int main(int argc, char **argv)
                 return 1;
         }
         fprintf(stderr,
-                "pair %d: epoch %.2f s without the viewer, %.2f s with it (%+.1f %%); viewer "
-                "%.2f CPU s, X server %.2f; load %.2f\n",
+                "pair %d: epoch %.2f s without the viewer, %.2f s with it (%+.1f %%); window "
+                "thread %.3f CPU s for %lld frames, GL driver %.3f, X server %.2f; load %.2f\n",
                 p + 1, base[p].epoch_s, on[p].epoch_s,
-                100.0 * (on[p].epoch_s / base[p].epoch_s - 1), on[p].viewer_cpu_s, on[p].x_cpu_s,
-                on[p].load);
+                100.0 * (on[p].epoch_s / base[p].epoch_s - 1), on[p].window_cpu_s, on[p].frames,
+                on[p].driver_cpu_s, on[p].x_cpu_s, on[p].load);
     }
     FILE *f = o.out ? fopen(o.out, "w") : stdout;
     if (!f)

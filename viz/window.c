@@ -55,8 +55,8 @@ static bool gl_on_cpu(char *name, size_t len)
 
 /* SDL's default renderer, unless it is OpenGL rasterized on the CPU: then SDL's software
  * renderer drawing straight into the window's shared-memory framebuffer, which costs the
- * CPU about a quarter as much per frame and starts no rasterizer threads to compete with
- * a search's (docs/viewer.md, "Speed"). SDL_RENDER_DRIVER still picks one by name. */
+ * CPU about a fifth as much per frame and starts no rasterizer threads to compete with a
+ * search's (docs/viewer.md, "Renderer"). SDL_RENDER_DRIVER still picks one by name. */
 static SDL_Renderer *create_renderer(SDL_Window *win, char *why, size_t len)
 {
     SDL_Renderer *r = SDL_CreateRenderer(win, -1, 0);
@@ -71,7 +71,12 @@ static SDL_Renderer *create_renderer(SDL_Window *win, char *why, size_t len)
     /* without this SDL would show the software frame through OpenGL again */
     SDL_SetHint(SDL_HINT_FRAMEBUFFER_ACCELERATION, "0");
     r = SDL_CreateRenderer(win, -1, SDL_RENDERER_SOFTWARE);
-    snprintf(why, len, "software (OpenGL is %.150s, on the CPU)", gl);
+    if (r) {
+        snprintf(why, len, "software (OpenGL is %.150s, on the CPU)", gl);
+        return r;
+    }
+    r = SDL_CreateRenderer(win, -1, 0); /* the software one failed: OpenGL it is */
+    snprintf(why, len, "%s (the software renderer failed)", info.name);
     return r;
 }
 
