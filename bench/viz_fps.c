@@ -345,7 +345,7 @@ typedef struct search_run {
     double epoch_s, median_step_ms, wall_s, cpu_s, load;
     /* live runs: the window thread's CPU while the search ran (exapt says it on stderr),
      * the GL driver's threads', the X server's, and the frames drawn */
-    double window_cpu_s, driver_cpu_s, x_cpu_s;
+    double window_cpu_s, window_s, driver_cpu_s, x_cpu_s;
     long long frames;
 } search_run;
 
@@ -362,7 +362,8 @@ static int viewer_line(const char *log, search_run *out)
         while (c && c > line && c[-1] != ' ')
             c--;
         if (a && b && sscanf(a, "viewer: %lld frames", &out->frames) == 1 &&
-            sscanf(c, "%lf", &out->window_cpu_s) == 1)
+            sscanf(c, "%lf s of CPU on its thread in %lf s", &out->window_cpu_s, &out->window_s) ==
+                2)
             found = 0;
     }
     if (f)
@@ -556,24 +557,35 @@ static void print_pairs(FILE *f, const char *extra, const search_run *off, const
                 "\"epoch_s_live\": %.3f, \"median_step_ms_without\": %.2f, "
                 "\"median_step_ms_live\": %.2f, \"process_cpu_s_without\": %.2f, "
                 "\"process_cpu_s_live\": %.2f, \"wall_s_live\": %.2f, \"frames\": %lld, "
-                "\"window_cpu_s\": %.3f, \"gl_driver_cpu_s\": %.3f, \"x_server_cpu_s\": %.3f, "
+                "\"window_cpu_s\": %.3f, \"window_s\": %.2f, \"gl_driver_cpu_s\": %.3f, "
+                "\"x_server_cpu_s\": %.3f, "
                 "\"load_without\": %.2f, \"load_live\": %.2f}%s\n",
                 i + 1, i % 2 ? "live" : "without", off[i].epoch_s, on[i].epoch_s,
                 off[i].median_step_ms, on[i].median_step_ms, off[i].cpu_s, on[i].cpu_s,
-                on[i].wall_s, on[i].frames, on[i].window_cpu_s, on[i].driver_cpu_s, on[i].x_cpu_s,
-                off[i].load, on[i].load, i + 1 < n ? "," : "");
+                on[i].wall_s, on[i].frames, on[i].window_cpu_s, on[i].window_s, on[i].driver_cpu_s,
+                on[i].x_cpu_s, off[i].load, on[i].load, i + 1 < n ? "," : "");
         slow[i] = 100.0 * (on[i].epoch_s / off[i].epoch_s - 1);
         step[i] = 100.0 * (on[i].median_step_ms / off[i].median_step_ms - 1);
+        /* per second of the window's life: it opens before the search and closes after */
         vcpu[i] =
             (on[i].window_cpu_s + on[i].driver_cpu_s + (on[i].x_cpu_s > 0 ? on[i].x_cpu_s : 0)) /
-            on[i].epoch_s;
+            on[i].window_s;
     }
+    double tot_off = 0, tot_on = 0;
+    int slower = 0;
+    for (int i = 0; i < n; i++) {
+        tot_off += off[i].epoch_s;
+        tot_on += on[i].epoch_s;
+        slower += slow[i] > 0;
+    }
+    /* quartiles by nearest rank */
     double med = median(slow, n), q1 = slow[n / 4], q3 = slow[(3 * n) / 4];
     fprintf(f,
             "  ],\n  \"slowdown_percent_median\": %.2f,\n  \"slowdown_percent_q1\": %.2f,\n"
             "  \"slowdown_percent_q3\": %.2f,\n  \"slowdown_percent_min\": %.2f,\n"
-            "  \"slowdown_percent_max\": %.2f,\n",
-            med, q1, q3, slow[0], slow[n - 1]);
+            "  \"slowdown_percent_max\": %.2f,\n  \"slowdown_percent_of_totals\": %.2f,\n"
+            "  \"pairs_live_slower\": %d,\n",
+            med, q1, q3, slow[0], slow[n - 1], 100.0 * (tot_on / tot_off - 1), slower);
     fprintf(f, "  \"median_step_slowdown_percent_median\": %.2f,\n", median(step, n));
     fprintf(f, "  \"viewer_cpu_s_per_search_s_median\": %.4f,\n", median(vcpu, n));
 }
