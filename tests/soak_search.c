@@ -2,10 +2,11 @@
  * runs on Fashion-MNIST batches through the prefetching loader, as `exapt search` does;
  * resident memory (/proc/self/statm) is sampled after a warm-up and at the end and may
  * grow by less than 1%.
- *   soak_search [--backend NAME] [--size quick|tiny] [--steps N]
+ *   soak_search [--backend NAME] [--size quick|tiny] [--steps N] [--batch N]
  * quick: the quick preset's supernet (label long, 10000 steps by hand); tiny: a one-cell
- * supernet (label unit, a few hundred steps). Progress goes to stderr every 5% (at most
- * every 50 steps) so a run cut short still shows its trend. */
+ * supernet (label unit, a few hundred steps). --batch changes the size's batch only (the
+ * supernet stays), so a long soak fits a small machine's day. Progress goes to stderr every 5% (at
+ * most every 50 steps) so a run cut short still shows its trend. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,9 +24,10 @@
 typedef struct soak_opts {
     const char *backend, *size;
     long steps;
+    int batch; /* 0: the size's own */
 } soak_opts;
 
-static soak_opts opts = {"cpu", "tiny", 300};
+static soak_opts opts = {"cpu", "tiny", 300, 0};
 
 static long rss_kb(void)
 {
@@ -58,6 +60,8 @@ static void configure(ex_search_config *c, const ex_dataset *ds)
         c->steps = c->multiplier = 1;
         c->arch_lr = 3e-3f;
     }
+    if (opts.batch > 0)
+        c->batch = opts.batch;
 }
 
 static ex_loader *loader(const ex_dataset *ds, int batch, uint64_t seed)
@@ -145,9 +149,13 @@ int main(int argc, char **argv)
             opts.size = argv[i + 1];
         else if (!strcmp(argv[i], "--steps"))
             opts.steps = atol(argv[i + 1]);
+        else if (!strcmp(argv[i], "--batch"))
+            opts.batch = atoi(argv[i + 1]);
     }
-    if (opts.steps < 1 || (strcmp(opts.size, "quick") && strcmp(opts.size, "tiny"))) {
-        fprintf(stderr, "usage: soak_search [--backend NAME] [--size quick|tiny] [--steps N]\n");
+    if (opts.steps < 1 || opts.batch < 0 ||
+        (strcmp(opts.size, "quick") && strcmp(opts.size, "tiny"))) {
+        fprintf(stderr, "usage: soak_search [--backend NAME] [--size quick|tiny] [--steps N] "
+                        "[--batch N]\n");
         return 2;
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(soak)};
