@@ -33,6 +33,9 @@ typedef struct opts {
     int height, width, in_channels;
     int batch, channels, layers, iters;
     int profile; /* also time one step node by node and report it by op */
+    int mode;    /* ex_search_mode; -1: the default (darts) */
+    int ncand;   /* 0: the default candidates */
+    ex_cand cand[EX_MAX_CANDIDATES];
 } opts;
 
 typedef struct batch {
@@ -46,15 +49,19 @@ typedef struct timing {
     double *ms;
     double median, min, mean;
     double syncs_per_step;
+    double setup_ms, first_ms; /* building and planning the search; its first step (the
+                                  backend records, or captures, the step there) */
 } timing;
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_darts_step [--backend NAME] [--input HxWxC] [--batch N] "
                "[--channels C]\n"
-               "                        [--layers L] [--iters N] [--profile 0|1] --out DIR\n"
+               "                        [--layers L] [--iters N] [--profile 0|1] "
+               "[--mode darts|gdas|topk]\n"
+               "                        [--cands NAME,NAME,...] --out DIR\n"
                "defaults: --backend auto --input 32x32x3 --batch 64 --channels 16 "
-               "--layers 8 --iters 20 --profile 0\n"
+               "--layers 8 --iters 20 --profile 0 --mode darts, DARTS's 8 candidates\n"
                "--profile 1 times one more step node by node and reports it by op\n");
 }
 
@@ -81,6 +88,22 @@ static int parse_input(const char *s, opts *o)
     return ok ? 0 : -1;
 }
 
+/* A comma-separated list of candidate names (genotype.h's). */
+static int parse_cands(const char *s, opts *o)
+{
+    char buf[512];
+    if (snprintf(buf, sizeof buf, "%s", s) >= (int)sizeof buf)
+        return -1;
+    o->ncand = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int c = ex_cand_parse(t);
+        if (c < 0 || o->ncand == EX_MAX_CANDIDATES)
+            return -1;
+        o->cand[o->ncand++] = (ex_cand)c;
+    }
+    return o->ncand >= 2 ? 0 : -1;
+}
+
 static int parse_option(const char *key, const char *val, opts *o)
 {
     if (!strcmp(key, "--backend"))
@@ -99,6 +122,10 @@ static int parse_option(const char *key, const char *val, opts *o)
         return parse_int(val, 1, 100000, &o->iters);
     else if (!strcmp(key, "--profile"))
         return parse_int(val, 0, 1, &o->profile);
+    else if (!strcmp(key, "--mode"))
+        return (o->mode = ex_search_mode_parse(val)) < 0 ? -1 : 0;
+    else if (!strcmp(key, "--cands"))
+        return parse_cands(val, o);
     else
         return -1;
     return 0;
@@ -106,7 +133,7 @@ static int parse_option(const char *key, const char *val, opts *o)
 
 static int parse_args(int argc, char **argv, opts *o)
 {
-    *o = (opts){"auto", NULL, "32x32x3", 32, 32, 3, 64, 16, 8, 20, 0};
+    *o = (opts){"auto", NULL, "32x32x3", 32, 32, 3, 64, 16, 8, 20, 0, -1, 0, {0}};
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc || parse_option(argv[i], argv[i + 1], o)) {
             fprintf(stderr, "bench_darts_step: bad or incomplete option '%s'\n", argv[i]);
@@ -248,10 +275,18 @@ static int step(ex_search *s, const batch *b, ex_search_stats *st)
 }
 
 /* The weights before, one step, everything after: what the PyTorch reference compares. */
-static int first_step(ex_search *s, const batch *b, const char *dir)
+static double now_ms(void);
+
+static int first_step(ex_search *s, const batch *b, const char *dir, double *ms)
 {
     ex_search_stats st;
-    if (save(s, dir, "init.safetensors") || step(s, b, &st) || save(s, dir, "step1.safetensors"))
+    if (save(s, dir, "init.safetensors"))
+        return -1;
+    double t0 = now_ms();
+    if (step(s, b, &st))
+        return -1;
+    *ms = now_ms() - t0;
+    if (save(s, dir, "step1.safetensors"))
         return -1;
     json_t *doc = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "train_loss", (double)st.train_loss,
                             "valid_loss", (double)st.valid_loss, "train_acc", (double)st.train_acc,
@@ -407,9 +442,10 @@ static json_t *timing_json(const timing *t, int iters)
     json_t *all = json_array();
     for (int i = 0; i < iters; i++)
         json_array_append_new(all, json_real(t->ms[i]));
-    return json_pack("{s:i, s:i, s:f, s:f, s:f, s:f, s:o}", "warmup", WARMUP, "iters", iters,
-                     "ms_median", t->median, "ms_min", t->min, "ms_mean", t->mean,
-                     "host_syncs_per_step", t->syncs_per_step, "ms_all", all);
+    return json_pack("{s:i, s:i, s:f, s:f, s:f, s:f, s:o, s:f, s:f}", "warmup", WARMUP, "iters",
+                     iters, "ms_median", t->median, "ms_min", t->min, "ms_mean", t->mean,
+                     "host_syncs_per_step", t->syncs_per_step, "ms_all", all, "setup_ms",
+                     t->setup_ms, "first_step_ms", t->first_ms);
 }
 
 static json_t *memory_json(ex_search *s)
@@ -481,6 +517,12 @@ static void configure(const opts *o, ex_search_config *c)
     c->batch = o->batch;
     c->channels = o->channels;
     c->layers = o->layers;
+    if (o->mode >= 0)
+        c->mode = (ex_search_mode)o->mode;
+    if (o->ncand) {
+        c->ncand = o->ncand;
+        memcpy(c->cand, o->cand, (size_t)o->ncand * sizeof *c->cand);
+    }
 }
 
 /* With --profile 1: the bandwidth to compare with, then the profiled step. */
@@ -507,15 +549,19 @@ static int run(const opts *o, ex_backend *be, const char *date, const char *comm
     ex_search *s = NULL;
     char msg[512];
     int rc = -1;
+    double t0 = now_ms();
     if (batch_make(&c, &b)) {
         fprintf(stderr, "bench_darts_step: out of host memory\n");
-    } else if (ex_search_new(&c, be, &s, msg, sizeof msg) != EX_OK) {
+    } else if (t0 = now_ms(), ex_search_new(&c, be, &s, msg, sizeof msg) != EX_OK) {
         fprintf(stderr, "bench_darts_step: %s\n", msg);
-    } else if (!batch_write(o->out, &b) && !first_step(s, &b, o->out) &&
-               !time_steps(s, be, &b, o->iters, &t) && !profile_run(o, be, s, &b, &prof) &&
+    } else if ((t.setup_ms = now_ms() - t0, !batch_write(o->out, &b)) &&
+               !first_step(s, &b, o->out, &t.first_ms) && !time_steps(s, be, &b, o->iters, &t) &&
+               !profile_run(o, be, s, &b, &prof) &&
                !report(o, &c, be, s, &t, prof, date, command)) {
-        printf("exapt %s %s: %.3f ms/step median (min %.3f), %.1f host syncs/step\n",
-               ex_backend_get_caps(be)->name, o->input, t.median, t.min, t.syncs_per_step);
+        printf("exapt %s %s %s, %d candidates: %.3f ms/step median (min %.3f), %.1f host "
+               "syncs/step; setup %.1f ms, first step %.1f ms\n",
+               ex_backend_get_caps(be)->name, o->input, ex_search_mode_name(c.mode), c.ncand,
+               t.median, t.min, t.syncs_per_step, t.setup_ms, t.first_ms);
         rc = 0;
     }
     json_decref(prof);
