@@ -211,6 +211,16 @@ static const tcase optim_cases[] = {
            {IN("g1"), SHAPE(13), UNI(-1, 1)},
            {IN("g2"), SHAPE(3, 6, 4), UNI(-1, 1), SLICE(1, 1, 2)}},
      .bwd = B_NONE},
+    /* Vulkan gives a buffer over 64 MiB a memory block of its own (g1's, of which the node
+     * reads one slice): the sources then lie in several blocks, and each one's partial must
+     * still land in the node's scratch */
+    {CASE("grad_norm of four tensors in three memory blocks", EX_OP_GRAD_NORM, b_grad_norm,
+          r_grad_norm, 4),
+     .r = {{IN("g0"), P3, UNI(-1, 1)},
+           {IN("g1"), SHAPE(17, 1024, 1024), UNI(-1, 1), SLICE(0, 16, 1)},
+           {IN("g2"), SHAPE(13), UNI(-1, 1)},
+           {IN("g3"), SHAPE(3, 6, 4), UNI(-1, 1)}},
+     .bwd = B_NONE},
     {CASE("grad_norm of a transposed view", EX_OP_GRAD_NORM, b_grad_norm, r_grad_norm, 1),
      .r = {{IN("g"), SHAPE(5, 13, 11, 7), UNI(-1, 1), TRANS(1, 3)}}, .bwd = B_NONE},
     {CASE("clip below the norm", EX_OP_CLIP, b_clip, r_clip, 1), .r = {{IN("g"), P3, UNI(-1, 1)}},

@@ -137,7 +137,9 @@ static ex_status clip(vk_exec *e, const ex_node_exec *n)
     return go(e, OPT_CLIP, &pc);
 }
 
-/* Each tensor may lie in its own block: the bindings are reset per tensor. */
+/* Each tensor may lie in its own block: the bindings are reset per tensor, and the
+ * scratch reference follows them (vk_ref_rebind reads the bindings of the last reset, so
+ * a reference kept from an earlier set would name another block). */
 static ex_status grad_norm(vk_exec *e, const ex_node_exec *n)
 {
     if (n->nsrc < 0 || (n->nsrc > 0 && n->src == NULL))
@@ -151,18 +153,18 @@ static ex_status grad_norm(vk_exec *e, const ex_node_exec *n)
     ex_status st = vk_scratch(e, 4 * (uint64_t)(n->nsrc > 0 ? n->nsrc : 1), &part);
     for (int i = 0; i < n->nsrc && st == EX_OK; i++) {
         vk_bind_reset(e);
-        uint32_t p = vk_ref_rebind(e, part);
-        st = vk_reduce_all(e, &n->src[i], vk_ref(e, &n->src[i]), e->dry ? 0 : p + (uint32_t)i,
+        part = vk_ref_rebind(e, part);
+        st = vk_reduce_all(e, &n->src[i], vk_ref(e, &n->src[i]), e->dry ? 0 : part + (uint32_t)i,
                            RED_SUMSQ);
     }
     if (st != EX_OK)
         return st;
     vk_bind_reset(e);
-    uint32_t p = vk_ref_rebind(e, part);
+    part = vk_ref_rebind(e, part);
     vk_barrier(e);
     if (n->nsrc == 0) /* the norm of nothing: one zero partial */
         return vk_fail(e, EX_ERR_ARG, "no tensors to take the norm of");
-    return vk_reduce_flat(e, p, (uint32_t)n->nsrc, vk_ref(e, &n->dst), RED_SQRT_SUM);
+    return vk_reduce_flat(e, part, (uint32_t)n->nsrc, vk_ref(e, &n->dst), RED_SQRT_SUM);
 }
 
 ex_status vk_run_optim(vk_exec *e, const ex_node_exec *n)
