@@ -25,8 +25,16 @@ static void conv_rule(ex_ctx *ctx, ex_tensor *t, ex_tensor *g, ex_grad_sink give
                       ex_op data, ex_op filter)
 {
     ex_tensor *x = t->src[0], *w = t->src[1];
-    ex_tensor *a[2] = {g, w}, *b[2] = {x, g};
-    give(ctx, x, bnode(ctx, data, t, x, 2, a), u);
+    /* ip6 = 1 (depthwise): the node convolved max(x, 0). Both passes inherit the flag; the
+     * data pass also reads x, for the mask x > 0 on dx. */
+    int relu = t->ip[6];
+    if (relu != 0 && (relu != 1 || t->op != EX_OP_DWCONV2D)) {
+        ex__fail(ctx, EX_ERR_ARG, "%s: ip6 (fused ReLU) is %d; only dwconv2d takes it, as 0 or 1",
+                 ex_op_name(t->op), relu);
+        return;
+    }
+    ex_tensor *a[3] = {g, w, x}, *b[2] = {x, g};
+    give(ctx, x, bnode(ctx, data, t, x, relu ? 3 : 2, a), u);
     give(ctx, w, bnode(ctx, filter, t, w, 2, b), u);
 }
 

@@ -39,10 +39,10 @@ static int64_t conv_out(int64_t in, int64_t k, int stride, int pad, int dil)
     return (in + 2 * pad - span) / stride + 1;
 }
 
-static ex_tensor *conv_node(ex_ctx *ctx, ex_op op, ex_tensor *x, ex_tensor *w,
-                            const ex_conv_params *p)
+/* A convolution node; relu (depthwise only) convolves max(x, 0) instead of x (ip6). */
+static ex_tensor *conv_node(ex_ctx *ctx, ex_op op, const char *name, ex_tensor *x, ex_tensor *w,
+                            const ex_conv_params *p, bool relu)
 {
-    const char *name = ex_op_name(op);
     ex_tensor *s[2] = {x, w};
     if (!ex__check(ctx, name, 2, s))
         return INERT(ctx);
@@ -69,17 +69,23 @@ static ex_tensor *conv_node(ex_ctx *ctx, ex_op op, ex_tensor *x, ex_tensor *w,
         y->ip[2 + i] = p->pad[i];
         y->ip[4 + i] = p->dilation[i];
     }
+    y->ip[6] = relu;
     return y;
 }
 
 ex_tensor *ex_conv2d(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, const ex_conv_params *p)
 {
-    return conv_node(ctx, EX_OP_CONV2D, x, w, p);
+    return conv_node(ctx, EX_OP_CONV2D, "conv2d", x, w, p, false);
 }
 
 ex_tensor *ex_dwconv2d(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, const ex_conv_params *p)
 {
-    return conv_node(ctx, EX_OP_DWCONV2D, x, w, p);
+    return conv_node(ctx, EX_OP_DWCONV2D, "dwconv2d", x, w, p, false);
+}
+
+ex_tensor *ex_dwconv2d_relu(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, const ex_conv_params *p)
+{
+    return conv_node(ctx, EX_OP_DWCONV2D, "dwconv2d_relu", x, w, p, true);
 }
 
 ex_tensor *ex_pwconv(ex_ctx *ctx, ex_tensor *x, ex_tensor *w)

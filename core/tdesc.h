@@ -71,6 +71,21 @@ static inline int ex_td_dst_ok(const int64_t ne[4], const int64_t st[4])
     return 1;
 }
 
+/** The fused-ReLU flag of a convolution-family node (ip6, docs/ops.md): 0 or 1, or -1 when
+ *  the node is malformed: the flag is neither 0 nor 1, is set on a dense convolution, or
+ *  DWCONV2D_BWD_DATA does not have x as its third source exactly when it is set. The
+ *  backends share this check so that each refuses the same nodes. */
+static inline int ex_td_conv_relu(const ex_node_exec *n)
+{
+    int relu = n->ip[6];
+    int dw = n->op == EX_OP_DWCONV2D || n->op == EX_OP_DWCONV2D_BWD_DATA ||
+             n->op == EX_OP_DWCONV2D_BWD_FILTER;
+    if (relu != 0 && (relu != 1 || !dw))
+        return -1;
+    int want = 2 + (relu && n->op == EX_OP_DWCONV2D_BWD_DATA);
+    return n->nsrc == want ? relu : -1;
+}
+
 /** Mixes v into the hash h. */
 static inline uint64_t ex_td_mix(uint64_t h, uint64_t v)
 {

@@ -62,6 +62,7 @@ typedef struct conv_geom {
     int64_t n, ci, co, h, w, kh, kw, ho, wo;
     int64_t sh, sw, ph, pw, dh, dw;
     int depthwise;
+    int relu; /* ip6: the input is max(x, 0) (depthwise only) */
 } conv_geom;
 
 /** Output extent of one spatial dimension, or -1 when not even one window fits. */
@@ -162,6 +163,14 @@ static float conv_ref_at(const conv_t4 *t, int64_t a, int64_t b, int64_t c, int6
     return t->p[a * t->st[0] + b * t->st[1] + c * t->st[2] + d * t->st[3]];
 }
 
+/** An element of the input x as the convolution sees it: max(x, 0) with the fused ReLU. */
+static float conv_ref_in(const conv_geom *g, const conv_t4 *x, int64_t a, int64_t b, int64_t c,
+                         int64_t d)
+{
+    float v = conv_ref_at(x, a, b, c, d);
+    return g->relu && v < 0.0f ? 0.0f : v;
+}
+
 static double conv_ref_point(const conv_geom *g, const conv_t4 *x, const conv_t4 *w, int64_t nb,
                              int64_t co, int64_t oh, int64_t ow)
 {
@@ -176,7 +185,7 @@ static double conv_ref_point(const conv_geom *g, const conv_t4 *x, const conv_t4
             for (int64_t kw = 0; kw < g->kw; kw++) {
                 int64_t iw = ow * g->sw - g->pw + kw * g->dw;
                 if (iw >= 0 && iw < g->w)
-                    acc += (double)conv_ref_at(x, nb, ci, ih, iw) *
+                    acc += (double)conv_ref_in(g, x, nb, ci, ih, iw) *
                            conv_ref_at(w, co, conv_ref_wc(g, ci), kh, kw);
             }
         }
@@ -225,14 +234,19 @@ static double conv_ref_dpoint(const conv_geom *g, const conv_t4 *dy, const conv_
     return acc;
 }
 
-static void conv_ref_bwd_data(const conv_geom *g, conv_t4 dy, conv_t4 w, conv_t4 dx)
+/** dx; with the fused ReLU, zero where the input x (mask) is not above 0. */
+static void conv_ref_bwd_data(const conv_geom *g, conv_t4 dy, conv_t4 w, conv_t4 dx,
+                              const conv_t4 *mask)
 {
     for (int64_t nb = 0; nb < g->n; nb++)
         for (int64_t ci = 0; ci < g->ci; ci++)
             for (int64_t ih = 0; ih < g->h; ih++)
-                for (int64_t iw = 0; iw < g->w; iw++)
-                    conv_plane(&dx, nb, ci)[ih * dx.st[2] + iw * dx.st[3]] =
-                        (float)conv_ref_dpoint(g, &dy, &w, nb, ci, ih, iw);
+                for (int64_t iw = 0; iw < g->w; iw++) {
+                    float v = (float)conv_ref_dpoint(g, &dy, &w, nb, ci, ih, iw);
+                    if (g->relu && !(conv_ref_at(mask, nb, ci, ih, iw) > 0.0f))
+                        v = 0.0f;
+                    conv_plane(&dx, nb, ci)[ih * dx.st[2] + iw * dx.st[3]] = v;
+                }
 }
 
 static double conv_ref_wpoint(const conv_geom *g, const conv_t4 *x, const conv_t4 *dy, int64_t co,
@@ -247,7 +261,8 @@ static double conv_ref_wpoint(const conv_geom *g, const conv_t4 *x, const conv_t
             for (int64_t ow = 0; ow < g->wo; ow++) {
                 int64_t iw = ow * g->sw - g->pw + kw * g->dw;
                 if (iw >= 0 && iw < g->w)
-                    acc += (double)conv_ref_at(dy, nb, co, oh, ow) * conv_ref_at(x, nb, ci, ih, iw);
+                    acc +=
+                        (double)conv_ref_at(dy, nb, co, oh, ow) * conv_ref_in(g, x, nb, ci, ih, iw);
             }
         }
     }
@@ -1262,30 +1277,115 @@ static ex_status dw_fast_bwd_filter(const cpu_exec *e, const conv_geom *g, const
     return EX_OK;
 }
 
+/* -- the fused ReLU (ip6): the fast kernels run unchanged on a copy, then a mask -- */
+
+/** Replaces x by a contiguous copy of max(x, 0), which *copy owns (free it). */
+static ex_status dw_relu_copy(const cpu_exec *e, const conv_geom *g, conv_t4 *x, float **copy,
+                              const char *name)
+{
+    int64_t planes = g->n * g->ci, hw = g->h * g->w;
+    float *c = cpu_alloc(e, (size_t)(planes * hw) * sizeof(float) + 1);
+    *copy = c;
+    if (!c)
+        return cpu_fail(e, EX_ERR_NOMEM, "%s: no memory for max(x, 0)", name);
+#pragma omp parallel for schedule(static) num_threads(dw_nthreads(e))
+    for (int64_t p = 0; p < planes; p++) {
+        const float *src = conv_plane(x, p / g->ci, p % g->ci);
+        float *dst = c + p * hw;
+        for (int64_t i = 0; i < g->h; i++)
+            for (int64_t j = 0; j < g->w; j++) {
+                float v = src[i * x->st[2] + j * x->st[3]];
+                dst[i * g->w + j] = v < 0.0f ? 0.0f : v;
+            }
+    }
+    *x = (conv_t4){c, {g->n, g->ci, g->h, g->w}, {g->ci * hw, hw, g->w, 1}};
+    return EX_OK;
+}
+
+/** dx = 0 where the input x is not above 0 (RELU_BWD's mask). */
+static void dw_relu_mask(const cpu_exec *e, const conv_geom *g, const conv_t4 *x, const conv_t4 *dx)
+{
+    (void)e; /* read by the OpenMP pragma only */
+    int64_t planes = g->n * g->ci;
+#pragma omp parallel for schedule(static) num_threads(dw_nthreads(e))
+    for (int64_t p = 0; p < planes; p++) {
+        const float *xp = conv_plane(x, p / g->ci, p % g->ci);
+        float *dp = conv_plane(dx, p / g->ci, p % g->ci);
+        for (int64_t i = 0; i < g->h; i++)
+            for (int64_t j = 0; j < g->w; j++)
+                if (!(xp[i * x->st[2] + j * x->st[3]] > 0.0f))
+                    dp[i * dx->st[2] + j * dx->st[3]] = 0.0f;
+    }
+}
+
 /* ---- entry points ---- */
 
-/** The three roles of one node's operands. */
+/** The three roles of one node's operands, and the fused ReLU's mask source (the
+ *  data gradient's input x). */
 typedef struct conv_ops {
     conv_geom g;
-    conv_t4 x, w, y;
+    conv_t4 x, w, y, mask;
 } conv_ops;
+
+/** The data gradient's third source (fused ReLU): x, shaped like dx. */
+static ex_status conv_mask_of(const cpu_exec *e, const ex_node_exec *nd, const char *name,
+                              conv_t4 *mask)
+{
+    const ex_tdesc *m = &nd->src[2];
+    int ok = m->dtype == EX_F32 && m->ndim == 4 && m->buf != NULL;
+    for (int d = 0; ok && d < 4; d++)
+        ok = m->ne[d] == nd->dst.ne[d];
+    if (!ok)
+        return cpu_fail(e, EX_ERR_SHAPE,
+                        "%s: source 2 (x, for the fused ReLU's mask) must be "
+                        "a 4-d f32 tensor shaped like dx",
+                        name);
+    *mask = conv_t4_of(m);
+    return EX_OK;
+}
 
 static ex_status conv_prepare(const cpu_exec *e, const ex_node_exec *nd, int which, int depthwise,
                               const char *name, conv_ops *o)
 {
-    if (nd->nsrc != 2)
-        return cpu_fail(e, EX_ERR_ARG, "%s: expected 2 sources, got %d", name, nd->nsrc);
+    int relu = ex_td_conv_relu(nd);
+    if (relu < 0 || nd->src == NULL)
+        return cpu_fail(e, EX_ERR_ARG,
+                        "%s: ip6 (fused ReLU) %d with %d sources: expected 0 with 2 sources, or "
+                        "1 on a depthwise op (the data gradient with x as a third source)",
+                        name, nd->ip[6], nd->nsrc);
     /* which: 0 forward (x, w -> y), 1 backward data (dy, w -> dx), 2 filter (x, dy -> dw) */
     const ex_tdesc *x = which == 1 ? &nd->dst : &nd->src[0];
     const ex_tdesc *w = which == 2 ? &nd->dst : &nd->src[1];
     const ex_tdesc *y = which == 0 ? &nd->dst : which == 1 ? &nd->src[0] : &nd->src[1];
     ex_status st = conv_geom_of(e, nd, x, w, y, depthwise, name, &o->g);
+    if (st == EX_OK && relu && which == 1)
+        st = conv_mask_of(e, nd, name, &o->mask);
     if (st != EX_OK)
         return st;
+    o->g.relu = relu;
     o->x = conv_t4_of(x);
     o->w = conv_t4_of(w);
     o->y = conv_t4_of(y);
     return EX_OK;
+}
+
+/** A depthwise pass on the fast path (which as in conv_prepare), the fused ReLU around it. */
+static ex_status dw_fast(const cpu_exec *e, conv_ops *o, int which, const char *name)
+{
+    float *copy = NULL;
+    ex_status st = EX_OK;
+    if (o->g.relu && which != 1)
+        st = dw_relu_copy(e, &o->g, &o->x, &copy, name);
+    if (st == EX_OK && which == 0)
+        st = dw_fast_fwd(e, &o->g, &o->x, &o->w, &o->y);
+    else if (st == EX_OK && which == 1)
+        st = dw_fast_bwd_data(e, &o->g, &o->y, &o->w, &o->x);
+    else if (st == EX_OK)
+        st = dw_fast_bwd_filter(e, &o->g, &o->x, &o->y, &o->w);
+    if (st == EX_OK && o->g.relu && which == 1)
+        dw_relu_mask(e, &o->g, &o->mask, &o->x);
+    free(copy);
+    return st;
 }
 
 /** Runs one dense pass on the fast path: which as in conv_prepare. */
@@ -1325,7 +1425,7 @@ CPU_OP(conv2d_bwd_data)
         return st;
     if (!e->reference)
         return conv_fast(e, &o, 1, "conv2d_bwd_data");
-    conv_ref_bwd_data(&o.g, o.y, o.w, o.x);
+    conv_ref_bwd_data(&o.g, o.y, o.w, o.x, NULL);
     return EX_OK;
 }
 
@@ -1348,7 +1448,7 @@ CPU_OP(dwconv2d)
     if (st != EX_OK)
         return st;
     if (!e->reference)
-        return dw_fast_fwd(e, &o.g, &o.x, &o.w, &o.y);
+        return dw_fast(e, &o, 0, "dwconv2d");
     conv_ref_fwd(&o.g, o.x, o.w, o.y);
     return EX_OK;
 }
@@ -1360,8 +1460,8 @@ CPU_OP(dwconv2d_bwd_data)
     if (st != EX_OK)
         return st;
     if (!e->reference)
-        return dw_fast_bwd_data(e, &o.g, &o.y, &o.w, &o.x);
-    conv_ref_bwd_data(&o.g, o.y, o.w, o.x);
+        return dw_fast(e, &o, 1, "dwconv2d_bwd_data");
+    conv_ref_bwd_data(&o.g, o.y, o.w, o.x, &o.mask);
     return EX_OK;
 }
 
@@ -1372,7 +1472,7 @@ CPU_OP(dwconv2d_bwd_filter)
     if (st != EX_OK)
         return st;
     if (!e->reference)
-        return dw_fast_bwd_filter(e, &o.g, &o.x, &o.y, &o.w);
+        return dw_fast(e, &o, 2, "dwconv2d_bwd_filter");
     conv_ref_bwd_filter(&o.g, o.x, o.y, o.w);
     return EX_OK;
 }

@@ -15,6 +15,7 @@ typedef struct conv_geom {
     int64_t n, ci, co, h, w, kh, kw, ho, wo;
     int64_t sh, sw, ph, pw, dh, dw;
     int depthwise;
+    int relu; /* ip6: the input is max(x, 0) (depthwise only) */
 } conv_geom;
 
 /** Output extent of one spatial dimension, or -1 when not even one window fits. */
@@ -37,19 +38,42 @@ static ex_status conv_check_types(cu_exec *e, const ex_node_exec *nd, const char
     return EX_OK;
 }
 
-/** The operands in their roles: x input, w filter, y output, whichever is the node's dst. */
+/** The operands in their roles: x input, w filter, y output, whichever is the node's dst;
+ *  and the fused ReLU's mask source (the data gradient's input x). */
 typedef struct conv_ops {
     conv_geom g;
-    cu_t4 x, w, y;
+    cu_t4 x, w, y, mask;
 } conv_ops;
+
+/** The data gradient's third source (fused ReLU): x, shaped like dx. */
+static ex_status conv_mask_of(cu_exec *e, const ex_node_exec *nd, const char *name, cu_t4 *mask)
+{
+    const ex_tdesc *m = &nd->src[2];
+    int ok = m->dtype == EX_F32 && m->ndim == 4 && m->buf != NULL;
+    for (int d = 0; ok && d < 4; d++)
+        ok = m->ne[d] == nd->dst.ne[d];
+    if (!ok)
+        return cu_fail(e, EX_ERR_SHAPE,
+                       "%s: source 2 (x, for the fused ReLU's mask) must be a 4-d f32 tensor "
+                       "shaped like dx",
+                       name);
+    *mask = cu_t4_of(m);
+    return EX_OK;
+}
 
 /* which: 0 forward (x, w -> y), 1 backward data (dy, w -> dx), 2 filter (x, dy -> dw). */
 static ex_status conv_prepare(cu_exec *e, const ex_node_exec *nd, int which, int depthwise,
                               const char *name, conv_ops *o)
 {
-    if (nd->nsrc != 2 || nd->src == NULL)
-        return cu_fail(e, EX_ERR_ARG, "%s: expected 2 sources, got %d", name, nd->nsrc);
+    int relu = ex_td_conv_relu(nd);
+    if (relu < 0 || nd->src == NULL)
+        return cu_fail(e, EX_ERR_ARG,
+                       "%s: ip6 (fused ReLU) %d with %d sources: expected 0 with 2 sources, or "
+                       "1 on a depthwise op (the data gradient with x as a third source)",
+                       name, nd->ip[6], nd->nsrc);
     ex_status st = conv_check_types(e, nd, name);
+    if (st == EX_OK && relu && which == 1)
+        st = conv_mask_of(e, nd, name, &o->mask);
     if (st != EX_OK)
         return st;
     const ex_tdesc *x = which == 1 ? &nd->dst : &nd->src[0];
@@ -71,6 +95,7 @@ static ex_status conv_prepare(cu_exec *e, const ex_node_exec *nd, int which, int
     g->dh = ip[4];
     g->dw = ip[5];
     g->depthwise = depthwise;
+    g->relu = relu;
     g->ho = conv_out_size(g->h, g->kh, g->sh, g->ph, g->dh);
     g->wo = conv_out_size(g->w, g->kw, g->sw, g->pw, g->dw);
     int ok = g->ho > 0 && g->wo > 0 && g->kh > 0 && g->kw > 0 && y->ne[0] == g->n &&
@@ -110,7 +135,14 @@ typedef struct conv_g32 {
     int h, w, ho, wo, kh, kw, sh, sw, ph, pw, dh, dw;
     int64_t n, ci, co;
     int depthwise;
+    int relu; /**< read max(x, 0); the data gradient masks dx by x > 0 */
 } conv_g32;
+
+/** An input element as the convolution reads it: max(v, 0) with the fused ReLU. */
+__device__ __forceinline__ float conv_in(const conv_g32 &g, float v)
+{
+    return g.relu && v < 0.0f ? 0.0f : v;
+}
 
 static int conv_fits(const conv_geom *g)
 {
@@ -121,9 +153,9 @@ static int conv_fits(const conv_geom *g)
 
 static conv_g32 conv_g32_of(const conv_geom *g)
 {
-    conv_g32 r = {(int)g->h,  (int)g->w,  (int)g->ho, (int)g->wo,  (int)g->kh, (int)g->kw,
-                  (int)g->sh, (int)g->sw, (int)g->ph, (int)g->pw,  (int)g->dh, (int)g->dw,
-                  g->n,       g->ci,      g->co,      g->depthwise};
+    conv_g32 r = {(int)g->h,  (int)g->w,  (int)g->ho, (int)g->wo,   (int)g->kh, (int)g->kw,
+                  (int)g->sh, (int)g->sw, (int)g->ph, (int)g->pw,   (int)g->dh, (int)g->dw,
+                  g->n,       g->ci,      g->co,      g->depthwise, g->relu};
     return r;
 }
 
@@ -157,7 +189,8 @@ __global__ void conv_fwd_kernel(conv_g32 g, cu_t4 x, cu_t4 w, cu_t4 y, const flo
                     for (int b = 0; b < kw; b++) {
                         int iw = ow * g.sw - g.pw + b * g.dw;
                         if (iw >= 0 && iw < g.w)
-                            acc += xp[ih * x.st[2] + iw * x.st[3]] * wp[a * w.st[2] + b * w.st[3]];
+                            acc += conv_in(g, xp[ih * x.st[2] + iw * x.st[3]]) *
+                                   wp[a * w.st[2] + b * w.st[3]];
                     }
                 }
             }
@@ -166,9 +199,11 @@ __global__ void conv_fwd_kernel(conv_g32 g, cu_t4 x, cu_t4 w, cu_t4 y, const flo
     }
 }
 
-/* dx[n, ci, ih, iw] = Σ_co,kh,kw dy · w over the outputs that read (ih, iw). */
+/* dx[n, ci, ih, iw] = Σ_co,kh,kw dy · w over the outputs that read (ih, iw); with the
+ * fused ReLU 0 where the input m is not above 0. */
 template <int K>
-__global__ void conv_bwd_data_kernel(conv_g32 g, cu_t4 dy, cu_t4 w, cu_t4 dx, const float *gate)
+__global__ void conv_bwd_data_kernel(conv_g32 g, cu_t4 dy, cu_t4 w, cu_t4 dx, cu_t4 m,
+                                     const float *gate)
 {
     if (cu_gated_off(gate))
         return;
@@ -178,6 +213,7 @@ __global__ void conv_bwd_data_kernel(conv_g32 g, cu_t4 dy, cu_t4 w, cu_t4 dx, co
         int64_t nb = plane / g.ci, ci = plane % g.ci;
         int64_t c0 = g.depthwise ? ci : 0, c1 = g.depthwise ? ci + 1 : g.co;
         float *xp = (float *)dx.p + nb * dx.st[0] + ci * dx.st[1];
+        const float *mp = g.relu ? (const float *)m.p + nb * m.st[0] + ci * m.st[1] : NULL;
         CU_POS_LOOP(p, g.h * g.w)
         {
             int ih = p / g.w, iw = p % g.w;
@@ -200,6 +236,8 @@ __global__ void conv_bwd_data_kernel(conv_g32 g, cu_t4 dy, cu_t4 w, cu_t4 dx, co
                     }
                 }
             }
+            if (mp && !(mp[ih * m.st[2] + iw * m.st[3]] > 0.0f))
+                acc = 0.0f;
             xp[ih * dx.st[2] + iw * dx.st[3]] = acc;
         }
     }
@@ -224,7 +262,8 @@ __global__ void conv_bwd_filter_kernel(conv_g32 g, cu_t4 x, cu_t4 dy, cu_t4 dw, 
             int oh = q / g.wo, ow = q % g.wo;
             int ih = oh * g.sh - g.ph + kh * g.dh, iw = ow * g.sw - g.pw + kw * g.dw;
             if (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w)
-                acc += (double)dp[oh * dy.st[2] + ow * dy.st[3]] * xp[ih * x.st[2] + iw * x.st[3]];
+                acc += (double)dp[oh * dy.st[2] + ow * dy.st[3]] *
+                       conv_in(g, xp[ih * x.st[2] + iw * x.st[3]]);
         }
     }
     acc = cu_block_sum(acc, sh);
@@ -262,7 +301,7 @@ __global__ void dw_filter_part_kernel(conv_g32 g, cu_t4 x, cu_t4 dy, int64_t per
                 for (int b = 0; b < K; b++) {
                     int iw = ow * g.sw - g.pw + b * g.dw;
                     if (hin && iw >= 0 && iw < g.w)
-                        acc[a * K + b] += d * xp[ih * x.st[2] + iw * x.st[3]];
+                        acc[a * K + b] += d * conv_in(g, xp[ih * x.st[2] + iw * x.st[3]]);
                 }
             }
         }
@@ -309,7 +348,7 @@ template <int K> static void conv_launch(cu_exec *e, int which, const conv_g32 &
     else
         conv_bwd_data_kernel<K>
             <<<cu_plane_grid(g.n * g.ci, (int64_t)g.h * g.w), CU_THREADS, 0, e->stream>>>(
-                g, o->y, o->w, o->x, e->gate);
+                g, o->y, o->w, o->x, o->mask, e->gate);
 }
 
 /* The depthwise filter gradient through per-group partials; groups so that there are
@@ -342,8 +381,8 @@ static ex_status conv_run(cu_exec *e, const ex_node_exec *nd, int which, int dep
     conv_g32 g = conv_g32_of(&o.g);
     int k = conv_k(&o.g);
     if (k && g.sh == g.sw) {
-        cu_dw_args a = {g.n,  g.ci, g.h,  g.w,  g.ho, g.wo, k,  g.sh,
-                        g.ph, g.pw, g.dh, g.dw, o.x,  o.w,  o.y};
+        cu_dw_args a = {g.n,  g.ci, g.h,  g.w, g.ho, g.wo, k,      g.sh,  g.ph,
+                        g.pw, g.dh, g.dw, o.x, o.w,  o.y,  g.relu, o.mask};
         ex_status st2 = EX_OK;
         if (cu_dw_staged(e, which, &a, name, &st2))
             return st2;

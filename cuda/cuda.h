@@ -338,6 +338,8 @@ typedef struct cu_dw_args {
     int64_t n, c;
     int h, w, ho, wo, k, s, ph, pw, dh, dw;
     cu_t4 x, wt, y;
+    int relu; /**< ip6: read max(x, 0); backward-data zeroes dx where mask (x) <= 0 */
+    cu_t4 mask;
 } cu_dw_args;
 
 /** The staged depthwise kernels (dwconv.cu) for pass which (0 forward, 1 backward-data, 2

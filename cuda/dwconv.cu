@@ -30,6 +30,7 @@ typedef struct dw_geo {
     int ppb;       /**< planes staged at once */
     int per_group; /**< samples of one filter-gradient block */
     int64_t items; /**< blocks' work items */
+    int relu;      /**< ip6: x staged as max(x, 0); dx stored 0 where the mask x <= 0 */
 } dw_geo;
 
 /** Most planes a block stages at once (the per-plane base offsets live in shared memory). */
@@ -61,9 +62,11 @@ static int floor_div(int a, int b)
     return a >= 0 ? a / b : -((-a + b - 1) / b);
 }
 
-/* Copies np planes of src (origins in base) into dst with zeros outside the plane. */
+/* Copies np planes of src (origins in base) into dst with zeros outside the plane; relu:
+ * max(v, 0) of each (the fused ReLU of x, a flag uniform over the grid). */
 __device__ __forceinline__ void dw_stage(float *dst, const dw_geo &g, const cu_t4 &src,
-                                         const int64_t *base, int src_h, int src_w, int np)
+                                         const int64_t *base, int src_h, int src_w, int np,
+                                         bool relu)
 {
     const int plane = g.sr * g.sc;
     const float inv_plane = 1.0f / (float)plane, inv_sc = 1.0f / (float)g.sc;
@@ -74,7 +77,7 @@ __device__ __forceinline__ void dw_stage(float *dst, const dw_geo &g, const cu_t
         float v = 0.0f;
         if (ih >= 0 && ih < src_h && iw >= 0 && iw < src_w)
             v = ((const float *)src.p)[base[pi] + ih * src.st[2] + iw * src.st[3]];
-        dst[i] = v;
+        dst[i] = relu && v < 0.0f ? 0.0f : v;
     }
 }
 
@@ -109,7 +112,7 @@ __global__ void dw_fwd_kernel(dw_geo g, cu_t4 x, cu_t4 w, cu_t4 y, const float *
         dw_bases(yb, y, g.c, p0, np, -1);
         dw_stage_filter<K>(sw, g, w, p0, np);
         __syncthreads();
-        dw_stage(sm, g, x, xb, g.h, g.w, np);
+        dw_stage(sm, g, x, xb, g.h, g.w, np, g.relu);
         __syncthreads();
         for (int j = threadIdx.x; j < np * outs; j += blockDim.x) {
             int pi = dw_div(j, outs, inv_outs), q = j - pi * outs;
@@ -128,15 +131,24 @@ __global__ void dw_fwd_kernel(dw_geo g, cu_t4 x, cu_t4 w, cu_t4 y, const float *
     }
 }
 
+/* dx as stored: v, or with the fused ReLU 0 where the input x is not above 0 (mp: the
+ * row of x's plane, NULL without the ReLU). */
+__device__ __forceinline__ float dw_masked(const float *mp, int64_t at, float v)
+{
+    return mp && !(mp[at] > 0.0f) ? 0.0f : v;
+}
+
 /* dx[n, c, ih, iw] = Σ over the taps (a, b) whose window position (ih + ph - a*dh)/S,
  * (iw + pw - b*dw)/S is whole and inside dy, of dy there · w[c, a, b]. The staged dy
  * starts at row r0 and column c0 (multiples of S below the lowest position reached),
- * so t - S*r0 is never negative and its parity is t's. */
+ * so t - S*r0 is never negative and its parity is t's. With the fused ReLU, masked by
+ * m (x) > 0. */
 template <int K, int S>
-__global__ void dw_bwd_data_kernel(dw_geo g, cu_t4 dy, cu_t4 w, cu_t4 dx, const float *gate)
+__global__ void dw_bwd_data_kernel(dw_geo g, cu_t4 dy, cu_t4 w, cu_t4 dx, cu_t4 m,
+                                   const float *gate)
 {
     extern __shared__ float sm[];
-    __shared__ int64_t yb[DW_MAX_PPB], xb[DW_MAX_PPB];
+    __shared__ int64_t yb[DW_MAX_PPB], xb[DW_MAX_PPB], mb[DW_MAX_PPB];
     if (cu_gated_off(gate))
         return;
     const int plane = g.sr * g.sc, outs = g.h * g.w;
@@ -148,13 +160,16 @@ __global__ void dw_bwd_data_kernel(dw_geo g, cu_t4 dy, cu_t4 w, cu_t4 dx, const 
         int np = (int)(planes - p0 < g.ppb ? planes - p0 : g.ppb);
         dw_bases(yb, dy, g.c, p0, np, -1);
         dw_bases(xb, dx, g.c, p0, np, -1);
+        if (g.relu)
+            dw_bases(mb, m, g.c, p0, np, -1);
         dw_stage_filter<K>(sw, g, w, p0, np);
         __syncthreads();
-        dw_stage(sm, g, dy, yb, g.ho, g.wo, np);
+        dw_stage(sm, g, dy, yb, g.ho, g.wo, np, false);
         __syncthreads();
         for (int j = threadIdx.x; j < np * outs; j += blockDim.x) {
             int pi = dw_div(j, outs, inv_outs), q = j - pi * outs;
             int ih = dw_div(q, g.w, inv_w), iw = q - ih * g.w;
+            const float *mp = g.relu ? (const float *)m.p + mb[pi] + ih * m.st[2] : NULL;
             const float *s = sm + pi * plane;
             const float *wk = sw + pi * K * K;
             int t0 = ih + g.ph - S * g.r0, u0 = iw + g.pw - S * g.c0;
@@ -172,7 +187,8 @@ __global__ void dw_bwd_data_kernel(dw_geo g, cu_t4 dy, cu_t4 w, cu_t4 dx, const 
                     acc += s[(t / S) * g.sc + u / S] * wk[a * K + b];
                 }
             }
-            ((float *)dx.p)[xb[pi] + ih * dx.st[2] + iw * dx.st[3]] = acc;
+            ((float *)dx.p)[xb[pi] + ih * dx.st[2] + iw * dx.st[3]] =
+                dw_masked(mp, iw * m.st[3], acc);
         }
         __syncthreads();
     }
@@ -203,7 +219,7 @@ __global__ void dw_fwd_strip_kernel(dw_geo g, cu_t4 x, cu_t4 w, cu_t4 y, const f
         dw_bases(yb, y, g.c, p0, np, -1);
         dw_stage_filter<K>(sw, g, w, p0, np);
         __syncthreads();
-        dw_stage(sm, g, x, xb, g.h, g.w, np);
+        dw_stage(sm, g, x, xb, g.h, g.w, np, g.relu);
         __syncthreads();
         for (int j = threadIdx.x; j < np * outs; j += blockDim.x) {
             int pi = dw_div(j, outs, inv_outs), q = j - pi * outs;
@@ -236,10 +252,11 @@ __global__ void dw_fwd_strip_kernel(dw_geo g, cu_t4 x, cu_t4 w, cu_t4 y, const f
  * inputs a thread: with stride 1 every tap lands, so dx is dy correlated with the
  * flipped filter, row ih + (K-1-a)*D and column iw + (K-1-b)*D of the staged dy. */
 template <int K, int D>
-__global__ void dw_bwd_data_strip_kernel(dw_geo g, cu_t4 dy, cu_t4 w, cu_t4 dx, const float *gate)
+__global__ void dw_bwd_data_strip_kernel(dw_geo g, cu_t4 dy, cu_t4 w, cu_t4 dx, cu_t4 m,
+                                         const float *gate)
 {
     extern __shared__ float sm[];
-    __shared__ int64_t yb[DW_MAX_PPB], xb[DW_MAX_PPB];
+    __shared__ int64_t yb[DW_MAX_PPB], xb[DW_MAX_PPB], mb[DW_MAX_PPB];
     if (cu_gated_off(gate))
         return;
     const int plane = g.sr * g.sc, strips = (g.w + DW_STRIP - 1) / DW_STRIP;
@@ -252,13 +269,16 @@ __global__ void dw_bwd_data_strip_kernel(dw_geo g, cu_t4 dy, cu_t4 w, cu_t4 dx, 
         int np = (int)(planes - p0 < g.ppb ? planes - p0 : g.ppb);
         dw_bases(yb, dy, g.c, p0, np, -1);
         dw_bases(xb, dx, g.c, p0, np, -1);
+        if (g.relu)
+            dw_bases(mb, m, g.c, p0, np, -1);
         dw_stage_filter<K>(sw, g, w, p0, np);
         __syncthreads();
-        dw_stage(sm, g, dy, yb, g.ho, g.wo, np);
+        dw_stage(sm, g, dy, yb, g.ho, g.wo, np, false);
         __syncthreads();
         for (int j = threadIdx.x; j < np * outs; j += blockDim.x) {
             int pi = dw_div(j, outs, inv_outs), q = j - pi * outs;
             int ih = dw_div(q, strips, inv_strips), iw = (q - ih * strips) * DW_STRIP;
+            const float *mp = g.relu ? (const float *)m.p + mb[pi] + ih * m.st[2] : NULL;
             /* row ih + ph - a*D - r0 = ih + (K-1-a)*D since r0 = ph - (K-1)*D; columns alike */
             const float *sp = sm + pi * plane + ih * g.sc + iw;
             const float *wk = sw + pi * K * K;
@@ -278,7 +298,7 @@ __global__ void dw_bwd_data_strip_kernel(dw_geo g, cu_t4 dy, cu_t4 w, cu_t4 dx, 
 #pragma unroll
             for (int v = 0; v < DW_STRIP; v++)
                 if (iw + v < g.w)
-                    xp[(iw + v) * dx.st[3]] = acc[v];
+                    xp[(iw + v) * dx.st[3]] = dw_masked(mp, (iw + v) * m.st[3], acc[v]);
         }
         __syncthreads();
     }
@@ -369,7 +389,7 @@ __global__ void dw_filter_kernel(dw_geo g, cu_t4 x, cu_t4 dy, cu_t4 dw, double *
         dw_bases(xb, x, g.c, s0, np, c);
         dw_bases(yb, dy, g.c, s0, np, c);
         __syncthreads();
-        dw_stage(sm, g, x, xb, g.h, g.w, np);
+        dw_stage(sm, g, x, xb, g.h, g.w, np, g.relu);
         __syncthreads();
         if (D > 0)
             dw_filter_strips<K, S, D>(g, dy, yb, sm, np, acc);
@@ -420,6 +440,7 @@ static int dw_plan(const cu_dw_args *a, int which, dw_geo *g)
     g->pw = a->pw;
     g->dh = a->dh;
     g->dw = a->dw;
+    g->relu = a->relu;
     if (which == 1) { /* dy rows reached by the inputs 0 .. h-1 */
         g->r0 = floor_div(a->ph - (k - 1) * a->dh, s);
         g->c0 = floor_div(a->pw - (k - 1) * a->dw, s);
@@ -500,12 +521,13 @@ static ex_status dw_launch(cu_exec *e, int which, const dw_geo &g, const cu_dw_a
         dw_fwd_kernel<K, S><<<blocks, CU_THREADS, smem, st>>>(g, a->x, a->wt, a->y, e->gate);
     else if (S == 1 && d == 1)
         dw_bwd_data_strip_kernel<K, 1>
-            <<<blocks, CU_THREADS, smem, st>>>(g, a->y, a->wt, a->x, e->gate);
+            <<<blocks, CU_THREADS, smem, st>>>(g, a->y, a->wt, a->x, a->mask, e->gate);
     else if (S == 1 && d == 2)
         dw_bwd_data_strip_kernel<K, 2>
-            <<<blocks, CU_THREADS, smem, st>>>(g, a->y, a->wt, a->x, e->gate);
+            <<<blocks, CU_THREADS, smem, st>>>(g, a->y, a->wt, a->x, a->mask, e->gate);
     else
-        dw_bwd_data_kernel<K, S><<<blocks, CU_THREADS, smem, st>>>(g, a->y, a->wt, a->x, e->gate);
+        dw_bwd_data_kernel<K, S>
+            <<<blocks, CU_THREADS, smem, st>>>(g, a->y, a->wt, a->x, a->mask, e->gate);
     return cu_launched(e, name);
 }
 

@@ -144,14 +144,14 @@ ex_tensor *nas_conv(nas_net *n, ex_tensor *x, const char *name, int64_t cout, in
 }
 
 ex_tensor *nas_dwconv(nas_net *n, ex_tensor *x, const char *name, int k, int stride, int pad,
-                      int dil)
+                      int dil, bool relu)
 {
     int64_t c = ex_tensor_dim(x, 1), ne[4] = {c, 1, k, k};
     int len = nas_push(n, "%s", name);
     ex_tensor *w = nas_weight(n, "weight", 4, ne, NAS_INIT_KAIMING, (int64_t)k * k);
     nas_pop(n, len);
     ex_conv_params p = {{stride, stride}, {pad, pad}, {dil, dil}};
-    return ex_dwconv2d(n->ctx, x, w, &p);
+    return relu ? ex_dwconv2d_relu(n->ctx, x, w, &p) : ex_dwconv2d(n->ctx, x, w, &p);
 }
 
 ex_tensor *nas_pwconv(nas_net *n, ex_tensor *x, const char *name, int64_t cout)
@@ -227,9 +227,11 @@ static ex_tensor *sep_conv(nas_net *n, ex_tensor *x, int k, int stride, bool aff
 {
     int64_t c = ex_tensor_dim(x, 1);
     int len = nas_push(n, "op");
-    ex_tensor *y = nas_dwconv(n, ex_relu(n->ctx, x), "1", k, stride, k / 2, 1);
+    /* PyTorch's ReLU, conv, conv, BN, ReLU, conv, conv, BN: the ReLUs (0 and 4) fused
+     * into the depthwise convolutions, so the parameter names keep their indices */
+    ex_tensor *y = nas_dwconv(n, x, "1", k, stride, k / 2, 1, true);
     y = nas_bn(n, nas_pwconv(n, y, "2", c), "3", affine);
-    y = nas_dwconv(n, ex_relu(n->ctx, y), "5", k, 1, k / 2, 1);
+    y = nas_dwconv(n, y, "5", k, 1, k / 2, 1, true);
     y = nas_bn(n, nas_pwconv(n, y, "6", c), "7", affine);
     nas_pop(n, len);
     return y;
@@ -239,7 +241,7 @@ static ex_tensor *dil_conv(nas_net *n, ex_tensor *x, int k, int stride, bool aff
 {
     int64_t c = ex_tensor_dim(x, 1);
     int len = nas_push(n, "op");
-    ex_tensor *y = nas_dwconv(n, ex_relu(n->ctx, x), "1", k, stride, k - 1, 2);
+    ex_tensor *y = nas_dwconv(n, x, "1", k, stride, k - 1, 2, true); /* ReLU (0) fused */
     y = nas_bn(n, nas_pwconv(n, y, "2", c), "3", affine);
     nas_pop(n, len);
     return y;

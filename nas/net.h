@@ -67,9 +67,10 @@ ex_tensor *nas_bn(nas_net *n, ex_tensor *x, const char *name, bool affine);
 /** Convolution with a weight named `prefix.name.weight`. */
 ex_tensor *nas_conv(nas_net *n, ex_tensor *x, const char *name, int64_t cout, int kh, int kw,
                     int sh, int sw, int ph, int pw, int dil);
-/** Depthwise convolution (weight `prefix.name.weight`). */
+/** Depthwise convolution (weight `prefix.name.weight`) of x, or with relu of max(x, 0): the
+ *  ReLU that precedes it in DARTS's operations, fused (ex_dwconv2d_relu). */
 ex_tensor *nas_dwconv(nas_net *n, ex_tensor *x, const char *name, int k, int stride, int pad,
-                      int dil);
+                      int dil, bool relu);
 /** Pointwise convolution (weight `prefix.name.weight`, [cout, cin, 1, 1] as PyTorch). */
 ex_tensor *nas_pwconv(nas_net *n, ex_tensor *x, const char *name, int64_t cout);
 

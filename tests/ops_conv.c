@@ -49,6 +49,59 @@ static void r_dwconv(const env *e, double *y)
     ref_dwconv2d(e->od[0], e->one[0], e->od[1], e->one[1], &p, y);
 }
 
+static ex_tensor *b_dwconv_relu(env *e, ex_tensor *const *x)
+{
+    ex_conv_params p = conv_params(e);
+    return ex_dwconv2d_relu(e->ctx, x[0], x[1], &p);
+}
+static void r_dwconv_relu(const env *e, double *y)
+{
+    ref_conv p = ref_params(e);
+    ref_dwconv2d_relu(e->od[0], e->one[0], e->od[1], e->one[1], &p, y);
+}
+
+/* Exact zeros in x: about a third of its elements, half of those -0. */
+static void i_zeros(env *e)
+{
+    for (int64_t i = 0; i < e->rn[0]; i++)
+        if (rng_below(&e->rng, 3) == 0)
+            e->rd[0][i] = rng_below(&e->rng, 2) ? -0.0 : 0.0;
+}
+
+/* ReLU has no derivative at 0; the op takes RELU_BWD's (x > 0 ? 1 : 0), so an exact zero
+ * gets no gradient. With zeros in x the differences are taken of the op linearized at
+ * the operands: the convolution of x times the mask [x > 0] of the x the backend saw,
+ * frozen here (e->scratch). Its gradient in x is the mask times the convolution's, in w
+ * the correlation with max(x, 0): what the backend must give. */
+static void p_freeze_mask(env *e)
+{
+    double *m = xcalloc((size_t)e->on[0], sizeof *m);
+    for (int64_t i = 0; i < e->on[0]; i++)
+        m[i] = e->od[0][i] > 0 ? 1.0 : 0.0;
+    e->scratch = m;
+}
+static void r_dwconv_masked(const env *e, double *y)
+{
+    const double *m = e->scratch;
+    double *xm = xcalloc((size_t)e->on[0], sizeof *xm);
+    for (int64_t i = 0; i < e->on[0]; i++)
+        xm[i] = m[i] * e->od[0][i];
+    ref_conv p = ref_params(e);
+    ref_dwconv2d(xm, e->one[0], e->od[1], e->one[1], &p, y);
+    free(xm);
+}
+
+/* The fused node is one node: no ReLU of its own forward or backward in the plan, both
+ * gradient passes there. */
+static void a_fused(env *e)
+{
+    if (plan_has(e->plan, EX_OP_RELU) || plan_has(e->plan, EX_OP_RELU_BWD))
+        case_fail(e, "the plan runs a separate relu or relu_bwd node");
+    if (!plan_has(e->plan, EX_OP_DWCONV2D_BWD_DATA) ||
+        !plan_has(e->plan, EX_OP_DWCONV2D_BWD_FILTER))
+        case_fail(e, "the plan lacks a depthwise gradient pass");
+}
+
 #define CONV(nm, xs, ws, ...)                                                                      \
     {                                                                                              \
         CASE(nm, EX_OP_CONV2D, b_conv, r_conv, 2),                                                 \
@@ -71,6 +124,27 @@ static void r_dwconv(const env *e, double *y)
         CASE(nm, EX_OP_DWCONV2D, b_dwconv, r_dwconv, 2),                                           \
             .r = {{GIN("x"), SHAPE xs, UNI(-1, 1)}, {PAR("w"), SHAPE(c, 1, k, k), UNI(-1, 1)}},    \
             .ip = {s, s, d * (k - 1) / 2, d * (k - 1) / 2, d, d}, .bwd = B_FD                      \
+    }
+
+/* depthwise of max(x, 0), k x k, stride s, dilation d, "same" padding; x of both signs
+ * away from 0 (finite differences do not cross the kink) */
+#define DWR(k, s, d)                                                                               \
+    {                                                                                              \
+        CASE("dwconv2d_relu " #k "x" #k " stride " #s " dilation " #d, EX_OP_DWCONV2D,             \
+             b_dwconv_relu, r_dwconv_relu, 2),                                                     \
+            .r = {{GIN("x"), SHAPE(2, 5, 13, 11), AWAY(0.05, 1)},                                  \
+                  {PAR("w"), SHAPE(5, 1, k, k), UNI(-1, 1)}},                                      \
+            .ip = {s, s, d * (k - 1) / 2, d * (k - 1) / 2, d, d}, .bwd = B_FD, .after = a_fused    \
+    }
+
+/* the same with exact zeros in x (of shape xs, c channels): gradients against the op
+ * linearized at x (p_freeze_mask) */
+#define DWRZ(nm, xs, c, k, s, d)                                                                   \
+    {                                                                                              \
+        CASE(nm, EX_OP_DWCONV2D, b_dwconv_relu, r_dwconv_relu, 2),                                 \
+            .r = {{GIN("x"), SHAPE xs, UNI(-1, 1)}, {PAR("w"), SHAPE(c, 1, k, k), UNI(-1, 1)}},    \
+            .ip = {s, s, d * (k - 1) / 2, d * (k - 1) / 2, d, d}, .bwd = B_FD, .init = i_zeros,    \
+            .prepare = p_freeze_mask, .dref = r_dwconv_masked, .after = a_fused                    \
     }
 
 static const tcase conv_cases[] = {
@@ -116,11 +190,140 @@ static const tcase conv_cases[] = {
     {CASE("dwconv2d 3x5 stride (1, 2) dilation (2, 1)", EX_OP_DWCONV2D, b_dwconv, r_dwconv, 2),
      .r = {{GIN("x"), SHAPE(2, 4, 12, 13), UNI(-1, 1)}, {PAR("w"), SHAPE(4, 1, 3, 5), UNI(-1, 1)}},
      .ip = {1, 2, 2, 2, 2, 1}, .bwd = B_FD},
+    /* the fused ReLU (ip6 = 1) through every pass and path: the geometries of a search,
+     * exact zeros and negatives, views, the GPU backends' tiled, staged and general
+     * kernels */
+    DWR(3, 1, 1),
+    DWR(3, 1, 2),
+    DWR(3, 2, 1),
+    DWR(3, 2, 2),
+    DWR(5, 1, 1),
+    DWR(5, 1, 2),
+    DWR(5, 2, 1),
+    DWR(5, 2, 2),
+    DWRZ("dwconv2d_relu 3x3 with exact zeros", (2, 5, 13, 11), 5, 3, 1, 1),
+    DWRZ("dwconv2d_relu 5x5 stride 2 dilation 2 with exact zeros", (2, 5, 13, 11), 5, 5, 2, 2),
+    DWRZ("dwconv2d_relu 3x3 dilation 3 with exact zeros", (2, 4, 14, 12), 4, 3, 1, 3),
+    DWRZ("dwconv2d_relu 5x5 on 45x70 planes with exact zeros (tiles)", (2, 3, 45, 70), 3, 5, 1, 1),
+    DWRZ("dwconv2d_relu 3x3 on 84x90 planes with exact zeros (beyond CUDA's staging)",
+         (2, 2, 84, 90), 2, 3, 1, 1),
+    DWRZ("dwconv2d_relu 5x5 dilation 2, 8x16x32x32 with exact zeros", (8, 16, 32, 32), 16, 5, 1, 2),
+    {CASE("dwconv2d_relu 3x3 on a channel slice with exact zeros", EX_OP_DWCONV2D, b_dwconv_relu,
+          r_dwconv_relu, 2),
+     .r = {{GIN("x"), SHAPE(2, 8, 11, 13), UNI(-1, 1), SLICE(1, 3, 5)},
+           {PAR("w"), SHAPE(5, 1, 3, 3), UNI(-1, 1)}},
+     .ip = {1, 1, 1, 1, 1, 1}, .bwd = B_FD, .init = i_zeros, .prepare = p_freeze_mask,
+     .dref = r_dwconv_masked, .after = a_fused},
+    {CASE("dwconv2d_relu 5x5 s2 of a transposed view with exact zeros", EX_OP_DWCONV2D,
+          b_dwconv_relu, r_dwconv_relu, 2),
+     .r = {{GIN("x"), SHAPE(3, 4, 9, 12), UNI(-1, 1), TRANS(2, 3)},
+           {PAR("w"), SHAPE(4, 1, 5, 5), UNI(-1, 1)}},
+     .ip = {2, 2, 2, 2, 1, 1}, .bwd = B_FD, .init = i_zeros, .prepare = p_freeze_mask,
+     .dref = r_dwconv_masked, .after = a_fused},
+    {CASE("dwconv2d_relu 3x5 stride (1, 2) dilation (2, 1) with exact zeros", EX_OP_DWCONV2D,
+          b_dwconv_relu, r_dwconv_relu, 2),
+     .r = {{GIN("x"), SHAPE(2, 4, 12, 13), UNI(-1, 1)}, {PAR("w"), SHAPE(4, 1, 3, 5), UNI(-1, 1)}},
+     .ip = {1, 2, 2, 2, 2, 1}, .bwd = B_FD, .init = i_zeros, .prepare = p_freeze_mask,
+     .dref = r_dwconv_masked, .after = a_fused},
 };
 
 void family_conv(void **state)
 {
     run_table(*state, conv_cases, sizeof conv_cases / sizeof *conv_cases);
+}
+
+/* ---- malformed fused-ReLU flags (ip6) given to the backend directly ---- */
+
+/* Regions of one buffer, in floats: x, dy, dx, y ([2, 3, 8, 8] each), w [3, 1, 3, 3],
+ * dw, and a dense filter [3, 3, 3, 3]. */
+enum { FL_PLANE = 2 * 3 * 8 * 8, FL_W = 4 * FL_PLANE, FL_DW = FL_W + 32, FL_WD = FL_DW + 32 };
+
+static ex_tdesc fl_desc(ex_buffer *buf, int64_t at, int64_t c1)
+{
+    bool filter = at >= FL_W;
+    ex_tdesc t = {.dtype = EX_F32, .ndim = 4, .buf = buf, .offset = (uint64_t)at * 4};
+    int64_t ne[4] = {filter ? 3 : 2, filter ? c1 : 3, filter ? 3 : 8, filter ? 3 : 8}, st = 1;
+    for (int d = 3; d >= 0; d--) {
+        t.ne[d] = ne[d];
+        t.st[d] = st;
+        st *= ne[d];
+    }
+    return t;
+}
+
+typedef struct fl_case {
+    ex_op op;
+    int relu, nsrc;
+    ex_status want;
+} fl_case;
+
+/* One node as a plan would hand it over: stride 1, padding 1, dilation 1, ip6 = relu. */
+static ex_status fl_run(const suite *s, ex_buffer *buf, const fl_case *c)
+{
+    const ex_backend_iface *f = ex_backend_iface_of(s->be);
+    void *im = ex_backend_impl_of(s->be);
+    bool dense = c->op == EX_OP_CONV2D || c->op == EX_OP_CONV2D_BWD_DATA;
+    ex_tdesc x = fl_desc(buf, 0, 0), dy = fl_desc(buf, FL_PLANE, 0);
+    ex_tdesc dx = fl_desc(buf, 2 * FL_PLANE, 0), y = fl_desc(buf, 3 * FL_PLANE, 0);
+    ex_tdesc w = dense ? fl_desc(buf, FL_WD, 3) : fl_desc(buf, FL_W, 1);
+    ex_tdesc dw = fl_desc(buf, FL_DW, 1);
+    ex_node_exec n = {
+        .op = c->op, .nsrc = c->nsrc, .ip = {1, 1, 1, 1, 1, 1, c->relu}, .tag = {-1, -1, -1}};
+    /* sources in the roles of each pass, x always third (the data gradient's mask) */
+    bool fwd = c->op == EX_OP_DWCONV2D || c->op == EX_OP_CONV2D;
+    bool filter = c->op == EX_OP_DWCONV2D_BWD_FILTER;
+    ex_tdesc src[3] = {fwd || filter ? x : dy, filter ? dy : w, x};
+    n.dst = fwd ? y : filter ? dw : dx;
+    n.src = src;
+    ex_status st = f->compute(im, &n, 1, NULL);
+    return st == EX_OK ? f->synchronize(im) : st;
+}
+
+void conv_flag_errors(void **state)
+{
+    suite *s = *state;
+    const ex_backend_iface *f = ex_backend_iface_of(s->be);
+    void *im = ex_backend_impl_of(s->be);
+    ex_buffer *buf = NULL;
+    uint64_t bytes = (uint64_t)(FL_WD + 81) * 4;
+    assert_int_equal(f->buffer_alloc(im, bytes, &buf), EX_OK);
+    assert_int_equal(f->fill(im, buf, 0, bytes, 0x3f800000u), EX_OK); /* 1.0f */
+    /* the first four and the last are well formed: the others fail for their flag and
+     * sources alone, and leave the backend able to run the next node */
+    static const fl_case cases[] = {
+        {EX_OP_DWCONV2D, 1, 2, EX_OK},
+        {EX_OP_DWCONV2D_BWD_DATA, 1, 3, EX_OK},
+        {EX_OP_DWCONV2D_BWD_FILTER, 1, 2, EX_OK},
+        {EX_OP_DWCONV2D_BWD_DATA, 0, 2, EX_OK},
+        {EX_OP_DWCONV2D, 2, 2, EX_ERR_ARG},
+        {EX_OP_DWCONV2D, -1, 2, EX_ERR_ARG},
+        {EX_OP_DWCONV2D, 1, 3, EX_ERR_ARG},
+        {EX_OP_DWCONV2D_BWD_DATA, 1, 2, EX_ERR_ARG},
+        {EX_OP_DWCONV2D_BWD_DATA, 0, 3, EX_ERR_ARG},
+        {EX_OP_DWCONV2D_BWD_DATA, 2, 3, EX_ERR_ARG},
+        {EX_OP_DWCONV2D_BWD_FILTER, 1, 3, EX_ERR_ARG},
+        {EX_OP_CONV2D, 1, 2, EX_ERR_ARG},
+        {EX_OP_CONV2D_BWD_DATA, 1, 3, EX_ERR_ARG},
+        {EX_OP_DWCONV2D_BWD_DATA, 1, 3, EX_OK},
+    };
+    int failed = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const fl_case *c = &cases[i];
+        ex_status st = fl_run(s, buf, c);
+        const char *msg = f->error(im);
+        bool named = c->want == EX_OK || (msg && strstr(msg, "ip6"));
+        if (st != c->want || !named) {
+            print_error("FAIL [%s] %s with ip6 %d and %d sources: %s (%s), expected %s with a "
+                        "message naming ip6\n",
+                        s->backend_name, ex_op_name(c->op), c->relu, c->nsrc, ex_status_str(st),
+                        msg ? msg : "no message", ex_status_str(c->want));
+            failed++;
+        }
+    }
+    f->buffer_free(im, buf);
+    if (failed)
+        fail_msg("%d malformed or valid flag nodes were handled wrongly on %s", failed,
+                 s->backend_name);
 }
 
 /* ---- GEMM-shaped ops ---- */

@@ -219,5 +219,7 @@ void family_batchnorm(void **state);
 void family_nas(void **state);
 void family_random(void **state);
 void family_optim(void **state);
+/** Convolution nodes with malformed fused-ReLU flags, given to the backend directly. */
+void conv_flag_errors(void **state);
 
 #endif

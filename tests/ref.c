@@ -154,17 +154,20 @@ int64_t ref_conv_out(int64_t in, int64_t k, int stride, int pad, int dil)
     return (in + 2 * pad - dil * (k - 1) - 1) / stride + 1;
 }
 
-/* One output pixel of one (output, input) channel pair of a convolution. */
+/* One output pixel of one (output, input) channel pair of a convolution; relu: of
+ * max(x, 0). */
 static double conv_pixel(const double *xc, int64_t h, int64_t w, const double *wk, int64_t kh,
-                         int64_t kw, const ref_conv *p, int64_t oh, int64_t ow)
+                         int64_t kw, const ref_conv *p, int64_t oh, int64_t ow, int relu)
 {
     double s = 0;
     for (int64_t i = 0; i < kh; i++)
         for (int64_t j = 0; j < kw; j++) {
             int64_t ih = oh * p->stride[0] - p->pad[0] + i * p->dil[0];
             int64_t iw = ow * p->stride[1] - p->pad[1] + j * p->dil[1];
-            if (ih >= 0 && ih < h && iw >= 0 && iw < w)
-                s += xc[ih * w + iw] * wk[i * kw + j];
+            if (ih < 0 || ih >= h || iw < 0 || iw >= w)
+                continue;
+            double v = xc[ih * w + iw];
+            s += (relu && v < 0 ? 0 : v) * wk[i * kw + j];
         }
     return s;
 }
@@ -183,13 +186,13 @@ void ref_conv2d(const double *x, const int64_t xne[4], const double *w, const in
                     double s = 0;
                     for (int64_t c = 0; c < ci; c++)
                         s += conv_pixel(x + (b * ci + c) * h * wd, h, wd,
-                                        w + (o * ci + c) * kh * kw, kh, kw, p, oh, ow);
+                                        w + (o * ci + c) * kh * kw, kh, kw, p, oh, ow, 0);
                     y[((b * co + o) * ho + oh) * wo + ow] = s;
                 }
 }
 
-void ref_dwconv2d(const double *x, const int64_t xne[4], const double *w, const int64_t wne[4],
-                  const ref_conv *p, double *y)
+static void dwconv2d(const double *x, const int64_t xne[4], const double *w, const int64_t wne[4],
+                     const ref_conv *p, int relu, double *y)
 {
     int64_t n = xne[0], c = xne[1], h = xne[2], wd = xne[3];
     int64_t kh = wne[2], kw = wne[3];
@@ -199,8 +202,21 @@ void ref_dwconv2d(const double *x, const int64_t xne[4], const double *w, const 
         for (int64_t ch = 0; ch < c; ch++)
             for (int64_t oh = 0; oh < ho; oh++)
                 for (int64_t ow = 0; ow < wo; ow++)
-                    y[((b * c + ch) * ho + oh) * wo + ow] = conv_pixel(
-                        x + (b * c + ch) * h * wd, h, wd, w + ch * kh * kw, kh, kw, p, oh, ow);
+                    y[((b * c + ch) * ho + oh) * wo + ow] =
+                        conv_pixel(x + (b * c + ch) * h * wd, h, wd, w + ch * kh * kw, kh, kw, p,
+                                   oh, ow, relu);
+}
+
+void ref_dwconv2d(const double *x, const int64_t xne[4], const double *w, const int64_t wne[4],
+                  const ref_conv *p, double *y)
+{
+    dwconv2d(x, xne, w, wne, p, 0, y);
+}
+
+void ref_dwconv2d_relu(const double *x, const int64_t xne[4], const double *w, const int64_t wne[4],
+                       const ref_conv *p, double *y)
+{
+    dwconv2d(x, xne, w, wne, p, 1, y);
 }
 
 void ref_pwconv(const double *x, const int64_t xne[4], const double *w, int64_t co, double *y)

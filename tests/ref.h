@@ -54,6 +54,9 @@ void ref_conv2d(const double *x, const int64_t xne[4], const double *w, const in
 /** x [N, C, H, W], w [C, 1, Kh, Kw] -> y [N, C, Ho, Wo]. */
 void ref_dwconv2d(const double *x, const int64_t xne[4], const double *w, const int64_t wne[4],
                   const ref_conv *p, double *y);
+/** ref_dwconv2d of max(x, 0). */
+void ref_dwconv2d_relu(const double *x, const int64_t xne[4], const double *w, const int64_t wne[4],
+                       const ref_conv *p, double *y);
 /** x [N, Ci, H, W], w [Co, Ci] -> y [N, Co, H, W]. */
 void ref_pwconv(const double *x, const int64_t xne[4], const double *w, int64_t co, double *y);
 /** a [m, k] b [k, n] -> y [m, n]. */

@@ -366,6 +366,20 @@ CASE(dwconv2d_kernel_big)
     ex_conv_params p = conv(1, 1, 2);
     return ex_dwconv2d(ctx, t4(ctx, 2, 3, 5, 5), t4(ctx, 3, 1, 5, 5), &p);
 }
+CASE(dwconv2d_relu_channels)
+{
+    ex_conv_params p = conv(1, 1, 1);
+    return ex_dwconv2d_relu(ctx, t4(ctx, 2, 3, 9, 9), t4(ctx, 4, 1, 3, 3), &p);
+}
+CASE(dwconv2d_relu_dtype)
+{
+    ex_conv_params p = conv(1, 1, 1);
+    return ex_dwconv2d_relu(ctx, mk(ctx, EX_I32, 4, 2, 3, 9, 9), t4(ctx, 3, 1, 3, 3), &p);
+}
+CASE(dwconv2d_relu_params_null)
+{
+    return ex_dwconv2d_relu(ctx, t4(ctx, 2, 3, 9, 9), t4(ctx, 3, 1, 3, 3), NULL);
+}
 CASE(pwconv_channels)
 {
     return ex_pwconv(ctx, t4(ctx, 2, 3, 5, 5), t2(ctx, 4, 5));
@@ -651,6 +665,9 @@ static const err_case cases[] = {
     C(dwconv2d_stride_neg, ARG, EX_OK, "dwconv2d", "stride"),
     C(dwconv2d_dilation0, ARG, EX_OK, "dwconv2d", "dilation"),
     C(dwconv2d_kernel_big, SHP, ARG, "dwconv2d", "2x3x5x5", "3x1x5x5"),
+    C(dwconv2d_relu_channels, SHP, EX_OK, "dwconv2d_relu", "2x3x9x9", "4x1x3x3"),
+    C(dwconv2d_relu_dtype, ARG, EX_OK, "dwconv2d_relu", "i32"),
+    C(dwconv2d_relu_params_null, ARG, EX_OK, "dwconv2d_relu"),
     C(pwconv_channels, SHP, EX_OK, "pwconv", "2x3x5x5", "4x5"),
     C(pwconv_rank, SHP, EX_OK, "pwconv", "5x7"),
     C(matmul_inner, SHP, EX_OK, "matmul", "5x7", "6x3"),
@@ -835,6 +852,7 @@ static void test_null_ctx(void **state)
         ex_accuracy(NULL, NULL, NULL),
         ex_conv2d(NULL, NULL, NULL, &cp),
         ex_dwconv2d(NULL, NULL, NULL, &cp),
+        ex_dwconv2d_relu(NULL, NULL, NULL, &cp),
         ex_pwconv(NULL, NULL, NULL),
         ex_matmul(NULL, NULL, NULL),
         ex_linear(NULL, NULL, NULL, NULL),

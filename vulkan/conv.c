@@ -2,7 +2,10 @@
  * forms. The depthwise geometries of a search (square 3, 5, 7; stride and dilation 1 or 2)
  * go through conv/dw.comp (staged tiles, taps in registers); everything else through
  * conv/conv.comp (direct loops). See the shaders for the algorithms. The checks are the
- * CPU backend's; every operand keeps its own strides. */
+ * CPU backend's; every operand keeps its own strides. The fused ReLU (ip6) is a variant
+ * bit of the forward and filter passes, which read max(x, 0); the data gradient masks dx
+ * in a second dispatch (conv.comp's CV_RELU_MASK), as both shaders' push constants are
+ * full. */
 #include <string.h>
 
 #include "shaders/conv/variants.h"
@@ -67,7 +70,7 @@ static int conv_strides(const ex_tdesc *t, uint32_t out[4])
  * adds in order. Each dispatch binds only what it touches, so the scratch never needs a
  * fifth binding. */
 static ex_status conv_filter(vk_exec *e, const ex_tdesc *x, const ex_tdesc *w, const ex_tdesc *y,
-                             const int64_t g[16], conv_pc *pc, int dwv)
+                             const int64_t g[16], conv_pc *pc, int dwv, int relu)
 {
     int64_t taps = g[2] * (dwv ? 1 : g[1]) * g[8] * g[9], rows = g[0] * g[6];
     int64_t chunks = CONV_FILTER_ITEMS / taps;
@@ -78,7 +81,7 @@ static ex_status conv_filter(vk_exec *e, const ex_tdesc *x, const ex_tdesc *w, c
     pc->y = vk_ref(e, y);
     if (chunks == 1) {
         pc->w = vk_ref(e, w);
-        return vk_dispatch(e, VK_SH_conv_conv, CV_FILTER_PART + dwv, pc, sizeof *pc,
+        return vk_dispatch(e, VK_SH_conv_conv, CV_FILTER_PART + dwv + relu, pc, sizeof *pc,
                            vk_groups(taps, 128), 1, 1);
     }
     uint32_t sw[4] = {pc->sw[0], pc->sw[1], pc->sw[2], pc->sw[3]}, part = 0;
@@ -90,7 +93,7 @@ static ex_status conv_filter(vk_exec *e, const ex_tdesc *x, const ex_tdesc *w, c
     ex_status st = vk_scratch(e, 4 * (uint64_t)(taps * chunks), &part);
     pc->w = part;
     if (st == EX_OK)
-        st = vk_dispatch(e, VK_SH_conv_conv, CV_FILTER_PART + dwv, pc, sizeof *pc,
+        st = vk_dispatch(e, VK_SH_conv_conv, CV_FILTER_PART + dwv + relu, pc, sizeof *pc,
                          vk_groups(taps * chunks, 128), 1, 1);
     if (st != EX_OK)
         return st;
@@ -176,7 +179,7 @@ static int dw_tiles(int which, const int64_t g[16], dw_pc *pc)
  * channel and tile writes dw directly). Each dispatch binds only what it touches where the node's
  * operands and the scratch do not fit four bindings. */
 static ex_status dw_filter(vk_exec *e, const ex_tdesc *x, const ex_tdesc *w, const ex_tdesc *y,
-                           int geo, dw_pc *pc)
+                           int geo, int relu, dw_pc *pc)
 {
     int64_t c = pc->c, parts = pc->parts, t = (int64_t)(3 + 2 * (geo / 4)) * (3 + 2 * (geo / 4));
     uint32_t groups = vk_groups(pc->items, 1);
@@ -184,7 +187,8 @@ static ex_status dw_filter(vk_exec *e, const ex_tdesc *x, const ex_tdesc *w, con
         pc->x = vk_ref(e, x);
         pc->y = vk_ref(e, y);
         pc->w = vk_ref(e, w);
-        return vk_dispatch(e, VK_SH_conv_dw, DW_FILTER + 4 * geo, pc, sizeof *pc, groups, 1, 1);
+        return vk_dispatch(e, VK_SH_conv_dw, DW_FILTER + 4 * geo + relu, pc, sizeof *pc, groups, 1,
+                           1);
     }
     if (e->nblocks == VK_BINDINGS)
         vk_bind_reset(e); /* the operands took every binding: none is left for scratch */
@@ -198,7 +202,7 @@ static ex_status dw_filter(vk_exec *e, const ex_tdesc *x, const ex_tdesc *w, con
     }
     pc->x = vk_ref(e, x);
     pc->y = vk_ref(e, y);
-    st = vk_dispatch(e, VK_SH_conv_dw, DW_FILTER + 4 * geo, pc, sizeof *pc, groups, 1, 1);
+    st = vk_dispatch(e, VK_SH_conv_dw, DW_FILTER + 4 * geo + relu, pc, sizeof *pc, groups, 1, 1);
     if (st != EX_OK)
         return st;
     vk_barrier(e);
@@ -260,25 +264,75 @@ static int dw_plan(int which, const ex_tdesc *x, const ex_tdesc *w, const ex_tde
     return geo;
 }
 
-/* A depthwise pass through dw.comp, planned by dw_plan. */
+/* A depthwise pass through dw.comp, planned by dw_plan; relu: the fused ReLU's variant
+ * bit (forward and filter passes). */
 static ex_status dw_run(vk_exec *e, int which, const ex_tdesc *x, const ex_tdesc *w,
-                        const ex_tdesc *y, int geo, dw_pc *pc)
+                        const ex_tdesc *y, int geo, int relu, dw_pc *pc)
 {
+    int rv = relu ? DW_RELU : 0;
     if (which == 2)
-        return dw_filter(e, x, w, y, geo, pc);
+        return dw_filter(e, x, w, y, geo, rv, pc);
     pc->x = vk_ref(e, x);
     pc->w = vk_ref(e, w);
     pc->y = vk_ref(e, y);
-    return vk_dispatch(e, VK_SH_conv_dw, (which == 0 ? DW_FWD : DW_DATA) + 4 * geo, pc, sizeof *pc,
-                       vk_groups(pc->items, 1), 1, 1);
+    int variant = which == 0 ? DW_FWD + rv : DW_DATA;
+    return vk_dispatch(e, VK_SH_conv_dw, variant + 4 * geo, pc, sizeof *pc, vk_groups(pc->items, 1),
+                       1, 1);
+}
+
+/* The fused ReLU's data gradient, after the pass that wrote dx: dx = 0 where the input x
+ * (the node's third source, strides checked) is not above 0. */
+static ex_status conv_relu_mask(vk_exec *e, const ex_tdesc *x, const ex_tdesc *dx)
+{
+    conv_pc pc;
+    memset(&pc, 0, sizeof pc);
+    conv_strides(x, pc.sx);
+    conv_strides(dx, pc.sy);
+    pc.g0[0] = (uint32_t)dx->ne[0];
+    pc.g0[1] = (uint32_t)dx->ne[1];
+    pc.g1[0] = (uint32_t)dx->ne[2];
+    pc.g1[1] = (uint32_t)dx->ne[3];
+    vk_barrier(e);
+    const ex_tdesc *t[2] = {x, dx};
+    if (!vk_room(e, t, 2))
+        vk_bind_reset(e); /* the pass before took the bindings x needs */
+    pc.x = vk_ref(e, x);
+    pc.y = vk_ref(e, dx);
+    pc.w = VK_NOREF;
+    return vk_dispatch(e, VK_SH_conv_conv, CV_RELU_MASK, &pc, sizeof pc,
+                       vk_groups(ex_td_numel(dx), 128), 1, 1);
+}
+
+/* The data gradient's third source (fused ReLU): x, shaped like dx, within the shaders'
+ * 32-bit indexing. */
+static ex_status conv_mask_check(vk_exec *e, const ex_node_exec *nd)
+{
+    const ex_tdesc *m = &nd->src[2];
+    uint32_t st[4];
+    int ok = m->dtype == EX_F32 && m->ndim == 4 && m->buf != NULL;
+    for (int d = 0; ok && d < 4; d++)
+        ok = m->ne[d] == nd->dst.ne[d];
+    if (!ok)
+        return vk_fail(e, EX_ERR_SHAPE,
+                       "source 2 (x, for the fused ReLU's mask) must be a 4-d f32 tensor shaped "
+                       "like dx");
+    if (!conv_strides(m, st))
+        return vk_fail(e, EX_ERR_UNSUPPORTED, "operands beyond 32-bit indexing");
+    return EX_OK;
 }
 
 /* which: 0 forward (x, w -> y), 1 backward data (dy, w -> dx), 2 filter (x, dy -> dw). */
 static ex_status conv_run(vk_exec *e, const ex_node_exec *nd, int which, int depthwise)
 {
-    if (nd->nsrc != 2 || nd->src == NULL)
-        return vk_fail(e, EX_ERR_ARG, "expected 2 sources, got %d", nd->nsrc);
+    int relu = ex_td_conv_relu(nd);
+    if (relu < 0 || nd->src == NULL)
+        return vk_fail(e, EX_ERR_ARG,
+                       "ip6 (fused ReLU) %d with %d sources: expected 0 with 2 sources, or 1 on a "
+                       "depthwise op (the data gradient with x as a third source)",
+                       nd->ip[6], nd->nsrc);
     ex_status st = conv_check_types(e, nd);
+    if (st == EX_OK && relu && which == 1)
+        st = conv_mask_check(e, nd);
     if (st != EX_OK)
         return st;
     const ex_tdesc *x = which == 1 ? &nd->dst : &nd->src[0];
@@ -316,17 +370,22 @@ static ex_status conv_run(vk_exec *e, const ex_node_exec *nd, int which, int dep
     }
     dw_pc dpc;
     int geo = depthwise ? dw_plan(which, x, w, y, g, &dpc) : -1;
-    if (geo >= 0)
-        return dw_run(e, which, x, w, y, geo, &dpc);
-    int dwv = depthwise ? CV_DEPTHWISE : 0;
-    if (which == 2)
-        return conv_filter(e, x, w, y, g, &pc, dwv);
-    pc.x = vk_ref(e, x);
-    pc.w = vk_ref(e, w);
-    pc.y = vk_ref(e, y);
-    int64_t count = which == 0 ? ex_td_numel(y) : ex_td_numel(x);
-    return vk_dispatch(e, VK_SH_conv_conv, (which == 0 ? CV_FWD : CV_BWD_DATA) + dwv, &pc,
-                       sizeof pc, vk_groups(count, 128), 1, 1);
+    int dwv = depthwise ? CV_DEPTHWISE : 0, rv = relu ? CV_RELU : 0;
+    if (geo >= 0) {
+        st = dw_run(e, which, x, w, y, geo, relu, &dpc);
+    } else if (which == 2) {
+        st = conv_filter(e, x, w, y, g, &pc, dwv, rv);
+    } else {
+        pc.x = vk_ref(e, x);
+        pc.w = vk_ref(e, w);
+        pc.y = vk_ref(e, y);
+        int64_t count = which == 0 ? ex_td_numel(y) : ex_td_numel(x);
+        st = vk_dispatch(e, VK_SH_conv_conv, (which == 0 ? CV_FWD + rv : CV_BWD_DATA) + dwv, &pc,
+                         sizeof pc, vk_groups(count, 128), 1, 1);
+    }
+    if (st == EX_OK && relu && which == 1)
+        st = conv_relu_mask(e, &nd->src[2], x); /* x's role is dx's here */
+    return st;
 }
 
 ex_status vk_run_conv(vk_exec *e, const ex_node_exec *n)

@@ -162,6 +162,10 @@ ex_tensor *ex_accuracy(ex_ctx *ctx, ex_tensor *logits, ex_tensor *labels);
 ex_tensor *ex_conv2d(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, const ex_conv_params *p);
 /** Depthwise convolution: x [N, C, H, W], w [C, 1, Kh, Kw]. */
 ex_tensor *ex_dwconv2d(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, const ex_conv_params *p);
+/** Depthwise convolution of max(x, 0): ex_dwconv2d(ex_relu(x), w) as one node, which
+ *  stores no ReLU output (the backward passes read x itself). The gradient of x is zero
+ *  where x <= 0 (an exact zero gets none), as ex_relu's. */
+ex_tensor *ex_dwconv2d_relu(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, const ex_conv_params *p);
 /** Pointwise (1x1) convolution as a GEMM: x [N, Ci, H, W], w [Co, Ci]. */
 ex_tensor *ex_pwconv(ex_ctx *ctx, ex_tensor *x, ex_tensor *w);
 /** Matrix product a [M, K] x b [K, N]. */

@@ -7,7 +7,9 @@
 // the output rows (n, oh) into chunks, a choice made from the shape alone: one invocation
 // per (chunk, tap) sums its rows in order, then one invocation per tap adds the chunks in
 // order. No shared memory, no barriers (costly on CPU implementations such as lavapipe),
-// no atomics, so results are repeatable.
+// no atomics, so results are repeatable. With the fused ReLU (CV_RELU) the forward and the
+// filter gradient read max(x, 0); the data gradient's mask is a pass of its own
+// (CV_RELU_MASK): the push constants have no room for a fourth operand.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -23,6 +25,15 @@ layout(push_constant) uniform PC
     uvec4 g3;           // pad h, pad w, dilation h, dilation w
     uvec4 sx, sw, sy;   // element strides of the three roles
 } pc;
+
+const bool RELU = (VARIANT & CV_RELU) != 0;
+
+// Element i of the input x as the convolution reads it: max(x, 0) with the fused ReLU.
+float xin(uint i)
+{
+    float v = ldf(pc.x, i);
+    return RELU && v < 0.0 ? 0.0 : v;
+}
 
 // The output index that input i meets through filter tap k along one axis, or -1.
 int conv_src(int i, int k, int s, int p, int d, int lim)
@@ -55,7 +66,7 @@ void fwd(bool dwise)
                 for (int b = 0; b < kw; b++) {
                     int iw = iw0 + b * int(pc.g3.w);
                     if (iw >= 0 && iw < wd)
-                        acc += ldf(pc.x, xo + uint(ih) * pc.sx.z + uint(iw) * pc.sx.w) *
+                        acc += xin(xo + uint(ih) * pc.sx.z + uint(iw) * pc.sx.w) *
                                ldf(pc.w, wf + uint(a) * pc.sw.z + uint(b) * pc.sw.w);
                 }
             }
@@ -126,8 +137,7 @@ void filter_part(bool dwise)
             // a sum per row, then of rows: rounding grows with their sum, not their product
             float row = 0.0;
             for (int ow = lo; ow < hi; ow++)
-                row += ldf(pc.y, yo + uint(ow) * pc.sy.w) *
-                       ldf(pc.x, xo + uint(ow * sw + offw) * pc.sx.w);
+                row += ldf(pc.y, yo + uint(ow) * pc.sy.w) * xin(xo + uint(ow * sw + offw) * pc.sx.w);
             acc += row;
         }
         stf(pc.w, c * taps + oc * pc.sw.x + wc * pc.sw.y + a * pc.sw.z + b * pc.sw.w, acc);
@@ -148,12 +158,28 @@ void filter_sum(bool dwise)
     }
 }
 
+// dx (at pc.y, strides sy) = 0 where x (at pc.x, strides sx) is not above 0, RELU_BWD's
+// rule; g0.xy = n, c and g1.xy = h, w of both.
+void relu_mask()
+{
+    uint c = pc.g0.y, h = pc.g1.x, wd = pc.g1.y, total = pc.g0.x * c * h * wd;
+    for (uint i = gl_GlobalInvocationID.x; i < total; i += gl_NumWorkGroups.x * 128u) {
+        uint iw = i % wd, t = i / wd, ih = t % h;
+        t /= h;
+        uint ch = t % c, nb = t / c;
+        if (!(ldf(pc.x, nb * pc.sx.x + ch * pc.sx.y + ih * pc.sx.z + iw * pc.sx.w) > 0.0))
+            stf(pc.y, nb * pc.sy.x + ch * pc.sy.y + ih * pc.sy.z + iw * pc.sy.w, 0.0);
+    }
+}
+
 void main()
 {
     GATE_RETURN();
     const bool dwise = (VARIANT & CV_DEPTHWISE) != 0;
     const int v = VARIANT & (CV_DEPTHWISE - 1);
-    if (v == CV_FWD)
+    if (VARIANT == CV_RELU_MASK)
+        relu_mask();
+    else if (v == CV_FWD)
         fwd(dwise);
     else if (v == CV_BWD_DATA)
         bwd_data(dwise);

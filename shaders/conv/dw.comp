@@ -12,6 +12,8 @@
 //             taps over its outputs, then a fixed two-level sum over the workgroup; the
 //             partial goes to scratch [part][channel][tap] (or to dw when one suffices).
 //   DW_FSUM   dw = the partials added in order (8 outputs x 16 lanes per workgroup).
+// With DW_RELU (the fused ReLU) DW_FWD and DW_FILTER stage max(x, 0); the data gradient's
+// mask is conv.comp's CV_RELU_MASK pass, after DW_DATA.
 // No atomics: every sum has an order fixed by the shape, so results are repeatable.
 #version 450
 #extension GL_GOOGLE_include_directive : require
@@ -32,7 +34,8 @@ layout(push_constant) uniform PC
 } pc;
 
 const int PASS = VARIANT & 3;
-const int GEO = VARIANT >> 2;
+const int GEO = (VARIANT & (DW_RELU - 1)) >> 2;
+const bool RELU = (VARIANT & DW_RELU) != 0;
 const int K = 3 + 2 * (GEO / 4);
 const int S = 1 + (GEO / 2) % 2;
 const int D = 1 + GEO % 2;
@@ -45,9 +48,11 @@ shared float wsm[DW_MAXG * 49];
 shared uint pln[DW_MAXG], plc[DW_MAXG]; // the stage's planes: sample, channel
 
 // Stages np windows of nr x ncl elements at sm[at]: element (pi, r, cl) is the tensor's
-// (pln[pi], plc[pi], r0 + r, c0 + cl) inside [0, hh) x [0, ww), else 0. The invocation's
-// position is decoded once and stepped by 128 with carries (no division per element).
-void stage(uint ref, uvec4 s, uint at, uint np, uint nr, uint ncl, int r0, int c0, uint hh, uint ww)
+// (pln[pi], plc[pi], r0 + r, c0 + cl) inside [0, hh) x [0, ww), else 0; relu: max(v, 0) of
+// it. The invocation's position is decoded once and stepped by 128 with carries (no
+// division per element).
+void stage(uint ref, uvec4 s, uint at, uint np, uint nr, uint ncl, int r0, int c0, uint hh, uint ww,
+           bool relu)
 {
     uint t = gl_LocalInvocationID.x, total = np * nr * ncl;
     uint dq = 128u / ncl, dr = 128u % ncl;
@@ -78,8 +83,9 @@ void stage(uint ref, uvec4 s, uint at, uint np, uint nr, uint ncl, int r0, int c
             v[j] = ldf4(ref, uvec4(off[4u * j], off[4u * j + 1u], off[4u * j + 2u], off[4u * j + 3u]));
         [[unroll]] for (uint j = 0u; j < 16u; j++) {
             uint e = base + t + 128u * j;
+            float x = ok[j] ? v[j / 4u][j % 4u] : 0.0;
             if (e < total)
-                sm[at + e] = ok[j] ? v[j / 4u][j % 4u] : 0.0;
+                sm[at + e] = relu && x < 0.0 ? 0.0 : x;
         }
     }
 }
@@ -185,9 +191,9 @@ void fwd_data()
         }
         barrier();
         if (PASS == DW_FWD)
-            stage(pc.x, pc.sx, 0u, np, pc.prow, pc.pcol, wr0, wc0, pc.h, pc.wd);
+            stage(pc.x, pc.sx, 0u, np, pc.prow, pc.pcol, wr0, wc0, pc.h, pc.wd, RELU);
         else
-            stage(pc.y, pc.sy, 0u, np, pc.prow, pc.pcol, wr0, wc0, pc.ho, pc.wo);
+            stage(pc.y, pc.sy, 0u, np, pc.prow, pc.pcol, wr0, wc0, pc.ho, pc.wo, false);
         stage_taps(np);
         barrier();
         if (pi < np)
@@ -272,10 +278,10 @@ void filter_grad()
             }
             barrier();
             stage(pc.x, pc.sx, 0u, np, pc.prow, pc.pcol, int(r0) * S - ph, int(c0) * S - pw,
-                  pc.h, pc.wd);
+                  pc.h, pc.wd, RELU);
             // dy's tile, zeros past its edge (the next tile's rows are not this one's)
             stage(pc.y, pc.sy, dyat, np, thr, tw, int(r0), int(c0), min(pc.ho, r0 + th),
-                  min(pc.wo, c0 + tw));
+                  min(pc.wo, c0 + tw), false);
             barrier();
             if (pi < np)
                 filter_units(acc, pi, lane, pi * pc.prow * pc.pcol, dyat + pi * thr * tw);
