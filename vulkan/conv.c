@@ -94,7 +94,7 @@ static ex_status conv_filter(vk_exec *e, const ex_tdesc *x, const ex_tdesc *w, c
         return st;
     vk_barrier(e);
     vk_bind_reset(e);
-    pc->x = vk_ref_rebind(e, part);
+    pc->x = vk_ref_rebind_read(e, part, 0);
     pc->y = VK_NOREF;
     pc->w = vk_ref(e, w);
     memcpy(pc->sw, sw, sizeof sw);

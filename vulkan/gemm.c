@@ -238,6 +238,8 @@ static ex_status pwconv_bwd_filter_split(vk_exec *e, const ex_tdesc *x, const ex
     vk_barrier(e);
     if (dw->st[0] > INT32_MAX || dw->st[1] > INT32_MAX || dw->st[0] < 0 || dw->st[1] < 0)
         return vk_fail(e, EX_ERR_UNSUPPORTED, "dw is beyond 32-bit indexing");
+    vk_bind_reset(e);
+    part = vk_ref_rebind_read(e, part, 0);
     return vk_reduce_batch(e, part, (uint32_t)nb, (uint32_t)co, (uint32_t)ci, vk_ref(e, dw),
                            (uint32_t)dw->st[0], (uint32_t)dw->st[1]);
 }

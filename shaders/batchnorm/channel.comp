@@ -1,3 +1,4 @@
+// exapt: writes 1 3
 // Per-channel batch-norm reductions in two passes. The segment pass gives each segment of
 // BN_SEG consecutive elements (n, h, w order) of a channel to one workgroup, whose 128
 // invocations walk it in a fixed strided order and add their f32 partials by a fixed
@@ -71,7 +72,7 @@ void seg_stats(uint ch, uint sg)
 void seg_red(uint ch, uint sg)
 {
     uint i0 = sg * BN_SEG, i1 = i0 + seg_len(sg);
-    float mean = ldf(pc.a, ch * pc.sv.w), inv = ldf(pc.a, pc.sv.z + ch * pc.sv.w);
+    float mean = ldfu(pc.a, ch * pc.sv.w), inv = ldfu(pc.a, pc.sv.z + ch * pc.sv.w);
     vec2 s = vec2(0.0);
     for (uint i = i0 + gl_LocalInvocationID.x; i < i1; i += 128u) {
         float g = ldf(pc.y, at(pc.sy, ch, i));
@@ -115,8 +116,8 @@ void fin_red(uint ch)
 
 void eval(uint ch)
 {
-    stf(pc.d, ch * pc.sv.y, ldf(pc.a, ch * pc.sv.z));
-    stf(pc.d, pc.sv.x + ch * pc.sv.y, 1.0 / sqrt(ldf(pc.b, ch * pc.sv.w) + pc.eps));
+    stf(pc.d, ch * pc.sv.y, ldfu(pc.a, ch * pc.sv.z));
+    stf(pc.d, pc.sv.x + ch * pc.sv.y, 1.0 / sqrt(ldfu(pc.b, ch * pc.sv.w) + pc.eps));
 }
 
 void main()

@@ -3,7 +3,8 @@
 // into further dispatches). Inactive candidates (the table from mixtab.comp) are never
 // read. MIX_FWD writes dst, MIX_FWD_ACC adds to it, so every element is the sum over the
 // candidates in index order, as on the CPU. MIX_DOT: workgroup per chunk of MIX_CHUNK
-// elements of dy, one fixed tree per candidate into part[j * nch + chunk].
+// elements of dy, one fixed tree per candidate q of the group into part[q * MIX_ROW(nch) +
+// chunk] (part: the group's rows).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -21,7 +22,7 @@ layout(push_constant) uniform PC
 shared float fs[128];
 
 uint cand(uint q) { return pc.x[q / 4u][q % 4u]; }
-bool is_on(uint q) { return ld(pc.tab, MIX_TAB * (pc.j0 + q) + 1u) != 0u; }
+bool is_on(uint q) { return ldu(pc.tab, MIX_TAB * (pc.j0 + q) + 1u) != 0u; }
 
 float tree(float v)
 {
@@ -38,15 +39,27 @@ float tree(float v)
     return r;
 }
 
+// The group's table entries, read once per invocation rather than once per element.
+void group_table(out bool on[MIX_GROUP], out float coef[MIX_GROUP])
+{
+    for (uint q = 0u; q < MIX_GROUP; q++) {
+        on[q] = q < pc.cnt && is_on(q);
+        coef[q] = on[q] ? ldfu(pc.tab, MIX_TAB * (pc.j0 + q)) : 0.0;
+    }
+}
+
 void forward()
 {
+    bool on[MIX_GROUP];
+    float coef[MIX_GROUP];
+    group_table(on, coef);
     for (uint i = gl_GlobalInvocationID.x; i < pc.n; i += gl_NumWorkGroups.x * 128u) {
         uvec4 c = coords4(pc.ne, i);
         uint od = dot4(c, pc.sd), ox = dot4(c, pc.sx);
         float acc = VARIANT == MIX_FWD_ACC ? ldf(pc.d, od) : 0.0;
         for (uint q = 0u; q < pc.cnt; q++)
-            if (is_on(q))
-                acc += ldf(pc.tab, MIX_TAB * (pc.j0 + q)) * ldf(cand(q), ox);
+            if (on[q])
+                acc += coef[q] * ldf(cand(q), ox);
         stf(pc.d, od, acc);
     }
 }
@@ -54,6 +67,9 @@ void forward()
 void dots()
 {
     uint lid = gl_LocalInvocationID.x;
+    bool on[MIX_GROUP];
+    float coef[MIX_GROUP];
+    group_table(on, coef);
     for (uint ch = gl_WorkGroupID.x; ch < pc.nch; ch += gl_NumWorkGroups.x) {
         uint i1 = min(pc.n, (ch + 1u) * MIX_CHUNK);
         float s[MIX_GROUP];
@@ -64,15 +80,15 @@ void dots()
             float g = ldf(pc.d, dot4(c, pc.sd));
             uint ox = dot4(c, pc.sx);
             for (uint q = 0u; q < pc.cnt; q++)
-                if (is_on(q))
+                if (on[q])
                     s[q] += g * ldf(cand(q), ox);
         }
         for (uint q = 0u; q < pc.cnt; q++) {
-            if (!is_on(q))
+            if (!on[q])
                 continue; // the same in every invocation
             float v = tree(s[q]);
             if (lid == 0u)
-                stf(pc.part, (pc.j0 + q) * pc.nch + ch, v);
+                stf(pc.part, q * MIX_ROW(pc.nch) + ch, v);
         }
     }
 }

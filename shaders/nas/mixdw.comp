@@ -22,11 +22,11 @@ void main()
     GATE_RETURN();
     uint lid = gl_LocalInvocationID.x;
     for (uint j = 0u; j < pc.n; j++) {
-        if (ld(pc.tab, MIX_TAB * j + 1u) == 0u)
+        if (ldu(pc.tab, MIX_TAB * j + 1u) == 0u)
             continue; // the same in every invocation
         float v = 0.0;
         for (uint c = lid; c < pc.nch; c += 128u)
-            v += ldf(pc.part, j * pc.nch + c);
+            v += ldf(pc.part, j * MIX_ROW(pc.nch) + c);
         fs[lid] = v;
         barrier();
         for (uint s = 64u; s > 0u; s >>= 1) {
@@ -41,7 +41,7 @@ void main()
     for (uint k = lid; k < pc.k; k += 128u) {
         float acc = 0.0;
         for (uint j = 0u; j < pc.n; j++)
-            if (ld(pc.tab, MIX_TAB * j + 1u) != 0u && ld(pc.tab, MIX_TAB * j + 2u) == k)
+            if (ldu(pc.tab, MIX_TAB * j + 1u) != 0u && ldu(pc.tab, MIX_TAB * j + 2u) == k)
                 acc += tot[j];
         stf(pc.d, off4(pc.dne, pc.dst, k), acc);
     }

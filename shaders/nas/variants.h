@@ -5,6 +5,9 @@
 #define MIX_GROUP 12  // candidates one mix.comp dispatch takes (push-constant room)
 #define MIX_CHUNK 1024 // elements of dy per MIX_DOT partial
 #define MIX_TAB 3     // words per candidate in the table: coefficient, active, weight index
+// words from one candidate's MIX_DOT partials to the next: nch rounded up to 256 bytes, so
+// every group's rows have bytes of their own
+#define MIX_ROW(nch) (((nch) + 63u) & ~63u)
 #define ROW_GUMBEL 0  // rows.comp
 #define ROW_GUMBEL_BWD 1
 #define ROW_HARDMAX 2
