@@ -1,5 +1,6 @@
 /* exapt viz (replay, follow, snapshot) and the live viewer of exapt search --viz. Built
  * with the viewer when EXAPT_VIZ is on; without it both say so and fail. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, CLOCK_THREAD_CPUTIME_ID */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@ static const char viz_usage[] =
 
 #ifdef EXAPT_HAVE_VIZ
 #include <pthread.h>
+#include <time.h>
 
 #include "exapt/viz.h"
 
@@ -188,6 +190,14 @@ void cli_live_wait(cli_live *l)
         ;
 }
 
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static void *worker(void *p)
 {
     cli_live *l = p;
@@ -209,8 +219,15 @@ int cli_live_run(cli_live *l, int (*job)(void *), void *arg)
     if (pthread_create(&t, NULL, worker, l))
         return cli_fail("search", "--viz: cannot start the search thread");
     char msg[512];
+    /* what the window cost while the search ran: its thread's CPU time (a benchmark reads
+     * this line; bench/viz_fps.c) */
+    double t0 = run_now(), c0 = thread_cpu_s();
     if (ex_viz_window_run(l->w, l->m, NULL, msg, sizeof msg) != EX_OK)
         fprintf(stderr, "exapt search: viewer: %s\n", msg);
+    fprintf(stderr,
+            "exapt search: viewer: %lld frames (%s), %.3f s of CPU on its thread in %.1f s\n",
+            (long long)ex_viz_window_frames(l->w), ex_viz_window_renderer(l->w),
+            thread_cpu_s() - c0, run_now() - t0);
     if (!ex_viz_model_finished(l->m))
         fprintf(stderr, "exapt search: viewer closed; the search goes on (Ctrl-C stops it)\n");
     ex_viz_window_close(l->w);

@@ -108,13 +108,16 @@ static ex_status time_runs(bench *b, int iters, double *run_ms, double *mix_ms)
     if (st == EX_OK)
         st = ex_plan_run(b->plan);
     *mix_ms = 0;
+    bool backward = false; /* past the weight gradient */
     for (int64_t i = 0; st == EX_OK && i < ex_plan_node_count(b->plan); i++) {
         ex_node_info info;
         st = ex_plan_node_info(b->plan, i, &info);
-        /* the parameters' gradient sums carry the tag too (built last): not the edge's */
-        bool edge = info.tag[0] == 0 && info.tag[1] == 0 &&
-                    (info.op == EX_OP_MIXED_SUM || info.op == EX_OP_MIXED_SUM_BWD_W ||
-                     info.op == EX_OP_MUL);
+        /* the parameters' gradient sums carry the tag too (built last; mixed sums of
+         * weight 1 when the candidates' gradients are gated): not the edge's */
+        bool tagged = info.tag[0] == 0 && info.tag[1] == 0;
+        bool edge = tagged && ((info.op == EX_OP_MIXED_SUM && !backward) ||
+                               info.op == EX_OP_MIXED_SUM_BWD_W || info.op == EX_OP_MUL);
+        backward |= tagged && info.op == EX_OP_MIXED_SUM_BWD_W;
         if (st == EX_OK && edge)
             *mix_ms += info.ms;
         if (st == EX_OK && getenv("BENCH_NODES"))

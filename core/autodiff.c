@@ -5,6 +5,7 @@
  * view-shaped ones into a private accumulator in place. A contribution made under a gate
  * (a candidate's subgraph) is added by a node with the same gate, so a skipped candidate
  * leaves the sum as it was. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,7 @@ typedef struct contrib {
     ex_tensor *gate;
     int64_t gate_index;
     int64_t next;
+    bool done; /* already summed by a mixed-sum node (sum_gated) */
 } contrib;
 
 typedef struct grad_state {
@@ -24,6 +26,7 @@ typedef struct grad_state {
     int64_t *head; /* per tensor: first contribution, -1 none */
     contrib *items;
     int64_t n, cap;
+    ex_tensor *ones; /* weights of 1 for sum_gated, made once per walk */
     bool oom;
 } grad_state;
 
@@ -46,6 +49,7 @@ static void add_contrib(grad_state *s, const ex_tensor *target, ex_tensor *g, co
     c->geom = geom;
     c->gate = s->ctx->gate;
     c->gate_index = s->ctx->gate_index;
+    c->done = false;
     c->next = s->head[target->id];
     s->head[target->id] = s->n++;
 }
@@ -111,6 +115,78 @@ static ex_tensor *add_into(ex_ctx *ctx, ex_tensor *acc, const ex_tensor *geom, e
     return r;
 }
 
+/* ---- gated contributions, summed by mixed-sum nodes ---- */
+
+/* A contribution sum_gated can take: full, under a gate whose flat index fits an int. */
+static bool gated_full(const ex_tensor *t, const contrib *c)
+{
+    return !c->done && c->gate && is_full(t, c->geom) && c->gate->dtype == EX_F32 &&
+           ex__contiguous(c->gate) && c->gate_index >= 0 && c->gate_index <= INT32_MAX;
+}
+
+/* Weights of 1 over a flat gate of n elements; made without a gate, since every sum in
+ * the walk may read it. */
+static ex_tensor *ones_of(grad_state *s, int64_t n)
+{
+    if (s->ones && ex__numel(s->ones) == n)
+        return s->ones;
+    ex_ctx *ctx = s->ctx;
+    ex_tensor *gate = ctx->gate;
+    int64_t index = ctx->gate_index;
+    ctx->gate = NULL;
+    s->ones = ex_fill(ctx, 1, &n, 1.0f);
+    ctx->gate = gate;
+    ctx->gate_index = index;
+    return s->ones;
+}
+
+/* One mixed sum (weights 1) of up to EX_MAX_CANDIDATES contributions under gate, with
+ * distinct gate indices, from the list at h. */
+static ex_tensor *sum_chunk(grad_state *s, ex_tensor *t, int64_t h, ex_tensor *gate)
+{
+    ex_ctx *ctx = s->ctx;
+    ex_tensor *x[EX_MAX_CANDIDATES];
+    int idx[EX_MAX_CANDIDATES], n = 0;
+    for (int64_t i = h; i >= 0 && n < EX_MAX_CANDIDATES; i = s->items[i].next) {
+        contrib *c = &s->items[i];
+        bool dup = false;
+        for (int j = 0; j < n; j++)
+            dup |= idx[j] == (int)c->gate_index;
+        if (!gated_full(t, c) || c->gate != gate || dup)
+            continue;
+        x[n] = c->g;
+        idx[n++] = (int)c->gate_index;
+        c->done = true;
+    }
+    int64_t len = ex__numel(gate);
+    return ex_mixed_sum(ctx, ones_of(s, len), ex_reshape(ctx, gate, 1, &len), n, x, idx);
+}
+
+/* The gated contributions to t, a gate at a time, summed by mixed-sum nodes with
+ * weights 1 and added to acc: each node reads its contributions once and skips the
+ * inactive ones on the device, where a zero fill and one add per contribution (each
+ * under its own gate) would read and write the sum every time. A gate with a single
+ * contribution and an acc already made is left to the caller's add under that gate. */
+static ex_tensor *sum_gated(grad_state *s, ex_tensor *t, int64_t h, ex_tensor *acc, bool *own)
+{
+    for (int64_t i = h; i >= 0; i = s->items[i].next) {
+        contrib *c = &s->items[i];
+        if (!gated_full(t, c))
+            continue;
+        int64_t count = 0;
+        for (int64_t k = h; k >= 0; k = s->items[k].next)
+            count += gated_full(t, &s->items[k]) && s->items[k].gate == c->gate;
+        if (count == 1 && acc)
+            continue;
+        while (gated_full(t, c)) { /* c goes in the first chunk: it is the first left */
+            ex_tensor *part = sum_chunk(s, t, i, c->gate);
+            acc = acc ? ex_add(s->ctx, acc, part) : part;
+            *own = true;
+        }
+    }
+    return acc;
+}
+
 /* Sums the contributions to t into one tensor (NULL if none) and leaves that alone as
  * t's contribution list, so later contributions add to it. */
 static ex_tensor *collapse(grad_state *s, ex_tensor *t)
@@ -140,9 +216,10 @@ static ex_tensor *collapse(grad_state *s, ex_tensor *t)
         acc = acc ? ex_add(ctx, acc, c->g) : c->g;
         own = acc != c->g;
     }
+    acc = sum_gated(s, t, h, acc, &own);
     for (int64_t i = h; i >= 0; i = s->items[i].next) {
         contrib *c = &s->items[i];
-        if (!c->gate && is_full(t, c->geom))
+        if ((!c->gate && is_full(t, c->geom)) || c->done)
             continue;
         if (!own) {
             ctx->gate = base_gate;

@@ -11,7 +11,7 @@ static bool ctx_alloc_fails(void *ctx)
     return ex__alloc_fails(ctx);
 }
 
-static ex_status run_nodes(ex_plan *p, int64_t first, int64_t count)
+static ex_status run_nodes(ex_plan *p, int64_t first, int64_t count, bool wait)
 {
     for (int c = 0; p->opts.poison && c < p->nchunks; c++) {
         if (p->chunk_persistent[c])
@@ -28,7 +28,7 @@ static ex_status run_nodes(ex_plan *p, int64_t first, int64_t count)
                                  p->opts.profile ? p->node_ms + first : NULL);
     if (p->f->set_alloc_hook)
         p->f->set_alloc_hook(p->impl, NULL, NULL);
-    if (st == EX_OK)
+    if (st == EX_OK && wait)
         st = p->f->synchronize(p->impl);
     if (st != EX_OK)
         return ex__plan_fail(p, st, "run: %s", p->f->error(p->impl));
@@ -74,17 +74,35 @@ ex_status ex_plan_set_profile(ex_plan *p, bool on)
 
 ex_status ex_plan_run(ex_plan *p)
 {
-    return p ? run_nodes(p, 0, p->nnodes) : EX_ERR_ARG;
+    return p ? run_nodes(p, 0, p->nnodes, true) : EX_ERR_ARG;
 }
 
-ex_status ex_plan_run_stage(ex_plan *p, int stage)
+static ex_status stage_run(ex_plan *p, int stage, bool wait)
 {
     if (!p)
         return EX_ERR_ARG;
     if (stage < 0 || stage >= p->nstages)
         return ex__plan_fail(p, EX_ERR_ARG, "run: no stage %d (the plan has %d)", stage,
                              p->nstages);
-    return run_nodes(p, p->stage_first[stage], p->stage_count[stage]);
+    return run_nodes(p, p->stage_first[stage], p->stage_count[stage], wait);
+}
+
+ex_status ex_plan_run_stage(ex_plan *p, int stage)
+{
+    return stage_run(p, stage, true);
+}
+
+ex_status ex_plan_submit_stage(ex_plan *p, int stage)
+{
+    return stage_run(p, stage, false);
+}
+
+ex_status ex_plan_sync(ex_plan *p)
+{
+    if (!p)
+        return EX_ERR_ARG;
+    ex_status st = p->f->synchronize(p->impl);
+    return st == EX_OK ? EX_OK : ex__plan_fail(p, st, "run: %s", p->f->error(p->impl));
 }
 
 /* Checks that t was planned here and that bytes matches; sets *d. */

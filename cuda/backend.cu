@@ -17,8 +17,12 @@
 
 /* Bytes of each of the two pinned staging buffers. */
 #define CU_STAGE_BYTES ((size_t)8 << 20)
-/* cuBLAS work space: set explicitly so that captured calls never allocate. */
-#define CU_BLAS_WS_BYTES ((size_t)32 << 20)
+/* cuBLAS work space of each handle: set explicitly so that captured calls never allocate. */
+#define CU_BLAS_WS_BYTES ((size_t)4 << 20)
+/* Streams a captured step may be spread over (schedule.cu), and how many by default; the
+ * first is the compute stream. */
+#define CU_STREAMS 16
+#define CU_STREAMS_DEFAULT 8
 /* Node lists whose graphs are kept. */
 #define CU_GRAPHS 8
 
@@ -32,11 +36,20 @@ typedef struct cu_graph {
 
 typedef struct cu_backend {
     int device;
-    cudaStream_t stream; /**< compute: kernels, cuBLAS, device copies and fills */
-    cudaStream_t copy;   /**< host transfers, ordered against stream with events */
-    cudaStream_t side;   /**< captures the bodies of conditional nodes */
+    cudaStream_t stream;           /**< compute: kernels, cuBLAS, device copies and fills */
+    cudaStream_t copy;             /**< host transfers, ordered against stream with events */
+    cudaStream_t side;             /**< captures the bodies of conditional nodes */
+    cudaStream_t more[CU_STREAMS]; /**< [0] is stream; the others join captured steps */
     cublasHandle_t blas, blas_side;
-    void *blas_ws;
+    cublasHandle_t blas_more[CU_STREAMS]; /**< one per stream of more; [0] is blas */
+    void *blas_ws;                        /**< nstreams + 1 work spaces (the last: side) */
+    cu_node_flags *flags; /**< sizing pass: each node's scratch, conditional, pairing */
+    int64_t cap_nodes;    /**< room in flags */
+    int cc_major;         /**< the device's compute capability */
+    cudaEvent_t *node_ev; /**< capture: events of the nodes waited for */
+    int64_t n_node_ev;
+    cudaEvent_t ev_fork, ev_join[CU_STREAMS];
+    int nstreams; /**< streams a capture uses: EXAPT_CUDA_STREAMS, default CU_STREAMS */
     cudaEvent_t ev_compute, ev_copy, ev_stage[2];
     char *stage[2];       /**< pinned */
     size_t stage_used[2]; /**< bytes of each staging buffer given to uploads in flight */
@@ -50,6 +63,12 @@ typedef struct cu_backend {
     cudaEvent_t *events; /**< profiling: two per node */
     int64_t nevents;
     uint64_t host_syncs; /**< times the host waited for the device */
+    bool pending;        /**< a queued step's status words are fetched but not read */
+    const ex_node_exec *pending_nodes;
+    int64_t pending_count;
+    ex_status late; /**< a queued step's failure, read but not yet returned */
+    char late_msg[512];
+    bool copy_queued; /**< uploads queued that the compute stream is not ordered after */
     char msg[512];
 } cu_backend;
 
@@ -73,6 +92,7 @@ static cu_exec exec_of(cu_backend *b)
     e.stream = b->stream;
     e.blas = b->blas;
     e.status = b->status;
+    e.ticket = (unsigned *)(b->status + CU_STATUS_WORDS);
     e.scratch = b->scratch;
     e.scratch_bytes = b->scratch_bytes;
     e.msg = b->msg;
@@ -158,13 +178,6 @@ static ex_status run_node(cu_exec *e, const ex_node_exec *n)
     return cu_fail(e, EX_ERR_UNSUPPORTED, "cuda: op %d is not in the catalogue", (int)n->op);
 }
 
-/* Ops that may call cuBLAS: a gated one runs inside a conditional graph node. */
-static int uses_blas(ex_op op)
-{
-    return op == EX_OP_PWCONV || op == EX_OP_PWCONV_BWD_FILTER || op == EX_OP_MATMUL ||
-           op == EX_OP_LINEAR;
-}
-
 /* ---- gates ---- */
 
 static ex_status gate_check(cu_exec *e, const ex_node_exec *n)
@@ -186,8 +199,9 @@ __global__ void set_condition_kernel(cudaGraphConditionalHandle h, const float *
     cudaGraphSetConditional(h, *gate != 0.0f);
 }
 
-/* Appends to the graph being captured on b->stream a kernel that reads the gate and an
- * "if" node after it, and captures the node's work into the body on b->side. */
+/* Appends to the graph being captured on e->stream a kernel that reads the gate and an
+ * "if" node after it, and captures the node's work into the body on b->side (bodies
+ * share it and its cuBLAS handle: the schedule orders them). */
 static ex_status run_conditional(cu_backend *b, cu_exec *e, const ex_node_exec *n)
 {
     cudaStreamCaptureStatus cs;
@@ -196,16 +210,16 @@ static ex_status run_conditional(cu_backend *b, cu_exec *e, const ex_node_exec *
     const cudaGraphEdgeData *edges = NULL;
     size_t ndeps = 0;
     cudaGraphConditionalHandle h;
-    ex_status st = cu_check(e, cudaStreamGetCaptureInfo(b->stream, &cs, NULL, &graph), "capture");
+    ex_status st = cu_check(e, cudaStreamGetCaptureInfo(e->stream, &cs, NULL, &graph), "capture");
     if (st == EX_OK)
         st = cu_check(e, cudaGraphConditionalHandleCreate(&h, graph, 0, 0), "conditional handle");
     if (st != EX_OK)
         return st;
-    set_condition_kernel<<<1, 1, 0, b->stream>>>(h, e->gate);
+    set_condition_kernel<<<1, 1, 0, e->stream>>>(h, e->gate);
     st = cu_launched(e, "gate condition");
     if (st == EX_OK)
         st = cu_check(e,
-                      cudaStreamGetCaptureInfo(b->stream, &cs, NULL, &graph, &deps, &edges, &ndeps),
+                      cudaStreamGetCaptureInfo(e->stream, &cs, NULL, &graph, &deps, &edges, &ndeps),
                       "capture");
     cudaGraphNodeParams p = {cudaGraphNodeTypeConditional, {0, 0, 0}, {{0}}, 0};
     p.conditional.handle = h;
@@ -217,7 +231,7 @@ static ex_status run_conditional(cu_backend *b, cu_exec *e, const ex_node_exec *
             cu_check(e, cudaGraphAddNode(&node, graph, deps, edges, ndeps, &p), "conditional node");
     if (st == EX_OK)
         st = cu_check(e,
-                      cudaStreamUpdateCaptureDependencies(b->stream, &node, NULL, 1,
+                      cudaStreamUpdateCaptureDependencies(e->stream, &node, NULL, 1,
                                                           cudaStreamSetCaptureDependencies),
                       "capture dependencies");
     if (st == EX_OK)
@@ -269,20 +283,47 @@ static ex_status scratch_reserve(cu_backend *b, size_t need)
     return EX_OK;
 }
 
-/* Checks every node as the CPU backend would and sizes the scratch. */
-static ex_status size_pass(cu_backend *b, const ex_node_exec *nodes, int64_t count)
+/* Room for count nodes' flags. */
+static ex_status nodes_reserve(cu_backend *b, int64_t count)
+{
+    if (count <= b->cap_nodes)
+        return EX_OK;
+    cu_node_flags *f = (cu_node_flags *)realloc(b->flags, sizeof *f * (size_t)count);
+    if (!f) {
+        snprintf(b->msg, sizeof b->msg, "cuda: out of host memory for %lld nodes",
+                 (long long)count);
+        return EX_ERR_NOMEM;
+    }
+    b->flags = f;
+    b->cap_nodes = count;
+    return EX_OK;
+}
+
+/* Checks every node as the CPU backend would and sizes the scratch: each node's need
+ * (the schedule gives concurrent nodes their own slices of a ring of several times the
+ * largest) and whether it runs as a conditional node. */
+static ex_status size_pass(cu_backend *b, const ex_node_exec *nodes, int64_t count, size_t *ring)
 {
     cu_exec e = exec_of(b);
     e.dry = 1;
-    for (int64_t i = 0; i < count; i++) {
+    size_t most = 0;
+    ex_status st = nodes_reserve(b, count);
+    for (int64_t i = 0; i < count && st == EX_OK; i++) {
         e.node = i;
-        ex_status st = gate_check(&e, &nodes[i]);
+        e.need = 0;
+        st = gate_check(&e, &nodes[i]);
         if (st == EX_OK)
             st = run_node(&e, &nodes[i]);
-        if (st != EX_OK)
-            return st;
+        cu_node_flags *f = &b->flags[i];
+        f->need = e.need;
+        f->conditional = nodes[i].gate && cu_node_uses_blas(&nodes[i]);
+        f->pair_tail = i > 0 && b->flags[i - 1].pair_head;
+        f->pair_head =
+            !f->pair_tail && i + 1 < count && cu_bn_pair(&nodes[i], &nodes[i + 1], b->cc_major);
+        most = e.need > most ? e.need : most;
     }
-    return scratch_reserve(b, e.need);
+    *ring = most * 8;
+    return st != EX_OK ? st : scratch_reserve(b, *ring);
 }
 
 /* ---- the graph cache ---- */
@@ -306,30 +347,108 @@ static cu_graph *graph_slot(cu_backend *b, const ex_node_exec *nodes, int64_t co
     return lru;
 }
 
-/* Captures the node list on b->stream and instantiates it. */
-static ex_status capture(cu_backend *b, const ex_node_exec *nodes, int64_t count,
+/* Events for the n nodes of a capture that others wait for. */
+static ex_status node_events_reserve(cu_backend *b, int64_t n)
+{
+    if (n <= b->n_node_ev)
+        return EX_OK;
+    cudaEvent_t *ev = (cudaEvent_t *)realloc(b->node_ev, sizeof *ev * (size_t)n);
+    if (!ev) {
+        snprintf(b->msg, sizeof b->msg, "cuda: out of host memory for %lld events", (long long)n);
+        return EX_ERR_NOMEM;
+    }
+    b->node_ev = ev;
+    for (; b->n_node_ev < n; b->n_node_ev++) {
+        ex_status st =
+            bk_check(b, cudaEventCreateWithFlags(&b->node_ev[b->n_node_ev], cudaEventDisableTiming),
+                     "cudaEventCreate");
+        if (st != EX_OK)
+            return st;
+    }
+    return EX_OK;
+}
+
+/* Node i on its stream of the schedule: the waits, then its work with its own scratch
+ * slice and ticket, then the event others wait for. ev[i] is its event's index. */
+static ex_status capture_node(cu_backend *b, const ex_node_exec *nodes, int64_t i,
+                              const cu_sched *sc, const int64_t *ev)
+{
+    const cu_sched_node *sn = &sc->node[i];
+    if (b->flags[i].pair_tail)
+        return EX_OK; /* launched with its head */
+    cu_exec e = exec_of(b);
+    e.stream = b->more[sn->stream];
+    e.blas = b->blas_more[sn->stream];
+    e.node = i;
+    e.gate = gate_ptr(&nodes[i]);
+    e.scratch = b->scratch + sn->scratch_off;
+    e.scratch_bytes = sn->scratch_bytes;
+    e.ticket += i % CU_SCHED_TICKETS;
+    ex_status st = EX_OK;
+    for (int32_t k = 0; k < sn->nwait && st == EX_OK; k++)
+        st =
+            cu_check(&e, cudaStreamWaitEvent(e.stream, b->node_ev[ev[sc->waits[sn->wait0 + k]]], 0),
+                     "cudaStreamWaitEvent");
+    if (st == EX_OK)
+        st = b->flags[i].pair_head     ? cu_bn_pair_run(&e, &nodes[i], &nodes[i + 1])
+             : b->flags[i].conditional ? run_conditional(b, &e, &nodes[i])
+                                       : run_node(&e, &nodes[i]);
+    if (st == EX_OK && sn->record)
+        st = cu_check(&e, cudaEventRecord(b->node_ev[ev[i]], e.stream), "cudaEventRecord");
+    return st;
+}
+
+/* The other streams join the capture after its start and end it before its end. */
+static ex_status capture_fork_join(cu_backend *b, int join)
+{
+    ex_status st = EX_OK;
+    for (int s = 1; s < b->nstreams && st == EX_OK; s++) {
+        cudaStream_t from = join ? b->more[s] : b->stream, to = join ? b->stream : b->more[s];
+        cudaEvent_t ev = join ? b->ev_join[s] : b->ev_fork;
+        st = bk_check(b, cudaEventRecord(ev, from), "cudaEventRecord");
+        if (st == EX_OK)
+            st = bk_check(b, cudaStreamWaitEvent(to, ev, 0), "cudaStreamWaitEvent");
+    }
+    return st;
+}
+
+/* Captures the node list over the streams of its schedule and instantiates it. */
+static ex_status capture(cu_backend *b, const ex_node_exec *nodes, int64_t count, size_t ring,
                          cudaGraphExec_t *out)
 {
-    cu_exec e = exec_of(b);
-    ex_status st = cu_check(&e, cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal),
-                            "cudaStreamBeginCapture");
-    if (st != EX_OK)
-        return st;
-    for (int64_t i = 0; i < count && st == EX_OK; i++) {
-        const ex_node_exec *n = &nodes[i];
-        e.node = i;
-        e.gate = gate_ptr(n);
-        st = n->gate && uses_blas(n->op) ? run_conditional(b, &e, n) : run_node(&e, n);
+    cu_sched sc;
+    int64_t *ev = NULL, nev = 0;
+    ex_status st = cu_schedule(nodes, count, b->flags, b->nstreams, ring, &sc);
+    if (st == EX_OK && !(ev = (int64_t *)malloc(sizeof *ev * (size_t)(count > 0 ? count : 1))))
+        st = EX_ERR_NOMEM;
+    for (int64_t i = 0; i < count && st == EX_OK; i++)
+        ev[i] = sc.node[i].record ? nev++ : -1;
+    if (st == EX_ERR_NOMEM)
+        snprintf(b->msg, sizeof b->msg, "cuda: out of host memory scheduling %lld nodes",
+                 (long long)count);
+    if (st == EX_OK)
+        st = node_events_reserve(b, nev);
+    if (st == EX_OK)
+        st = bk_check(b, cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal),
+                      "cudaStreamBeginCapture");
+    if (st == EX_OK) {
+        st = capture_fork_join(b, 0);
+        for (int64_t i = 0; i < count && st == EX_OK; i++)
+            st = capture_node(b, nodes, i, &sc, ev);
+        if (st == EX_OK)
+            st = capture_fork_join(b, 1);
+        cudaGraph_t graph = NULL;
+        cudaError_t err = cudaStreamEndCapture(b->stream, &graph);
+        if (st == EX_OK)
+            st = bk_check(b, err, "cudaStreamEndCapture");
+        if (st == EX_OK)
+            st = bk_check(b, cudaGraphInstantiate(out, graph, 0), "cudaGraphInstantiate");
+        if (graph)
+            cudaGraphDestroy(graph);
     }
-    cudaGraph_t graph = NULL;
-    cudaError_t err = cudaStreamEndCapture(b->stream, &graph);
-    if (st == EX_OK)
-        st = cu_check(&e, err, "cudaStreamEndCapture");
-    if (st == EX_OK)
-        st = cu_check(&e, cudaGraphInstantiate(out, graph, 0), "cudaGraphInstantiate");
-    if (graph)
-        cudaGraphDestroy(graph);
     cudaGetLastError(); /* a failed capture leaves nothing sticky behind */
+    free(ev);
+    cu_sched_free(&sc);
     return st;
 }
 
@@ -343,7 +462,8 @@ static ex_status graph_for(cu_backend *b, const ex_node_exec *nodes, int64_t cou
         *out = g->exec;
         return EX_OK;
     }
-    ex_status st = size_pass(b, nodes, count);
+    size_t ring = 0;
+    ex_status st = size_pass(b, nodes, count, &ring);
     if (st != EX_OK)
         return st;
     g = graph_slot(b, nodes, count); /* the sizing pass may have dropped every graph */
@@ -351,7 +471,7 @@ static ex_status graph_for(cu_backend *b, const ex_node_exec *nodes, int64_t cou
         cudaGraphExecDestroy(g->exec);
     memset(g, 0, sizeof *g);
     cudaGraphExec_t exec;
-    st = capture(b, nodes, count, &exec);
+    st = capture(b, nodes, count, ring, &exec);
     if (st != EX_OK)
         return st;
     g->nodes = nodes;
@@ -367,23 +487,24 @@ static ex_status graph_for(cu_backend *b, const ex_node_exec *nodes, int64_t cou
 
 static ex_status status_reset(cu_backend *b)
 {
-    return bk_check(b,
-                    cudaMemsetAsync(b->status, 0, CU_STATUS_WORDS * sizeof(long long), b->stream),
+    /* the ticket after the words too, should a failed step have left it taken */
+    return bk_check(b, cudaMemsetAsync(b->status, 0, CU_STATUS_BYTES, b->stream),
                     "cudaMemsetAsync");
 }
 
-/* Waits for the step and turns what a kernel reported into a status and a message. */
-static ex_status status_read(cu_backend *b, const ex_node_exec *nodes, int64_t count)
+/* Queues the copy of the status words to the host, behind the step on the stream. */
+static ex_status status_fetch(cu_backend *b)
 {
-    ex_status st =
-        bk_check(b,
-                 cudaMemcpyAsync(b->status_host, b->status, CU_STATUS_WORDS * sizeof(long long),
-                                 cudaMemcpyDeviceToHost, b->stream),
-                 "cudaMemcpyAsync");
-    if (st == EX_OK)
-        st = bk_check(b, wait_stream(b, b->stream), "the step");
-    if (st != EX_OK)
-        return st;
+    return bk_check(b,
+                    cudaMemcpyAsync(b->status_host, b->status, CU_STATUS_WORDS * sizeof(long long),
+                                    cudaMemcpyDeviceToHost, b->stream),
+                    "cudaMemcpyAsync");
+}
+
+/* Turns the status words a step left (fetched, and the step waited for) into a status and
+ * a message in b->msg. */
+static ex_status status_of(cu_backend *b, const ex_node_exec *nodes, int64_t count)
+{
     const long long *s = b->status_host;
     if (s[0] == CU_STATUS_OK)
         return EX_OK;
@@ -402,6 +523,41 @@ static ex_status status_read(cu_backend *b, const ex_node_exec *nodes, int64_t c
     }
     snprintf(b->msg, sizeof b->msg, "cuda: node %lld reported status %lld", s[1], s[0]);
     return EX_ERR_DEVICE;
+}
+
+/* Waits for the step and turns what a kernel reported into a status and a message. */
+static ex_status status_read(cu_backend *b, const ex_node_exec *nodes, int64_t count)
+{
+    ex_status st = status_fetch(b);
+    if (st == EX_OK)
+        st = bk_check(b, wait_stream(b, b->stream), "the step");
+    return st != EX_OK ? st : status_of(b, nodes, count);
+}
+
+/* A queued step whose status words are fetched but not yet read (the host has waited for
+ * the stream since): its status goes to b->late, to be returned by the next call that
+ * reports. */
+static void collect(cu_backend *b)
+{
+    if (!b->pending)
+        return;
+    b->pending = false;
+    char keep[sizeof b->msg];
+    memcpy(keep, b->msg, sizeof keep);
+    b->late = status_of(b, b->pending_nodes, b->pending_count);
+    memcpy(b->late_msg, b->msg, sizeof b->late_msg);
+    memcpy(b->msg, keep, sizeof keep);
+}
+
+/* st, or else the failure a queued step left, once. */
+static ex_status with_late(cu_backend *b, ex_status st)
+{
+    ex_status late = b->late;
+    b->late = EX_OK;
+    if (st != EX_OK || late == EX_OK)
+        return st;
+    memcpy(b->msg, b->late_msg, sizeof b->msg);
+    return late;
 }
 
 /* ---- profiling: eager, timed node by node ---- */
@@ -442,7 +598,8 @@ static ex_status gate_read(cu_backend *b, const ex_node_exec *n, int *off)
 static ex_status run_profiled(cu_backend *b, const ex_node_exec *nodes, int64_t count,
                               double *node_ms)
 {
-    ex_status st = size_pass(b, nodes, count);
+    size_t ring = 0;
+    ex_status st = size_pass(b, nodes, count, &ring);
     if (st == EX_OK)
         st = events_reserve(b, 2 * count);
     if (st == EX_OK)
@@ -485,18 +642,29 @@ static ex_status cuda_compute(void *impl, const ex_node_exec *nodes, int64_t cou
     ex_status st = bk_enter(b);
     if (st != EX_OK || count <= 0)
         return st;
-    if (node_ms)
-        return (st = compute_after_copy(b)) != EX_OK ? st : run_profiled(b, nodes, count, node_ms);
-    cudaGraphExec_t exec;
-    st = compute_after_copy(b);
+    if (b->pending) { /* the last step's status is still to be read: wait for it */
+        st = bk_check(b, wait_stream(b, b->stream), "the step");
+        collect(b);
+    }
+    st = with_late(b, st);
     if (st == EX_OK)
-        st = graph_for(b, nodes, count, &exec);
+        st = compute_after_copy(b);
+    if (st != EX_OK)
+        return st;
+    if (node_ms)
+        return run_profiled(b, nodes, count, node_ms);
+    cudaGraphExec_t exec;
+    st = graph_for(b, nodes, count, &exec);
     if (st == EX_OK)
         st = status_reset(b);
     if (st == EX_OK)
         st = bk_check(b, cudaGraphLaunch(exec, b->stream), "cudaGraphLaunch");
     if (st == EX_OK)
-        st = status_read(b, nodes, count);
+        st = status_fetch(b);
+    /* no wait: synchronize, download or the next compute reads the words */
+    b->pending = st == EX_OK;
+    b->pending_nodes = nodes;
+    b->pending_count = count;
     return st;
 }
 
@@ -531,8 +699,11 @@ static void cuda_buffer_free(void *impl, ex_buffer *buf)
     cu_backend *b = (cu_backend *)impl;
     if (!buf)
         return;
-    if (bk_enter(b) == EX_OK)
+    if (bk_enter(b) == EX_OK) {
+        if (b->pending && wait_stream(b, b->stream) == cudaSuccess)
+            collect(b); /* the plan's nodes may go with it: read their status now */
         cudaFree(((cu_buffer *)buf)->ptr); /* waits for work that may still use it */
+    }
     free(buf);
 }
 
@@ -554,6 +725,8 @@ static ex_status compute_after_copy(cu_backend *b)
     ex_status st = bk_check(b, cudaEventRecord(b->ev_copy, b->copy), "cudaEventRecord");
     if (st == EX_OK)
         st = bk_check(b, cudaStreamWaitEvent(b->stream, b->ev_copy, 0), "cudaStreamWaitEvent");
+    if (st == EX_OK)
+        b->copy_queued = false;
     return st;
 }
 
@@ -579,6 +752,7 @@ static ex_status cuda_upload(void *impl, ex_buffer *buf, uint64_t off, const voi
         return st;
     char *dst = (char *)((cu_buffer *)buf)->ptr + off;
     st = copy_after_compute(b);
+    b->copy_queued = true;
     for (uint64_t done = 0; st == EX_OK && done < n;) {
         int s = b->stage_cur;
         size_t used = b->stage_used[s], room = used < CU_STAGE_BYTES ? CU_STAGE_BYTES - used : 0;
@@ -635,9 +809,14 @@ static ex_status cuda_download(void *impl, ex_buffer *buf, uint64_t off, void *d
                 memcpy((char *)dst + at, b->stage[s], len);
         }
     }
-    ex_status sync = bk_check(b, wait_stream(b, b->copy), "download");
-    b->stage_used[0] = b->stage_used[1] = 0; /* every transfer is done, uploads included */
-    return st != EX_OK ? st : sync;
+    /* the last chunk's event came after every transfer queued before it, uploads included;
+     * after a failure the copies still in flight must end before staging is reused */
+    if (st != EX_OK)
+        wait_stream(b, b->copy);
+    b->stage_used[0] = b->stage_used[1] = 0;
+    b->copy_queued = false;
+    collect(b); /* the copy stream waited for the compute stream, status words included */
+    return with_late(b, st);
 }
 
 /* On the compute stream, in order with the nodes; overlapping ranges of one buffer go
@@ -695,10 +874,15 @@ static ex_status cuda_synchronize(void *impl)
     ex_status st = bk_enter(b);
     if (st == EX_OK)
         st = bk_check(b, wait_stream(b, b->stream), "cudaStreamSynchronize");
-    if (st == EX_OK)
+    /* uploads the compute stream was ordered after are done with it */
+    if (st == EX_OK && b->copy_queued)
         st = bk_check(b, wait_stream(b, b->copy), "cudaStreamSynchronize");
-    b->stage_used[0] = b->stage_used[1] = 0;
-    return st;
+    if (st == EX_OK) {
+        b->copy_queued = false;
+        b->stage_used[0] = b->stage_used[1] = 0;
+        collect(b);
+    }
+    return with_late(b, st);
 }
 
 static const char *cuda_error(void *impl)
@@ -733,6 +917,20 @@ static void cuda_close(void *impl)
         cudaEventDestroy(b->ev_compute);
     if (b->ev_copy)
         cudaEventDestroy(b->ev_copy);
+    for (int s = 1; s < CU_STREAMS; s++) {
+        if (b->blas_more[s])
+            cublasDestroy(b->blas_more[s]);
+        if (b->more[s])
+            cudaStreamDestroy(b->more[s]);
+        if (b->ev_join[s])
+            cudaEventDestroy(b->ev_join[s]);
+    }
+    if (b->ev_fork)
+        cudaEventDestroy(b->ev_fork);
+    for (int64_t i = 0; i < b->n_node_ev; i++)
+        cudaEventDestroy(b->node_ev[i]);
+    free(b->node_ev);
+    free(b->flags);
     if (b->blas)
         cublasDestroy(b->blas);
     if (b->blas_side)
@@ -791,7 +989,27 @@ static ex_status device_index(int count, int *dev, char *msg, size_t len)
     return EX_OK;
 }
 
-static ex_status blas_open(cu_backend *b, cublasHandle_t *h, cudaStream_t s)
+/* The streams a captured step is spread over, from EXAPT_CUDA_STREAMS (1 to CU_STREAMS,
+ * default CU_STREAMS_DEFAULT; 1 captures the step on one stream, in node order). */
+static ex_status stream_count(int *n, char *msg, size_t len)
+{
+    const char *s = getenv("EXAPT_CUDA_STREAMS");
+    *n = CU_STREAMS_DEFAULT;
+    if (!s || !*s)
+        return EX_OK;
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    if (*end != '\0' || v < 1 || v > CU_STREAMS) {
+        if (msg && len)
+            snprintf(msg, len, "cuda: EXAPT_CUDA_STREAMS='%s' is not a count from 1 to %d", s,
+                     CU_STREAMS);
+        return EX_ERR_ARG;
+    }
+    *n = (int)v;
+    return EX_OK;
+}
+
+static ex_status blas_open(cu_backend *b, cublasHandle_t *h, cudaStream_t s, int slice)
 {
     cu_exec e = exec_of(b);
     ex_status st = cu_blas_check(&e, cublasCreate(h), "cublasCreate");
@@ -799,8 +1017,10 @@ static ex_status blas_open(cu_backend *b, cublasHandle_t *h, cudaStream_t s)
         st = cu_blas_check(&e, cublasSetStream(*h, s), "cublasSetStream");
     /* after cublasSetStream, which resets it */
     if (st == EX_OK)
-        st = cu_blas_check(&e, cublasSetWorkspace(*h, b->blas_ws, CU_BLAS_WS_BYTES),
-                           "cublasSetWorkspace");
+        st = cu_blas_check(
+            &e,
+            cublasSetWorkspace(*h, (char *)b->blas_ws + slice * CU_BLAS_WS_BYTES, CU_BLAS_WS_BYTES),
+            "cublasSetWorkspace");
     return st;
 }
 
@@ -830,13 +1050,29 @@ static ex_status backend_init(cu_backend *b)
         b->status_host = (long long *)p;
     if (st == EX_OK && (st = bk_check(b, cudaHostAlloc(&p, 64, 0), "pinned")) == EX_OK)
         b->gate_host = (float *)p;
-    if (st == EX_OK && (st = bk_check(b, cudaMalloc(&p, 64), "status")) == EX_OK)
+    if (st == EX_OK && (st = bk_check(b, cudaMalloc(&p, CU_STATUS_BYTES), "status")) == EX_OK)
         b->status = (long long *)p;
-    if (st == EX_OK &&
-        (st = bk_check(b, cudaMalloc(&b->blas_ws, CU_BLAS_WS_BYTES), "cuBLAS")) == EX_OK)
-        st = blas_open(b, &b->blas, b->stream);
     if (st == EX_OK)
-        st = blas_open(b, &b->blas_side, b->side);
+        st = bk_check(b, cudaMemset(b->status, 0, CU_STATUS_BYTES), "cudaMemset");
+    if (st == EX_OK)
+        st = bk_check(b, cudaMalloc(&b->blas_ws, (size_t)(b->nstreams + 1) * CU_BLAS_WS_BYTES),
+                      "cuBLAS");
+    if (st == EX_OK)
+        st = blas_open(b, &b->blas, b->stream, 0);
+    if (st == EX_OK)
+        st = blas_open(b, &b->blas_side, b->side, b->nstreams);
+    b->more[0] = b->stream;
+    b->blas_more[0] = b->blas;
+    for (int s = 1; s < b->nstreams && st == EX_OK; s++) {
+        st = bk_check(b, cudaStreamCreateWithFlags(&b->more[s], cudaStreamNonBlocking), "stream");
+        if (st == EX_OK)
+            st = blas_open(b, &b->blas_more[s], b->more[s], s);
+        if (st == EX_OK)
+            st = bk_check(b, cudaEventCreateWithFlags(&b->ev_join[s], cudaEventDisableTiming),
+                          "event");
+    }
+    if (st == EX_OK)
+        st = bk_check(b, cudaEventCreateWithFlags(&b->ev_fork, cudaEventDisableTiming), "event");
     return st;
 }
 
@@ -865,8 +1101,10 @@ ex_status ex_cuda_backend_create(int arg, const ex_backend_iface **iface, void *
             err != cudaSuccess ? cudaGetErrorString(err) : "none found");
         return EX_ERR_UNSUPPORTED;
     }
-    int dev = 0;
+    int dev = 0, nstreams = 0;
     ex_status st = device_index(count, &dev, msg, msg_len);
+    if (st == EX_OK)
+        st = stream_count(&nstreams, msg, msg_len);
     if (st != EX_OK)
         return st;
     cu_backend *b = (cu_backend *)calloc(1, sizeof *b);
@@ -875,8 +1113,10 @@ ex_status ex_cuda_backend_create(int arg, const ex_backend_iface **iface, void *
         return EX_ERR_NOMEM;
     }
     b->device = dev;
+    b->nstreams = nstreams;
     cudaDeviceProp prop;
     st = bk_check(b, cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
+    b->cc_major = prop.major;
     if (st == EX_OK)
         st = backend_init(b);
     if (st == EX_OK)

@@ -125,116 +125,180 @@ __device__ __forceinline__ float bn_px(const cu_t4 &t, int64_t nb, int64_t c, in
     return ((const float *)t.p)[nb * t.st[0] + c * t.st[1] + i / w * t.st[2] + i % w * t.st[3]];
 }
 
+/* ---- per-channel results from the per-plane partials ---- */
+
+/* Channel c's Σ over n of its two partials, for one warp: lane l adds n = l, l + 32, ...
+ * in order, then a fixed shuffle tree; every lane gets the sums. */
+__device__ __forceinline__ void bn_channel_sums(const bn_args &a, const double *part, int64_t c,
+                                                double *s1, double *s2)
+{
+    double x = 0.0, y = 0.0;
+    for (int64_t nb = threadIdx.x % 32; nb < a.g.n; nb += 32) {
+        x += __ldcg(&part[2 * (nb * a.g.c + c)]);
+        y += __ldcg(&part[2 * (nb * a.g.c + c) + 1]);
+    }
+    *s1 = cu_warp_sum(x);
+    *s2 = cu_warp_sum(y);
+}
+
+/* Channel c's statistics from its sums s, q (or, in eval, from the running ones), and
+ * in training the running statistics moved towards the batch's (variance unbiased). */
+__device__ void bn_stats_one(const bn_args &a, double s, double q, int64_t c)
+{
+    double mean, var;
+    if (a.train) {
+        mean = s / (double)a.g.m;
+        var = q / (double)a.g.m - mean * mean;
+        var = var > 0.0 ? var : 0.0;
+    } else {
+        mean = bn_get(a.rm, c);
+        var = bn_get(a.rv, c);
+    }
+    bn_set(a.d0, c, (float)mean);
+    bn_set(a.d1, c, (float)(1.0 / sqrt(var + a.eps)));
+    if (!a.train)
+        return;
+    double unbiased = var * (double)a.g.m / (double)(a.g.m - 1);
+    bn_set(a.rm, c, (float)((1.0 - a.mom) * bn_get(a.rm, c) + a.mom * mean));
+    bn_set(a.rv, c, (float)((1.0 - a.mom) * bn_get(a.rv, c) + a.mom * unbiased));
+}
+
+/* The last block of a partials kernel finishes every channel, a warp a channel:
+ * statistics, or the two reductions of the backward pass. */
+__device__ void bn_finish(const bn_args &a, int stats, const double *part)
+{
+    for (int64_t c = threadIdx.x / 32; c < a.g.c; c += blockDim.x / 32) {
+        double s1, s2;
+        bn_channel_sums(a, part, c, &s1, &s2);
+        if (threadIdx.x % 32 != 0)
+            continue;
+        if (stats) {
+            bn_stats_one(a, s1, s2, c);
+        } else {
+            bn_set(a.d0, c, (float)s1);
+            bn_set(a.d1, c, (float)s2);
+        }
+    }
+}
+
 /* ---- per-plane partials ---- */
 
 /* Block p reduces plane (n, c) = (p / C, p % C). stats: sum and sum of squares of x;
- * otherwise Σ dy·x̂ and Σ dy with x̂ = (x − mean)·invstd. */
-__global__ void bn_plane_kernel(bn_args a, int stats, double *part, const float *gate)
+ * otherwise Σ dy·x̂ and Σ dy with x̂ = (x − mean)·invstd. The last block finishes. */
+__global__ void bn_plane_kernel(bn_args a, int stats, double *part, int64_t planes,
+                                unsigned *ticket, const float *gate)
 {
     __shared__ double sh[32];
     if (cu_gated_off(gate))
         return;
-    int64_t p = blockIdx.x, nb = p / a.g.c, c = p % a.g.c, hw = a.g.h * a.g.w;
-    float mean = stats ? 0.0f : bn_get(a.mean, c), inv = stats ? 0.0f : bn_get(a.inv, c);
-    double s1 = 0.0, s2 = 0.0;
-    for (int64_t i = threadIdx.x; i < hw; i += blockDim.x) {
-        float v = bn_px(a.x, nb, c, i, a.g.w);
-        if (stats) {
-            s1 += v;
-            s2 += (double)v * v;
-        } else {
-            float d = bn_px(a.dy, nb, c, i, a.g.w);
-            s1 += (double)d * ((v - mean) * inv);
-            s2 += d;
+    int64_t p = blockIdx.x, hw = a.g.h * a.g.w;
+    if (p < planes) { /* the whole block alike */
+        int64_t nb = p / a.g.c, c = p % a.g.c;
+        float mean = stats ? 0.0f : bn_get(a.mean, c), inv = stats ? 0.0f : bn_get(a.inv, c);
+        double s1 = 0.0, s2 = 0.0;
+        for (int64_t i = threadIdx.x; i < hw; i += blockDim.x) {
+            float v = bn_px(a.x, nb, c, i, a.g.w);
+            if (stats) {
+                s1 += v;
+                s2 += (double)v * v;
+            } else {
+                float d = bn_px(a.dy, nb, c, i, a.g.w);
+                s1 += (double)d * ((v - mean) * inv);
+                s2 += d;
+            }
+        }
+        s1 = cu_block_sum(s1, sh);
+        s2 = cu_block_sum(s2, sh);
+        if (threadIdx.x == 0) {
+            part[2 * p] = s1;
+            part[2 * p + 1] = s2;
         }
     }
-    s1 = cu_block_sum(s1, sh);
-    s2 = cu_block_sum(s2, sh);
-    if (threadIdx.x == 0) {
-        part[2 * p] = s1;
-        part[2 * p + 1] = s2;
+    if (cu_last_block(ticket))
+        bn_finish(a, stats, part);
+}
+
+/* One float4 of a plane into the two sums, in element order. */
+__device__ __forceinline__ void bn_acc4(float4 x, float4 d, int stats, float mean, float inv,
+                                        double *s1, double *s2)
+{
+    float v[4] = {x.x, x.y, x.z, x.w}, g[4] = {d.x, d.y, d.z, d.w};
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        if (stats) {
+            *s1 += v[q];
+            *s2 += (double)v[q] * v[q];
+        } else {
+            *s1 += (double)g[q] * ((v[q] - mean) * inv);
+            *s2 += g[q];
+        }
     }
 }
 
-/* The same partials with one warp per plane (BN_WARPS planes a block) and
- * float4 loads, for dense tensors: a plane of a DARTS search is a few KB, too little to
- * pay for a block-wide reduction. Sums in a fixed order per lane, then a fixed shuffle
- * tree, so results repeat. */
-#define BN_WARPS (CU_THREADS / 32)
+/* The same partials with one warp per plane (BN_WARPS planes a block) and float4 loads,
+ * four in flight per lane, for dense tensors: a plane of a DARTS search is a few KB, too
+ * little to pay for a block-wide reduction. Sums in a fixed order per lane, then a fixed
+ * shuffle tree, so results repeat; the last block finishes. */
+#define BN_WARPS 4
+#define BN_UNROLL 4
 __global__ void bn_plane_warp_kernel(bn_args a, int stats, double *part, int64_t planes,
-                                     const float *gate)
+                                     unsigned *ticket, const float *gate)
 {
     if (cu_gated_off(gate))
         return;
     int64_t p = blockIdx.x * (int64_t)BN_WARPS + threadIdx.x / 32;
-    if (p >= planes)
-        return;
-    int64_t c = p % a.g.c, hw4 = a.g.h * a.g.w / 4;
-    float mean = stats ? 0.0f : bn_get(a.mean, c), inv = stats ? 0.0f : bn_get(a.inv, c);
-    double s1 = 0.0, s2 = 0.0;
-    for (int64_t i = threadIdx.x % 32; i < hw4; i += 32) {
-        float4 x = bn_ld4(a.x, p * hw4 + i);
-        float v[4] = {x.x, x.y, x.z, x.w};
-        float4 d4 = stats ? x : bn_ld4(a.dy, p * hw4 + i);
-        float d[4] = {d4.x, d4.y, d4.z, d4.w};
-        for (int q = 0; q < 4; q++) {
-            if (stats) {
-                s1 += v[q];
-                s2 += (double)v[q] * v[q];
-            } else {
-                s1 += (double)d[q] * ((v[q] - mean) * inv);
-                s2 += d[q];
+    if (p < planes) {
+        int64_t c = p % a.g.c, hw4 = a.g.h * a.g.w / 4;
+        const float4 *xp = (const float4 *)a.x.p + p * hw4;
+        const float4 *dp = stats ? xp : (const float4 *)a.dy.p + p * hw4;
+        float mean = stats ? 0.0f : bn_get(a.mean, c), inv = stats ? 0.0f : bn_get(a.inv, c);
+        double s1 = 0.0, s2 = 0.0;
+        int64_t i = threadIdx.x % 32;
+        for (; i + 32 * (BN_UNROLL - 1) < hw4; i += 32 * BN_UNROLL) {
+            float4 x[BN_UNROLL], d[BN_UNROLL];
+#pragma unroll
+            for (int u = 0; u < BN_UNROLL; u++) {
+                x[u] = xp[i + 32 * u];
+                d[u] = stats ? x[u] : dp[i + 32 * u];
             }
+#pragma unroll
+            for (int u = 0; u < BN_UNROLL; u++)
+                bn_acc4(x[u], d[u], stats, mean, inv, &s1, &s2);
+        }
+        for (; i < hw4; i += 32)
+            bn_acc4(xp[i], stats ? xp[i] : dp[i], stats, mean, inv, &s1, &s2);
+        s1 = cu_warp_sum(s1);
+        s2 = cu_warp_sum(s2);
+        if (threadIdx.x % 32 == 0) {
+            part[2 * p] = s1;
+            part[2 * p + 1] = s2;
         }
     }
-    s1 = cu_warp_sum(s1);
-    s2 = cu_warp_sum(s2);
-    if (threadIdx.x % 32 == 0) {
-        part[2 * p] = s1;
-        part[2 * p + 1] = s2;
-    }
+    if (cu_last_block(ticket))
+        bn_finish(a, stats, part);
 }
 
-/* Launches the per-plane partials on the fitting kernel. */
+/* The per-plane partials and the channels' results, on the fitting kernel. */
 static void bn_planes(cu_exec *e, const bn_args &a, int stats, double *ws, int64_t planes)
 {
+    /* at least one block, so that with no planes the channels still get their (zero) sums */
+    int64_t warp_blocks = (planes + BN_WARPS - 1) / BN_WARPS;
     if (a.vec4)
-        bn_plane_warp_kernel<<<(unsigned)((planes + BN_WARPS - 1) / BN_WARPS), CU_THREADS, 0,
-                               e->stream>>>(a, stats, ws, planes, e->gate);
+        bn_plane_warp_kernel<<<(unsigned)(warp_blocks > 0 ? warp_blocks : 1), BN_WARPS * 32, 0,
+                               e->stream>>>(a, stats, ws, planes, e->ticket, e->gate);
     else
-        bn_plane_kernel<<<(unsigned)planes, CU_THREADS, 0, e->stream>>>(a, stats, ws, e->gate);
+        bn_plane_kernel<<<(unsigned)(planes > 0 ? planes : 1), CU_THREADS, 0, e->stream>>>(
+            a, stats, ws, planes, e->ticket, e->gate);
 }
 
-/* Channel c's statistics from its partials (or, in eval, from the running ones), and in
- * training the running statistics moved towards the batch's (variance unbiased). */
-__global__ void bn_stats_kernel(bn_args a, const double *part, const float *gate)
+/* Eval-mode statistics: the running ones, no partials. */
+__global__ void bn_stats_eval_kernel(bn_args a, const float *gate)
 {
     if (cu_gated_off(gate))
         return;
     for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < a.g.c;
-         c += (int64_t)gridDim.x * blockDim.x) {
-        double mean, var;
-        if (a.train) {
-            double s = 0.0, q = 0.0;
-            for (int64_t nb = 0; nb < a.g.n; nb++) {
-                s += part[2 * (nb * a.g.c + c)];
-                q += part[2 * (nb * a.g.c + c) + 1];
-            }
-            mean = s / (double)a.g.m;
-            var = q / (double)a.g.m - mean * mean;
-            var = var > 0.0 ? var : 0.0;
-        } else {
-            mean = bn_get(a.rm, c);
-            var = bn_get(a.rv, c);
-        }
-        bn_set(a.d0, c, (float)mean);
-        bn_set(a.d1, c, (float)(1.0 / sqrt(var + a.eps)));
-        if (!a.train)
-            continue;
-        double unbiased = var * (double)a.g.m / (double)(a.g.m - 1);
-        bn_set(a.rm, c, (float)((1.0 - a.mom) * bn_get(a.rm, c) + a.mom * mean));
-        bn_set(a.rv, c, (float)((1.0 - a.mom) * bn_get(a.rv, c) + a.mom * unbiased));
-    }
+         c += (int64_t)gridDim.x * blockDim.x)
+        bn_stats_one(a, 0.0, 0.0, c);
 }
 
 CU_OP(bn_stats)
@@ -276,9 +340,9 @@ CU_OP(bn_stats)
                            (long long)planes);
         a.vec4 = bn_dense4(a.x, g);
         bn_planes(e, a, 1, (double *)ws, planes);
+    } else {
+        bn_stats_eval_kernel<<<cu_blocks(g.c, CU_THREADS), CU_THREADS, 0, e->stream>>>(a, e->gate);
     }
-    bn_stats_kernel<<<cu_blocks(g.c, CU_THREADS), CU_THREADS, 0, e->stream>>>(a, (const double *)ws,
-                                                                              e->gate);
     return cu_launched(e, "bn_stats");
 }
 
@@ -341,22 +405,6 @@ CU_OP(bn_apply)
 
 /* ---- backward ---- */
 
-__global__ void bn_reduce_kernel(bn_args a, const double *part, const float *gate)
-{
-    if (cu_gated_off(gate))
-        return;
-    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < a.g.c;
-         c += (int64_t)gridDim.x * blockDim.x) {
-        double sxh = 0.0, sdy = 0.0;
-        for (int64_t nb = 0; nb < a.g.n; nb++) {
-            sxh += part[2 * (nb * a.g.c + c)];
-            sdy += part[2 * (nb * a.g.c + c) + 1];
-        }
-        bn_set(a.d0, c, (float)sxh);
-        bn_set(a.d1, c, (float)sdy);
-    }
-}
-
 CU_OP(bn_bwd_reduce)
 {
     bn_geom g = {};
@@ -385,10 +433,7 @@ CU_OP(bn_bwd_reduce)
     a.d0 = bn_row(&n->dst, 0);
     a.d1 = bn_row(&n->dst, 1);
     a.vec4 = bn_dense4(a.x, g) && bn_dense4(a.dy, g);
-    if (planes > 0)
-        bn_planes(e, a, 0, (double *)ws, planes);
-    bn_reduce_kernel<<<cu_blocks(g.c, CU_THREADS), CU_THREADS, 0, e->stream>>>(
-        a, (const double *)ws, e->gate);
+    bn_planes(e, a, 0, (double *)ws, planes);
     return cu_launched(e, "bn_bwd_reduce");
 }
 

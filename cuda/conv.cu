@@ -341,6 +341,13 @@ static ex_status conv_run(cu_exec *e, const ex_node_exec *nd, int which, int dep
         return cu_fail(e, EX_ERR_UNSUPPORTED, "%s: planes of 2^30 elements or more", name);
     conv_g32 g = conv_g32_of(&o.g);
     int k = conv_k(&o.g);
+    if (k && g.sh == g.sw) {
+        cu_dw_args a = {g.n,  g.ci, g.h,  g.w,  g.ho, g.wo, k,  g.sh,
+                        g.ph, g.pw, g.dh, g.dw, o.x,  o.w,  o.y};
+        ex_status st2 = EX_OK;
+        if (cu_dw_staged(e, which, &a, name, &st2))
+            return st2;
+    }
     if (which == 2 && k && g.ci <= 65535 && g.n <= 65535) {
         if (k == 3)
             return dw_filter_launch<3>(e, g, &o, name);

@@ -34,6 +34,10 @@ typedef struct cu_buffer {
  *  active mixed-sum candidate of the wrong shape) and read back by compute() after the
  *  step: [0] code, [1] node index, [2] row (label) or candidate (shape), [3] the label. */
 #define CU_STATUS_WORDS 4
+/** Last-block tickets of a captured step: node i takes slot i % CU_SCHED_TICKETS. */
+#define CU_SCHED_TICKETS 1024
+/** The status allocation: the words, then the last-block tickets (cu_exec.ticket). */
+#define CU_STATUS_BYTES (CU_STATUS_WORDS * sizeof(long long) + CU_SCHED_TICKETS * sizeof(unsigned))
 enum cu_status_code { CU_STATUS_OK = 0, CU_STATUS_LABEL = 1, CU_STATUS_SHAPE = 2 };
 
 /** What a node's host function needs. */
@@ -42,6 +46,7 @@ typedef struct cu_exec {
     cublasHandle_t blas; /**< bound to stream */
     const float *gate;   /**< the node's gate element, or NULL: kernels return when it is 0 */
     long long *status;   /**< device status words */
+    unsigned *ticket;    /**< zero before and after the node: cu_last_block() counts on it */
     int64_t node;        /**< the node's index in the list (for status reports) */
     int dry;             /**< sizing pass: check and ask for scratch, launch nothing */
     char *scratch;       /**< device work space shared by all nodes (run one at a time) */
@@ -194,6 +199,27 @@ template <typename T> __device__ T cu_block_sum(T v, T *sh)
     return cu_warp_sum(v);
 }
 
+/** Whether this block is the grid's last to get here, so it can finish what every block
+ *  wrote before (the partials of a reduction) in a fixed order, in the same kernel. Every
+ *  thread of every block must call it once; the last block then reads the others' writes
+ *  with __ldcg, and the ticket is zero again for the next kernel. */
+__device__ __forceinline__ bool cu_last_block(unsigned *ticket)
+{
+    __shared__ bool last;
+    __threadfence(); /* this block's writes before its ticket */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned blocks = gridDim.x * gridDim.y * gridDim.z;
+        last = atomicAdd(ticket, 1u) == blocks - 1;
+        if (last)
+            *ticket = 0;
+    }
+    __syncthreads();
+    if (last)
+        __threadfence(); /* the others' writes before ours reads */
+    return last;
+}
+
 /** Maximum over the block, NaN winning; as cu_block_sum. */
 __device__ inline double cu_block_max(double v, double *sh)
 {
@@ -304,6 +330,83 @@ CU_OP(clip);
 /* random.cu */
 CU_OP(rand_uniform);
 CU_OP(rand_normal);
+
+/** A depthwise convolution in its roles for the staged path: x input, wt filter, y output
+ *  (backward-data: y is dy, x is dx; filter gradient: wt is dw). k is the square filter's
+ *  size, s the stride of both dimensions. */
+typedef struct cu_dw_args {
+    int64_t n, c;
+    int h, w, ho, wo, k, s, ph, pw, dh, dw;
+    cu_t4 x, wt, y;
+} cu_dw_args;
+
+/** The staged depthwise kernels (dwconv.cu) for pass which (0 forward, 1 backward-data, 2
+ *  filter gradient): returns 1 and sets *st when they apply (k 3/5/7, s 1 or 2, planes
+ *  that fit in shared memory), 0 when the caller must use the general kernels. */
+int cu_dw_staged(cu_exec *e, int which, const cu_dw_args *a, const char *name, ex_status *st);
+
+/** A pointwise convolution for pointwise.cu: x [N, CI, H, W] and y [N, CO, H, W] whose H
+ *  and W fold into one position stride (x_sp, y_sp), and the [CO, CI] filter with (co, ci)
+ *  at w[co * w_sr + ci * w_sc]. */
+typedef struct cu_pw_args {
+    cu_t4 x, y;
+    int64_t x_sp, y_sp;
+    float *w;
+    int64_t w_sr, w_sc;
+    int64_t n;
+    int hw, ci, co;
+} cu_pw_args;
+
+/** Whether pointwise.cu's kernels take a (channels up to 256, N up to 65535). */
+int cu_pw_small_fits(const cu_pw_args *a);
+
+/** Runs a pointwise convolution on pointwise.cu's kernel: returns 1 and sets *st when it
+ *  takes it, 0 otherwise. */
+int cu_pw_small(cu_exec *e, const cu_pw_args *a, const char *name, ex_status *st);
+
+/** Whether nodes a and b (the next) run as one launch on a device of compute capability
+ *  cc_major (bncluster.cu): BN_STATS (training) then BN_APPLY, or BN_BWD_REDUCE then
+ *  BN_BWD_DATA, on the same x, b reading what a wrote, under the same gate; sm_90. */
+int cu_bn_pair(const ex_node_exec *a, const ex_node_exec *b, int cc_major);
+
+/** Launches a pair that cu_bn_pair() accepted: one cluster of blocks per channel. */
+ex_status cu_bn_pair_run(cu_exec *e, const ex_node_exec *a, const ex_node_exec *b);
+
+/** Whether node n's launch pass calls cuBLAS (gemm.cu), so a gated one needs a
+ *  conditional graph node around it. */
+int cu_node_uses_blas(const ex_node_exec *n);
+
+/** Where node i of a captured step runs (schedule.cu). */
+typedef struct cu_sched_node {
+    int stream;    /**< index into the backend's streams */
+    int record;    /**< a node on another stream waits for this one: record its event */
+    int32_t nwait; /**< earlier nodes to wait for: cu_sched.waits[wait0 .. wait0 + nwait) */
+    int64_t wait0;
+    uint64_t scratch_off, scratch_bytes; /**< the node's slice of the scratch ring */
+} cu_sched_node;
+
+/** A node list spread over streams by its dependencies. */
+typedef struct cu_sched {
+    cu_sched_node *node;
+    int64_t *waits;
+    int64_t nwaits;
+} cu_sched;
+
+/** Per-node facts the schedule needs: scratch from the sizing pass, whether the node runs
+ *  as a conditional graph node, and whether the next node is launched with it as one. */
+typedef struct cu_node_flags {
+    size_t need;
+    unsigned char conditional, pair_head, pair_tail;
+} cu_node_flags;
+
+/** Schedules count nodes over nstreams streams, with ring the scratch ring's bytes (at
+ *  least the largest need). A pair's tail is no node of its own: its head waits for, and
+ *  stands as the writer of, what both touch. EX_ERR_NOMEM when host memory ran out. */
+ex_status cu_schedule(const ex_node_exec *nodes, int64_t count, const cu_node_flags *flags,
+                      int nstreams, uint64_t ring, cu_sched *out);
+
+/** Frees a schedule's arrays. */
+void cu_sched_free(cu_sched *s);
 
 /** Fills n 32-bit words at p with pattern on stream (the backend's fill). */
 ex_status cu_fill_words(cu_exec *e, void *p, uint64_t n, uint32_t pattern);

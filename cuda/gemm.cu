@@ -229,6 +229,37 @@ static ex_status pw_check(cu_exec *e, const ex_node_exec *nd, const ex_tdesc *x,
     return EX_OK;
 }
 
+/* x and y (dy) with the filter w as pointwise.cu takes them; 0 when H and W do not fold. */
+static int pw_args(const ex_tdesc *x, const ex_tdesc *w, const ex_tdesc *y, cu_pw_args *a)
+{
+    gm_mat xm, ym, wm = gm_mat2(w);
+    if (!gm_sample(x, &xm) || !gm_sample(y, &ym))
+        return 0;
+    const int big = 1 << 30; /* past every limit of cu_pw_small_fits */
+    a->x = cu_t4_of(x);
+    a->y = cu_t4_of(y);
+    a->x_sp = xm.sc;
+    a->y_sp = ym.sc;
+    a->w = wm.p;
+    a->w_sr = wm.sr;
+    a->w_sc = wm.sc;
+    a->n = x->ne[0];
+    a->hw = xm.cols < big ? (int)xm.cols : big;
+    a->ci = x->ne[1] < big ? (int)x->ne[1] : big;
+    a->co = y->ne[1] < big ? (int)y->ne[1] : big;
+    return 1;
+}
+
+int cu_node_uses_blas(const ex_node_exec *n)
+{
+    cu_pw_args a;
+    if (n->op == EX_OP_PWCONV)
+        return pw_args(&n->src[0], &n->src[1], &n->dst, &a) && !cu_pw_small_fits(&a);
+    if (n->op == EX_OP_PWCONV_BWD_FILTER)
+        return n->src[0].ne[0] > 0 && pw_args(&n->src[0], &n->dst, &n->src[1], &a);
+    return n->op == EX_OP_MATMUL || n->op == EX_OP_LINEAR;
+}
+
 /* When H and W do not fold: one output element per thread, Σ_ci in order. */
 __global__ void pw_direct_kernel(cu_t4 x, gm_mat w, cu_t4 y, const float *gate)
 {
@@ -262,6 +293,9 @@ CU_OP(pwconv)
             cu_t4_of(x), gm_mat2(w), cu_t4_of(y), e->gate);
         return cu_launched(e, "pwconv");
     }
+    cu_pw_args pa;
+    if (pw_args(x, w, y, &pa) && cu_pw_small(e, &pa, "pwconv", &st))
+        return st;
     gm_job j = gm_single(gm_mat2(w), xm, ym);
     j.batch = x->ne[0];
     j.sb = x->st[0];

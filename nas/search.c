@@ -595,17 +595,17 @@ ex_status ex_search_step(ex_search *s, const float *train_x, const int32_t *trai
                     (double)lr, (double)tau);
     double t0 = now_ms();
     s->msg[0] = '\0';
+    /* the step is queued, and its figures' read is the one wait for the device */
     ex_status st = write_step_inputs(s, train_x, train_y, valid_x, valid_y, lr, tau);
-    if (st == EX_OK && (st = ex_plan_snapshot(s->plan)) == EX_OK &&
-        (st = ex_plan_run_stage(s->plan, 0)) != EX_OK)
+    float f[6];
+    bool snapped = st == EX_OK && (st = ex_plan_snapshot(s->plan)) == EX_OK;
+    if (snapped && (st = ex_plan_submit_stage(s->plan, 0)) == EX_OK)
+        st = ex_plan_read(s->plan, s->report, f, sizeof f);
+    if (st != EX_OK && snapped)
         ex_plan_restore(s->plan); /* a step that failed half-way leaves the last good state */
     if (st != EX_OK)
         return s->msg[0] ? st : fail(s, st, "search: %s", ex_plan_error(s->plan));
     ex_search_stats r = {0};
-    float f[6];
-    st = read_figures(s, s->report, f, 6);
-    if (st != EX_OK)
-        return st;
     r.train_loss = f[0];
     r.train_acc = f[1] / (float)s->cfg.batch;
     r.valid_loss = f[2];
@@ -627,7 +627,7 @@ ex_status ex_search_eval(ex_search *s, const float *x, const int32_t *y, float *
     if (!s)
         return EX_ERR_ARG;
     ex_status st = write_batch(s, s->xe, x, s->ye, y);
-    if (st == EX_OK && (st = ex_plan_run_stage(s->plan, 1)) != EX_OK)
+    if (st == EX_OK && (st = ex_plan_submit_stage(s->plan, 1)) != EX_OK)
         return fail(s, st, "search: %s", ex_plan_error(s->plan));
     float f[2] = {0, 0};
     if (st == EX_OK)

@@ -129,6 +129,24 @@ void st(uint ref, uint i, uint v)
 
 float ldf(uint ref, uint i) { return uintBitsToFloat(ld(ref, i)); }
 
+// Four loads under one switch on the binding: ld() switches per element, and a compiler
+// does not batch loads that lie in different branches, so a shader that wants several
+// loads in flight per invocation (the memory-bound fast paths) asks for them together.
+// Every index must lie in the operand's own range (the binding holds nothing else):
+// callers point masked lanes at element 0 and discard them. Storage operands only.
+vec4 ldf4(uint ref, uvec4 i)
+{
+    uvec4 a = uvec4(ref & REF_ELEM) + i;
+    uvec4 v;
+    switch (ref >> 30) {
+    case 0u: v = uvec4(b0.w[a.x], b0.w[a.y], b0.w[a.z], b0.w[a.w]); break;
+    case 1u: v = uvec4(b1.w[a.x], b1.w[a.y], b1.w[a.z], b1.w[a.w]); break;
+    case 2u: v = uvec4(b2.w[a.x], b2.w[a.y], b2.w[a.z], b2.w[a.w]); break;
+    default: v = uvec4(b3.w[a.x], b3.w[a.y], b3.w[a.z], b3.w[a.w]); break;
+    }
+    return uintBitsToFloat(v);
+}
+
 // A small operand the host took with vk_ref_small(): a uniform buffer when it fit one, a
 // storage buffer otherwise. Only for those operands: ld() cannot read a uniform buffer.
 uint ldu(uint ref, uint i)

@@ -65,6 +65,14 @@ static void r_dwconv(const env *e, double *y)
             .ip = {s, s, d * (k - 1) / 2, d * (k - 1) / 2, d, d}, .bwd = B_FD                      \
     }
 
+/* depthwise k x k, stride s, dilation d, "same" padding on x of shape xs */
+#define DWX(nm, xs, c, k, s, d)                                                                    \
+    {                                                                                              \
+        CASE(nm, EX_OP_DWCONV2D, b_dwconv, r_dwconv, 2),                                           \
+            .r = {{GIN("x"), SHAPE xs, UNI(-1, 1)}, {PAR("w"), SHAPE(c, 1, k, k), UNI(-1, 1)}},    \
+            .ip = {s, s, d * (k - 1) / 2, d * (k - 1) / 2, d, d}, .bwd = B_FD                      \
+    }
+
 static const tcase conv_cases[] = {
     CONV("conv2d 3x3 s1 p1", (2, 3, 9, 11), (4, 3, 3, 3), 1, 1, 1, 1, 1, 1),
     CONV("conv2d 3x3 s2 d2 p2", (2, 4, 13, 11), (5, 4, 3, 3), 2, 2, 2, 2, 2, 2),
@@ -95,6 +103,19 @@ static const tcase conv_cases[] = {
      .r = {{GIN("x"), SHAPE(3, 4, 9, 12), UNI(-1, 1), TRANS(2, 3)},
            {PAR("w"), SHAPE(4, 1, 5, 5), UNI(-1, 1)}},
      .ip = {2, 2, 2, 2, 1, 1}, .bwd = B_FD},
+    /* the Vulkan fast path's tiles (planes beyond 32x32, windows that do not fit whole),
+     * its filter partials over ranges of samples, DARTS' planes and channels; and a
+     * geometry it does not take (conv.comp's depthwise form) */
+    DWX("dwconv2d 5x5 on 45x70 planes (tiles)", (2, 3, 45, 70), 3, 5, 1, 1),
+    DWX("dwconv2d 7x7 stride 2 dilation 2 on 45x70 planes (tiles)", (2, 3, 45, 70), 3, 7, 2, 2),
+    DWX("dwconv2d 3x3 stride 2 on 37x70 planes (tiles)", (3, 2, 37, 70), 2, 3, 2, 1),
+    DWX("dwconv2d 5x5 dilation 2, 8x16x32x32", (8, 16, 32, 32), 16, 5, 1, 2),
+    DWX("dwconv2d 3x3 stride 2, 8x16x32x32", (8, 16, 32, 32), 16, 3, 2, 1),
+    DWX("dwconv2d 3x3, 64x32x16x16 (ranges of two stages)", (64, 32, 16, 16), 32, 3, 1, 1),
+    DWX("dwconv2d 5x5, 16x64x8x8 (8 planes a stage)", (16, 64, 8, 8), 64, 5, 1, 1),
+    {CASE("dwconv2d 3x5 stride (1, 2) dilation (2, 1)", EX_OP_DWCONV2D, b_dwconv, r_dwconv, 2),
+     .r = {{GIN("x"), SHAPE(2, 4, 12, 13), UNI(-1, 1)}, {PAR("w"), SHAPE(4, 1, 3, 5), UNI(-1, 1)}},
+     .ip = {1, 2, 2, 2, 2, 1}, .bwd = B_FD},
 };
 
 void family_conv(void **state)
@@ -139,6 +160,54 @@ static const tcase gemm_cases[] = {
     {CASE("pwconv of a channel slice, transposed w", EX_OP_PWCONV, b_pwconv, r_pwconv, 2),
      .r = {{GIN("x"), SHAPE(3, 8, 7, 9), UNI(-1, 1), SLICE(1, 1, 5)},
            {PAR("w"), SHAPE(5, 4), UNI(-1, 1), TRANS(0, 1)}},
+     .bwd = B_FD},
+    {CASE("pwconv, 17 to 20 channels (partial channel groups)", EX_OP_PWCONV, b_pwconv, r_pwconv,
+          2),
+     .r = {{GIN("x"), SHAPE(2, 17, 5, 6), UNI(-1, 1)}, {PAR("w"), SHAPE(20, 17), UNI(-1, 1)}},
+     .bwd = B_FD},
+    {CASE("pwconv, 5 to 300 channels (past the small-channel kernels)", EX_OP_PWCONV, b_pwconv,
+          r_pwconv, 2),
+     .r = {{GIN("x"), SHAPE(2, 5, 3, 4), UNI(-1, 1)}, {PAR("w"), SHAPE(300, 5), UNI(-1, 1)}},
+     .bwd = B_FD},
+    /* the Vulkan shaders' paths: 16 or 32 output channels per workgroup, input channels
+     * staged in chunks (64 or 128), filter-gradient tiles of 16 or 32 with one or many
+     * ranges of positions (ranges crossing samples), strided and transposed views */
+    {CASE("pwconv 48 -> 40, one range", EX_OP_PWCONV, b_pwconv, r_pwconv, 2),
+     .r = {{GIN("x"), SHAPE(3, 48, 5, 7), UNI(-1, 1)}, {PAR("w"), SHAPE(40, 48), UNI(-1, 1)}},
+     .bwd = B_FD},
+    {CASE("pwconv 150 -> 20 (input channels in chunks)", EX_OP_PWCONV, b_pwconv, r_pwconv, 2),
+     .r = {{GIN("x"), SHAPE(2, 150, 6, 5), UNI(-1, 1)}, {PAR("w"), SHAPE(20, 150), UNI(-1, 1)}},
+     .bwd = B_FD},
+    {CASE("pwconv 300 -> 12 (input channels in chunks)", EX_OP_PWCONV, b_pwconv, r_pwconv, 2),
+     .r = {{GIN("x"), SHAPE(2, 300, 3, 5), UNI(-1, 1)}, {PAR("w"), SHAPE(12, 300), UNI(-1, 1)}},
+     .bwd = B_FD},
+    {CASE("pwconv 12 -> 10, ranges across samples", EX_OP_PWCONV, b_pwconv, r_pwconv, 2),
+     .r = {{GIN("x"), SHAPE(5, 12, 7, 9), UNI(-1, 1)}, {PAR("w"), SHAPE(10, 12), UNI(-1, 1)}},
+     .bwd = B_FD},
+    {CASE("pwconv 40 -> 12, 8x8", EX_OP_PWCONV, b_pwconv, r_pwconv, 2),
+     .r = {{GIN("x"), SHAPE(3, 40, 8, 8), UNI(-1, 1)}, {PAR("w"), SHAPE(12, 40), UNI(-1, 1)}},
+     .bwd = B_FD},
+    {CASE("pwconv 24 -> 18 of a transposed view", EX_OP_PWCONV, b_pwconv, r_pwconv, 2),
+     .r = {{GIN("x"), SHAPE(4, 24, 9, 10), UNI(-1, 1), TRANS(2, 3)},
+           {PAR("w"), SHAPE(18, 24), UNI(-1, 1)}},
+     .bwd = B_FD},
+    {CASE("pwconv 20 -> 17 of a channel slice", EX_OP_PWCONV, b_pwconv, r_pwconv, 2),
+     .r = {{GIN("x"), SHAPE(3, 29, 11, 6), UNI(-1, 1), SLICE(1, 6, 20)},
+           {PAR("w"), SHAPE(17, 20), UNI(-1, 1)}},
+     .bwd = B_FD},
+    /* DARTS' planes and channels (C = 16, 32x32 input) at batch 8: the cells' 1x1
+     * convolutions and a preprocessing one (4C -> C); many ranges, ranges of several stages */
+    {CASE("pwconv 16 -> 16, 8x16x32x32", EX_OP_PWCONV, b_pwconv, r_pwconv, 2),
+     .r = {{GIN("x"), SHAPE(8, 16, 32, 32), UNI(-1, 1)}, {PAR("w"), SHAPE(16, 16), UNI(-1, 1)}},
+     .bwd = B_FD},
+    {CASE("pwconv 32 -> 32, 8x32x16x16", EX_OP_PWCONV, b_pwconv, r_pwconv, 2),
+     .r = {{GIN("x"), SHAPE(8, 32, 16, 16), UNI(-1, 1)}, {PAR("w"), SHAPE(32, 32), UNI(-1, 1)}},
+     .bwd = B_FD},
+    {CASE("pwconv 64 -> 64, 8x64x8x8", EX_OP_PWCONV, b_pwconv, r_pwconv, 2),
+     .r = {{GIN("x"), SHAPE(8, 64, 8, 8), UNI(-1, 1)}, {PAR("w"), SHAPE(64, 64), UNI(-1, 1)}},
+     .bwd = B_FD},
+    {CASE("pwconv 64 -> 16, 8x64x32x32", EX_OP_PWCONV, b_pwconv, r_pwconv, 2),
+     .r = {{GIN("x"), SHAPE(8, 64, 32, 32), UNI(-1, 1)}, {PAR("w"), SHAPE(16, 64), UNI(-1, 1)}},
      .bwd = B_FD},
     {CASE("matmul", EX_OP_MATMUL, b_matmul, r_matmul, 2),
      .r = {{GIN("a"), SHAPE(13, 17), UNI(-1, 1)}, {GIN("b"), SHAPE(17, 11), UNI(-1, 1)}},
@@ -389,8 +458,19 @@ static const tcase bn_cases[] = {
     BN("batch_norm eval, transposed view", 0, 3, (SHAPE(2, 5, 11, 7), UNI(-1, 3), TRANS(2, 3)),
        {0}),
     /* M = 4608: more than one segment of a channel where a backend splits them (Vulkan:
-     * 4096) */
+     * 2048) */
     BN("batch_norm train affine, M = 4608", 1, 5, (SHAPE(2, 5, 48, 48), UNI(-1, 3)), AFFINE),
+    BN("batch_norm train, transposed view", 1, 3, (SHAPE(3, 5, 11, 7), UNI(-1, 3), TRANS(2, 3)),
+       {0}),
+    /* more than 128 segments of a channel (Vulkan merges them 128 at a time) */
+    {CASE("batch_norm train, M = 270336", EX_OP_BN_APPLY, b_bn, r_bn, 3),
+     .r = {{GIN("x"), SHAPE(64, 1, 64, 66), UNI(-1, 3)},
+           {STATE("running_mean"), SHAPE(1), UNI(-0.5, 0.5)},
+           {STATE("running_var"), SHAPE(1), UNI(0.5, 2)}},
+     .ip = {1}, .fp = {1e-5, 0.1}, .bwd = B_FD, .after = a_bn},
+    /* DARTS' planes (batch 64, 32x32 and 8x8; the search's batch norms are not affine) */
+    BN("batch_norm train, 64x5x32x32", 1, 3, (SHAPE(64, 5, 32, 32), UNI(-1, 3)), {0}),
+    BN("batch_norm train, 64x5x8x8", 1, 3, (SHAPE(64, 5, 8, 8), UNI(-1, 3)), {0}),
 };
 
 void family_batchnorm(void **state)

@@ -63,7 +63,7 @@ static const tcase mixed_sum_cases[] = {
            {GIN("x2"), SHAPE(2, 3, 5, 7), UNI(-1, 1)}},
      .ip = {2, 0, 1, 0, 0, 0, 0, 0x7}, .bwd = B_FD, .init = i_mixed_sum},
     /* 2592 elements: the weight gradient's dot products span several chunks of the
-     * backends that split dy (Vulkan: 1024, CUDA: 1024) */
+     * backends that split dy (CUDA: 1024) */
     {CASE("mixed_sum over several chunks", EX_OP_MIXED_SUM, b_mixed_sum, r_mixed_sum, 5),
      .r = {{PAR("alpha"), SHAPE(2, 4), UNI(-1, 1)},
            {IN("mask"), SHAPE(4), CONST(0)},
@@ -71,6 +71,25 @@ static const tcase mixed_sum_cases[] = {
            {GIN("x1"), SHAPE(4, 8, 9, 9), POISON, .nocheck = true},
            {GIN("x2"), SHAPE(4, 8, 9, 9), UNI(-1, 1), TRANS(2, 3)}},
      .ip = {3, 1, 0, 0, 0, 0, 1, 0xd}, .bwd = B_FD, .init = i_mixed_sum},
+    /* an edge of DARTS' first cells at batch 8: six candidates, `none` (weight 0) and a
+     * pruned one (weight 6), 131072 elements (Vulkan: 32 chunks of 4096), one candidate a
+     * transposed view */
+    {CASE("mixed_sum, 8x16x32x32, 6 candidates", EX_OP_MIXED_SUM, b_mixed_sum, r_mixed_sum, 8),
+     .r = {{PAR("alpha"), SHAPE(1, 8), UNI(-1, 1)},
+           {IN("mask"), SHAPE(8), CONST(0)},
+           {GIN("x0"), SHAPE(8, 16, 32, 32), UNI(-1, 1)},
+           {GIN("x1"), SHAPE(8, 16, 32, 32), UNI(-1, 1)},
+           {GIN("x2"), SHAPE(8, 16, 32, 32), UNI(-1, 1)},
+           {GIN("x3"), SHAPE(8, 16, 32, 32), UNI(-1, 1), TRANS(2, 3)},
+           {GIN("x4"), SHAPE(8, 16, 32, 32), UNI(-1, 1)},
+           {GIN("x5"), SHAPE(8, 16, 32, 32), UNI(-1, 1)}},
+     .ip = {1, 2, 3, 4, 5, 7, 0, 0xbf}, .bwd = B_FD, .init = i_mixed_sum},
+    /* 532480 elements: more than 128 chunks (Vulkan's last pass loads 128 at a time) */
+    {CASE("mixed_sum over 130 chunks", EX_OP_MIXED_SUM, b_mixed_sum, r_mixed_sum, 3),
+     .r = {{PAR("alpha"), SHAPE(1, 2), UNI(-1, 1)},
+           {IN("mask"), SHAPE(2), CONST(0)},
+           {GIN("x0"), SHAPE(2, 8, 128, 260), UNI(-1, 1)}},
+     .ip = {1, 0, 0, 0, 0, 0, 0, 0x2}, .bwd = B_FD, .init = i_mixed_sum},
 };
 
 /* ---- Gumbel-softmax: roots logits [E, K], tau [1], counter (i32 [2]); ip0 = hard.

@@ -150,6 +150,8 @@ static void plans(void **state)
     assert_int_equal(ex_plan_restore(NULL), EX_ERR_ARG);
     assert_int_equal(ex_plan_snapshot(NULL), EX_ERR_ARG);
     assert_int_equal(ex_plan_run_stage(NULL, 0), EX_ERR_ARG);
+    assert_int_equal(ex_plan_submit_stage(NULL, 0), EX_ERR_ARG);
+    assert_int_equal(ex_plan_sync(NULL), EX_ERR_ARG);
     assert_int_equal(ex_plan_set_profile(NULL, true), EX_ERR_ARG);
     ex_backend *be = cpu();
     ex_ctx *ctx = ex_ctx_new();
@@ -166,6 +168,9 @@ static void plans(void **state)
     assert_int_equal(ex_plan_run_stage(p, 7), EX_ERR_ARG);
     assert_true(ex_plan_error(p)[0] != '\0');
     assert_int_equal(ex_plan_run_stage(p, -1), EX_ERR_ARG);
+    assert_int_equal(ex_plan_submit_stage(p, 7), EX_ERR_ARG);
+    assert_non_null(strstr(ex_plan_error(p), "no stage 7"));
+    assert_int_equal(ex_plan_sync(p), EX_OK); /* nothing queued: nothing to report */
     /* snapshot and restore need opts.snapshot */
     assert_int_equal(ex_plan_snapshot(p), EX_ERR_STATE);
     assert_non_null(strstr(ex_plan_error(p), "snapshot"));

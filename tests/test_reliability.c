@@ -336,6 +336,45 @@ static void plan_larger_than_memory_is_refused(void **state)
     ex_backend_close(be);
 }
 
+/* A label outside [0, K), which the GPU backends find on the device: ex_plan_run returns
+ * it; after ex_plan_submit_stage the next read or sync does, once, with the CPU's
+ * message; a run with good labels afterwards succeeds. */
+static void device_failure_surfaces(void **state)
+{
+    (void)state;
+    ex_backend *be = open_backend();
+    ex_ctx *c = ex_ctx_new();
+    int64_t ne[2] = {3, 5}, three = 3;
+    ex_tensor *x = ex_input(c, EX_F32, 2, ne, "x"), *y = ex_input(c, EX_I32, 1, &three, "y");
+    ex_tensor *loss = ex_keep(c, ex_cross_entropy(c, x, y));
+    ex_plan *p = NULL;
+    assert_int_equal(ex_graph_plan(c, be, NULL, &p), EX_OK);
+    float xv[15] = {0}, l = 0;
+    int32_t bad[3] = {1, 7, 0}, good[3] = {1, 4, 0};
+    assert_int_equal(ex_plan_write(p, x, xv, sizeof xv), EX_OK);
+    assert_int_equal(ex_plan_write(p, y, bad, sizeof bad), EX_OK);
+    assert_int_equal(ex_plan_run(p), EX_ERR_ARG);
+    assert_non_null(strstr(ex_plan_error(p), "label 7 of row 1"));
+    /* queued: the read reports it (the CPU backend already at the submit) */
+    ex_status st = ex_plan_submit_stage(p, 0);
+    if (st == EX_OK)
+        st = ex_plan_read(p, loss, &l, sizeof l);
+    assert_int_equal(st, EX_ERR_ARG);
+    assert_non_null(strstr(ex_plan_error(p), "label 7 of row 1"));
+    assert_int_equal(ex_plan_sync(p), EX_OK); /* reported once */
+    st = ex_plan_submit_stage(p, 0);
+    if (st == EX_OK)
+        st = ex_plan_sync(p);
+    assert_int_equal(st, EX_ERR_ARG);
+    assert_int_equal(ex_plan_write(p, y, good, sizeof good), EX_OK);
+    assert_int_equal(ex_plan_submit_stage(p, 0), EX_OK);
+    assert_int_equal(ex_plan_read(p, loss, &l, sizeof l), EX_OK);
+    assert_float_equal(l, 1.6094379f, 1e-5); /* log 5 */
+    ex_plan_free(p);
+    ex_ctx_free(c);
+    ex_backend_close(be);
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i + 1 < argc; i++)
@@ -348,6 +387,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(alloc_fault_sweep),
         cmocka_unit_test(plan_larger_than_memory_is_refused),
         cmocka_unit_test(skipped_step_in_metrics),
+        cmocka_unit_test(device_failure_surfaces),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

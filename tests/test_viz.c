@@ -301,6 +301,95 @@ static void test_scrub_and_hover(void **state)
     ex_viz_model_free(m);
 }
 
+/* ---- one renderer, several models ---- */
+
+static void add_profile(ex_viz_model *m, int64_t g, double gbs)
+{
+    ex_metrics_record *r = calloc(1, sizeof *r);
+    r->kind = EX_METRICS_PROFILE;
+    r->profile.global_step = g;
+    r->profile.n_candidates = 8;
+    for (int k = 0; k < 8; k++) {
+        snprintf(r->profile.candidates[k].candidate, EX_METRICS_NAME_MAX, "%s", cands[k]);
+        r->profile.candidates[k].gbs = gbs + k;
+        r->profile.candidates[k].ms = 1;
+    }
+    ex_viz_model_add(m, r);
+    free(r);
+}
+
+/* Whether two surfaces hold the same pixels. */
+static bool same_pixels(SDL_Surface *a, SDL_Surface *b)
+{
+    for (int y = 0; y < a->h; y++)
+        if (memcmp((const uint8_t *)a->pixels + (size_t)y * (size_t)a->pitch,
+                   (const uint8_t *)b->pixels + (size_t)y * (size_t)b->pitch, (size_t)a->w * 4))
+            return false;
+    return true;
+}
+
+/* Whether colour c shows anywhere in rectangle q of s. */
+static bool shows(SDL_Surface *s, SDL_Rect q, SDL_Color c)
+{
+    for (int y = q.y; y < q.y + q.h; y++)
+        for (int x = q.x; x < q.x + q.w; x++)
+            if (same(pixel(s, x, y), c))
+                return true;
+    return false;
+}
+
+/* A renderer draws a copy of what the frame shows (so that drawing holds no lock a search
+ * waits for): a frame drawn after other models and views, with the same renderer, must be
+ * the frame a new renderer draws. */
+static void test_renderer_reused(void **state)
+{
+    (void)state;
+    ex_viz_model *big = new_model(), *small = new_model();
+    add_header(big, "topk");
+    for (int i = 0; i < 3000; i++) {
+        add_step(big, i, 3.0f - (float)i / 1000.0f, i % 7 == 0, true,
+                 i < 1500 ? first_alpha : NULL);
+        if (i % 50 == 0)
+            add_profile(big, i, 1 + i / 500);
+    }
+    add_header(small, "darts");
+    add_step(small, 0, 2.0f, true, false, later_alpha);
+    add_step(small, 1, 1.5f, false, false, NULL);
+    add_profile(small, 1, 7);
+    ex_viz_view v = ex_viz_view_default(), scrubbed = v;
+    scrubbed.cursor = 700; /* a step without α, a profile before it */
+    scrubbed.mouse_x = 200;
+    scrubbed.mouse_y = 200;
+    SDL_Surface *fresh = render_view(small, NULL, NULL, &v);
+    SDL_Surface *fresh_big = render_view(big, NULL, NULL, &scrubbed);
+    SDL_Surface *s = SDL_CreateRGBSurfaceWithFormat(0, W, H, 32, SDL_PIXELFORMAT_RGB888);
+    SDL_Renderer *sr = SDL_CreateSoftwareRenderer(s);
+    ex_viz_renderer *r = NULL;
+    char msg[256];
+    assert_int_equal(ex_viz_renderer_new(sr, NULL, &r, msg, sizeof msg), EX_OK);
+    ex_viz_draw(r, big, &v, W, H);
+    ex_viz_draw(r, big, &scrubbed, W, H);
+    ex_viz_draw(r, small, &v, W, H);
+    SDL_RenderPresent(sr);
+    assert_true(same_pixels(s, fresh));
+    ex_viz_draw(r, big, &scrubbed, W, H);
+    SDL_RenderPresent(sr);
+    assert_true(same_pixels(s, fresh_big));
+    assert_false(same_pixels(fresh, fresh_big));
+    /* the profile in view is drawn: its bars against the peak's red line */
+    ex_viz_layout l;
+    ex_viz_layout_compute(W, H, &l);
+    assert_true(shows(fresh, l.panel[EX_VIZ_PANEL_BANDWIDTH], (SDL_Color){235, 70, 70, 255}));
+    assert_true(shows(fresh_big, l.panel[EX_VIZ_PANEL_BANDWIDTH], (SDL_Color){235, 70, 70, 255}));
+    ex_viz_renderer_free(r);
+    SDL_DestroyRenderer(sr);
+    SDL_FreeSurface(s);
+    SDL_FreeSurface(fresh);
+    SDL_FreeSurface(fresh_big);
+    ex_viz_model_free(big);
+    ex_viz_model_free(small);
+}
+
 /* ---- no font ---- */
 
 static void test_no_font(void **state)
@@ -544,6 +633,7 @@ int main(void)
         cmocka_unit_test(test_pruned),
         cmocka_unit_test(test_curves),
         cmocka_unit_test(test_scrub_and_hover),
+        cmocka_unit_test(test_renderer_reused),
         cmocka_unit_test(test_no_font),
         cmocka_unit_test(test_pause),
         cmocka_unit_test_setup_teardown(test_truncated, setup, teardown),

@@ -304,6 +304,7 @@ static void windows(void **state)
     FAILS_MSG(ex_viz_window_screenshot(NULL, "x.png", msg, sizeof msg), EX_ERR_ARG);
     assert_int_equal(ex_viz_window_screenshot(NULL, NULL, NULL, 0), EX_ERR_ARG);
     assert_int_equal(ex_viz_window_frames(NULL), 0);
+    assert_string_equal(ex_viz_window_renderer(NULL), "");
     ex_viz_window_frame(NULL, m);
     ex_viz_window_close(NULL);
     assert_int_equal(SDL_WasInit(SDL_INIT_VIDEO), 0);
@@ -323,6 +324,7 @@ static void window_arguments(void **state)
     FAILS_MSG(ex_viz_window_screenshot(w, "", msg, sizeof msg), EX_ERR_ARG);
     ex_viz_window_frame(w, NULL);
     assert_int_equal(ex_viz_window_frames(w), 0);
+    assert_true(ex_viz_window_renderer(w)[0] != 0);
     ex_viz_window_close(w);
 }
 

@@ -29,6 +29,7 @@ struct ex_viz_renderer {
     uint64_t tick;
     SDL_Point *pts; /* scratch for polylines, kept across frames */
     size_t n_pts;
+    ex_viz_model frame; /* what the frame being drawn shows (viz_model_copy_frame) */
 };
 
 enum viz_align { VIZ_LEFT, VIZ_RIGHT, VIZ_CENTER };

@@ -387,6 +387,70 @@ int64_t viz_model_cursor(const ex_viz_model *m, const ex_viz_view *v)
     return v->cursor;
 }
 
+/* A buffer of n bytes in *p, grown when needed; false when out of memory. */
+static bool resize(void **p, size_t n)
+{
+    void *q = realloc(*p, n ? n : 1);
+    if (q)
+        *p = q;
+    return q != NULL;
+}
+
+bool viz_model_copy_frame(ex_viz_model *dst, const ex_viz_model *src, const ex_viz_view *v)
+{
+    ex_viz_model keep = *dst;
+    /* the scalars and fixed-size arrays (the copy's mutex is never used); then dst's own
+     * arrays are put back */
+    *dst = *src;
+    dst->pts = keep.pts;
+    dst->cap_pts = keep.cap_pts;
+    dst->alpha = keep.alpha;
+    dst->active = keep.active;
+    dst->has_active = keep.has_active;
+    dst->snap_step = keep.snap_step;
+    dst->prof = keep.prof;
+    dst->n_pts = dst->n_snap = dst->n_prof = 0;
+    int64_t c = viz_model_cursor(src, v), s = c < 0 ? src->n_snap - 1 : src->pts[c].snap;
+    size_t per = 2 * (size_t)src->edges * (size_t)src->cands;
+    if (!grow((void **)&dst->pts, &dst->cap_pts, src->n_pts, sizeof *dst->pts) ||
+        !resize((void **)&dst->has_active, sizeof(bool)) ||
+        !resize((void **)&dst->snap_step, sizeof(int64_t)) ||
+        !resize((void **)&dst->prof, sizeof(ex_metrics_profile)) ||
+        (s >= 0 && (!resize((void **)&dst->alpha, per * sizeof(float)) ||
+                    !resize((void **)&dst->active, per))))
+        return false;
+    if (src->n_pts)
+        memcpy(dst->pts, src->pts, (size_t)src->n_pts * sizeof *dst->pts);
+    dst->n_pts = src->n_pts;
+    if (s >= 0) {
+        memcpy(dst->alpha, src->alpha + (size_t)s * per, per * sizeof(float));
+        memcpy(dst->active, src->active + (size_t)s * per, per);
+        dst->has_active[0] = src->has_active[s];
+        dst->snap_step[0] = src->snap_step[s];
+        dst->n_snap = 1;
+    }
+    if (c >= 0)
+        dst->pts[c].snap = s >= 0 ? 0 : -1;
+    const ex_metrics_profile *p =
+        viz_model_profile_at(src, c >= 0 ? src->pts[c].global_step : INT64_MAX);
+    if (p) {
+        dst->prof[0] = *p;
+        dst->n_prof = 1;
+    }
+    return true;
+}
+
+void viz_model_free_frame(ex_viz_model *dst)
+{
+    free(dst->pts);
+    free(dst->alpha);
+    free(dst->active);
+    free(dst->has_active);
+    free(dst->snap_step);
+    free(dst->prof);
+    memset(dst, 0, sizeof *dst);
+}
+
 const ex_metrics_profile *viz_model_profile_at(const ex_viz_model *m, int64_t g)
 {
     const ex_metrics_profile *best = NULL;

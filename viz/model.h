@@ -56,6 +56,17 @@ void viz_model_note_locked(ex_viz_model *m, const char *text);
 ex_status viz_fail(ex_status st, char *msg, size_t msg_len, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Copies into dst what a frame of view v draws, src locked by the caller: its scalars,
+ * header, notes and genotype, every step record, and of the α snapshots and profiles only
+ * those in view (dst's n_snap and n_prof are 0 or 1, and the viewed step record points at
+ * snapshot 0). Drawing then holds no lock, so a live search adding a record waits for this
+ * copy, not for a frame. dst (zeroed at first) keeps its arrays for the next copy; false
+ * when out of memory. */
+bool viz_model_copy_frame(ex_viz_model *dst, const ex_viz_model *src, const ex_viz_view *v);
+
+/* Frees the arrays of a frame copy. */
+void viz_model_free_frame(ex_viz_model *dst);
+
 /* Removes a note that no longer holds (an empty log that got its first lines). */
 void viz_model_drop_note(ex_viz_model *m, const char *text);
 

@@ -47,14 +47,21 @@ static void y_range(const ex_viz_model *m, ex_viz_panel p, float *lo, float *hi)
 
 static int col_of(SDL_Rect q, int64_t i, int64_t n)
 {
-    return q.x + (n < 2 ? 0 : (int)(i * (int64_t)(q.w - 1) / (n - 1)));
+    return q.x + (n < 2 || q.w < 1 ? 0 : (int)(i * (int64_t)(q.w - 1) / (n - 1)));
+}
+
+/* lroundf() of x in [0, 2^23], inline: a frame rounds every point of every curve. */
+static int round_pos(float x)
+{
+    int t = (int)x;
+    return t + (x - (float)t >= 0.5f);
 }
 
 static int row_of(SDL_Rect q, float v, float lo, float hi)
 {
     float f = (v - lo) / (hi - lo);
     f = f < 0 ? 0 : f > 1 ? 1 : f;
-    return q.y + q.h - 1 - (int)lroundf(f * (float)(q.h - 1));
+    return q.y + q.h - 1 - round_pos(f * (float)(q.h - 1));
 }
 
 bool viz_curve_point(const ex_viz_model *m, const ex_viz_layout *l, ex_viz_series s, int64_t i,
@@ -71,23 +78,33 @@ bool viz_curve_point(const ex_viz_model *m, const ex_viz_layout *l, ex_viz_serie
     return true;
 }
 
+/* The points of one pixel column are gathered as values and turned into rows once: rows
+ * fall as values rise, so the top and bottom rows are those of the largest and smallest
+ * value. */
 typedef struct polyline {
     SDL_Point *p;
     int n;
-    int col, first, last, min, max; /* the pixel column being gathered */
+    SDL_Rect q;
+    float lo, hi;
+    int col;                       /* the pixel column being gathered, -1 for none */
+    float first, last, vmin, vmax; /* its values */
 } polyline;
 
 static void flush_column(polyline *pl)
 {
     if (pl->col < 0)
         return;
-    pl->p[pl->n++] = (SDL_Point){pl->col, pl->first};
-    if (pl->min != pl->max) {
-        pl->p[pl->n++] = (SDL_Point){pl->col, pl->min};
-        pl->p[pl->n++] = (SDL_Point){pl->col, pl->max};
+    int first = row_of(pl->q, pl->first, pl->lo, pl->hi),
+        last = row_of(pl->q, pl->last, pl->lo, pl->hi);
+    int top = row_of(pl->q, pl->vmax, pl->lo, pl->hi),
+        bottom = row_of(pl->q, pl->vmin, pl->lo, pl->hi);
+    pl->p[pl->n++] = (SDL_Point){pl->col, first};
+    if (top != bottom) {
+        pl->p[pl->n++] = (SDL_Point){pl->col, top};
+        pl->p[pl->n++] = (SDL_Point){pl->col, bottom};
     }
-    if (pl->last != pl->first || pl->min != pl->max)
-        pl->p[pl->n++] = (SDL_Point){pl->col, pl->last};
+    if (last != first || top != bottom)
+        pl->p[pl->n++] = (SDL_Point){pl->col, last};
     pl->col = -1;
 }
 
@@ -114,22 +131,30 @@ static void draw_series(ex_viz_renderer *r, const ex_viz_model *m, SDL_Rect q, e
         r->pts = p;
         r->n_pts = need;
     }
-    polyline pl = {.p = r->pts, .col = -1};
+    polyline pl = {.p = r->pts, .q = q, .lo = lo, .hi = hi, .col = -1};
     viz_color(r, ex_viz_series_color(s));
-    for (int64_t i = 0; i < m->n_pts; i++) {
+    /* col_of(q, i, n) = q.x + floor(i * span / den), stepped without a division per point */
+    int64_t n = m->n_pts, span = q.w < 1 ? 0 : q.w - 1, den = n < 2 ? 1 : n - 1;
+    int64_t step_q = n < 2 ? 0 : span / den, step_r = n < 2 ? 0 : span % den, cq = 0, cr = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int c = q.x + (int)cq;
+        cq += step_q;
+        cr += step_r;
+        if (cr >= den) {
+            cr -= den;
+            cq++;
+        }
         float v = m->pts[i].v[s];
         if (!isfinite(v)) {
             flush_line(r, &pl);
-            continue;
-        }
-        int c = col_of(q, i, m->n_pts), y = row_of(q, v, lo, hi);
-        if (c != pl.col) {
+        } else if (c != pl.col) {
             flush_column(&pl);
-            pl = (polyline){pl.p, pl.n, c, y, y, y, y};
+            pl.col = c;
+            pl.first = pl.last = pl.vmin = pl.vmax = v;
         } else {
-            pl.last = y;
-            pl.min = y < pl.min ? y : pl.min;
-            pl.max = y > pl.max ? y : pl.max;
+            pl.last = v;
+            pl.vmin = v < pl.vmin ? v : pl.vmin;
+            pl.vmax = v > pl.vmax ? v : pl.vmax;
         }
     }
     flush_line(r, &pl);

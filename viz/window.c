@@ -2,6 +2,8 @@
  * changed, so a live search keeps the cores. */
 #define _POSIX_C_SOURCE 200809L
 #include <SDL2/SDL_image.h>
+#include <ctype.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,10 +23,62 @@ struct ex_viz_window {
     ex_viz_window_opts o;
     char shot_dir[1024], on_exit[1024];
     ex_viz_view view;
+    char renderer[256]; /* which renderer draws, and why */
     int64_t frames;
     int shots;
     bool display_paused, dragging;
 };
+
+/* Whether the current OpenGL context rasterizes on the CPU (Mesa's llvmpipe and softpipe,
+ * Windows's GDI Generic, Apple's software renderer); its GL_RENDERER string goes to name. */
+static bool gl_on_cpu(char *name, size_t len)
+{
+    typedef const unsigned char *(*get_string_fn)(unsigned int);
+    get_string_fn get = SDL_GL_GetCurrentContext()
+                            ? (get_string_fn)(uintptr_t)SDL_GL_GetProcAddress("glGetString")
+                            : NULL;
+    const char *s = get ? (const char *)get(0x1F01 /* GL_RENDERER */) : NULL;
+    if (!s)
+        return false;
+    snprintf(name, len, "%s", s);
+    char low[160];
+    size_t n = 0;
+    for (; s[n] && n + 1 < sizeof low; n++)
+        low[n] = (char)tolower((unsigned char)s[n]);
+    low[n] = 0;
+    static const char *const cpu[] = {"llvmpipe", "softpipe", "software", "swrast", "gdi generic"};
+    for (size_t i = 0; i < sizeof cpu / sizeof cpu[0]; i++)
+        if (strstr(low, cpu[i]))
+            return true;
+    return false;
+}
+
+/* SDL's default renderer, unless it is OpenGL rasterized on the CPU: then SDL's software
+ * renderer drawing straight into the window's shared-memory framebuffer, which costs the
+ * CPU about a fifth as much per frame and starts no rasterizer threads to compete with a
+ * search's (docs/viewer.md, "Renderer"). SDL_RENDER_DRIVER still picks one by name. */
+static SDL_Renderer *create_renderer(SDL_Window *win, char *why, size_t len)
+{
+    SDL_Renderer *r = SDL_CreateRenderer(win, -1, 0);
+    SDL_RendererInfo info = {0};
+    char gl[160] = "";
+    if (r && SDL_GetRendererInfo(r, &info) == 0)
+        snprintf(why, len, "%s", info.name);
+    if (!r || SDL_GetHint(SDL_HINT_RENDER_DRIVER) || strncmp(info.name, "opengl", 6) ||
+        !gl_on_cpu(gl, sizeof gl))
+        return r;
+    SDL_DestroyRenderer(r);
+    /* without this SDL would show the software frame through OpenGL again */
+    SDL_SetHint(SDL_HINT_FRAMEBUFFER_ACCELERATION, "0");
+    r = SDL_CreateRenderer(win, -1, SDL_RENDERER_SOFTWARE);
+    if (r) {
+        snprintf(why, len, "software (OpenGL is %.150s, on the CPU)", gl);
+        return r;
+    }
+    r = SDL_CreateRenderer(win, -1, 0); /* the software one failed: OpenGL it is */
+    snprintf(why, len, "%s (the software renderer failed)", info.name);
+    return r;
+}
 
 ex_status ex_viz_window_open(const ex_viz_window_opts *o, ex_viz_window **out, char *msg,
                              size_t msg_len)
@@ -62,7 +116,7 @@ ex_status ex_viz_window_open(const ex_viz_window_opts *o, ex_viz_window **out, c
     w->win = SDL_CreateWindow(o->title ? o->title : "exapt viz", SDL_WINDOWPOS_UNDEFINED,
                               SDL_WINDOWPOS_UNDEFINED, o->width > 0 ? o->width : 1400,
                               o->height > 0 ? o->height : 860, SDL_WINDOW_RESIZABLE);
-    w->sdl = w->win ? SDL_CreateRenderer(w->win, -1, 0) : NULL;
+    w->sdl = w->win ? create_renderer(w->win, w->renderer, sizeof w->renderer) : NULL;
     ex_status st = EX_OK;
     if (!w->sdl) {
         st = viz_fail(EX_ERR_UNSUPPORTED, msg, msg_len, "cannot open a window: %s", SDL_GetError());
@@ -104,6 +158,11 @@ void ex_viz_window_frame(ex_viz_window *w, ex_viz_model *m)
     draw(w, m);
     SDL_RenderPresent(w->sdl);
     w->frames++;
+}
+
+const char *ex_viz_window_renderer(const ex_viz_window *w)
+{
+    return w ? w->renderer : "";
 }
 
 int64_t ex_viz_window_frames(const ex_viz_window *w)

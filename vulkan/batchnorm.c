@@ -1,7 +1,7 @@
 /* Batch norm 2d: BN_STATS (with the running-statistics update), BN_APPLY, BN_BWD_REDUCE and
  * BN_BWD_DATA. The per-channel sums go through batchnorm/channel.comp in two passes: one
- * workgroup per segment of a channel (a fixed-order tree into scratch), then one
- * invocation per channel merging its segments in order (no float atomics, repeatable);
+ * workgroup per segment of a channel (a fixed-order sum into scratch), then one
+ * workgroup per channel merging its segments in order (no float atomics, repeatable);
  * apply and backward-data are element-wise through batchnorm/pointwise.comp. Checks mirror the CPU
  * backend's, so a bad node fails with the same status before anything is submitted. */
 #include <string.h>
@@ -85,14 +85,19 @@ static ex_status begin(vk_exec *e, const ex_node_exec *n, int nmin, int nmax)
     return EX_OK;
 }
 
+/* Whether the rows of t's planes are dense (h and w fold into one index): the segment
+ * pass then splits no position into h and w. */
+static uint32_t dense_rows(const ex_tdesc *t)
+{
+    return t->st[2] == t->ne[3] * t->st[3];
+}
+
 /* The column stride of a [C] operand or of one row of a [2, C] one. */
 static uint32_t col_st(const ex_tdesc *t)
 {
     return (uint32_t)t->st[t->ndim - 1];
 }
 
-/* Frees the bindings (but the gate's) unless t[0..n) fit besides them, keeping the
- * scratch reference *part valid. */
 /* The segment pass (x and, for the backward, stats and dy into scratch), then the
  * finishing pass (scratch into dst and, for the statistics, the running statistics),
  * each binding only what it touches. */
@@ -121,8 +126,7 @@ static ex_status channels(vk_exec *e, const ex_node_exec *n, int seg, int fin, b
     pc->d = vk_ref(e, &n->dst);
     pc->a = run ? vk_ref(e, &n->src[1]) : VK_NOREF;
     pc->b = run ? vk_ref(e, &n->src[2]) : VK_NOREF;
-    return vk_dispatch(e, VK_SH_batchnorm_channel, fin, pc, sizeof *pc, vk_groups(pc->c, 128), 1,
-                       1);
+    return vk_dispatch(e, VK_SH_batchnorm_channel, fin, pc, sizeof *pc, vk_groups(pc->c, 1), 1, 1);
 }
 
 static ex_status bn_stats(vk_exec *e, const ex_node_exec *n)
@@ -152,6 +156,7 @@ static ex_status bn_stats(vk_exec *e, const ex_node_exec *n)
     pc.mom = n->fp[1];
     put4(pc.ne, x->ne);
     put4(pc.sx, x->st);
+    pc.r0 = dense_rows(x);
     pc.sv[0] = (uint32_t)n->dst.st[0];
     pc.sv[1] = (uint32_t)n->dst.st[1];
     pc.sv[2] = col_st(&n->src[1]);
@@ -185,6 +190,8 @@ static ex_status bn_bwd_reduce(vk_exec *e, const ex_node_exec *n)
     put4(pc.ne, x->ne);
     put4(pc.sx, x->st);
     put4(pc.sy, n->src[2].st);
+    pc.r0 = dense_rows(x);
+    pc.r1 = dense_rows(&n->src[2]);
     pc.sv[0] = (uint32_t)n->dst.st[0];
     pc.sv[1] = (uint32_t)n->dst.st[1];
     pc.sv[2] = (uint32_t)s->st[0];

@@ -1,6 +1,8 @@
 /* Convolution family: CONV2D, CONV2D_BWD_DATA, CONV2D_BWD_FILTER and their depthwise
- * forms, all through conv/conv.comp (direct loops; see the shader for the algorithm).
- * The checks are the CPU backend's; every operand keeps its own strides. */
+ * forms. The depthwise geometries of a search (square 3, 5, 7; stride and dilation 1 or 2)
+ * go through conv/dw.comp (staged tiles, taps in registers); everything else through
+ * conv/conv.comp (direct loops). See the shaders for the algorithms. The checks are the
+ * CPU backend's; every operand keeps its own strides. */
 #include <string.h>
 
 #include "shaders/conv/variants.h"
@@ -102,6 +104,161 @@ static ex_status conv_filter(vk_exec *e, const ex_tdesc *x, const ex_tdesc *w, c
                        vk_groups(taps, 128), 1, 1);
 }
 
+/* Mirrors dw.comp's push constants. */
+typedef struct dw_pc {
+    uint32_t gate, x, w, y;
+    uint32_t n, c, h, wd;
+    uint32_t ho, wo, pad, tile;
+    uint32_t tiles_w, tiles, g, units;
+    uint32_t prow, pcol, items, ns;
+    uint32_t sx[4], sy[4];
+    uint32_t swc, swh, sww, parts;
+} dw_pc;
+
+_Static_assert(sizeof(dw_pc) <= VK_PC_BYTES, "dw.comp's push constants");
+
+/* dw.comp's geometry index (its variant over 4), or -1 where it has none: a square kernel
+ * of 3, 5 or 7, stride and dilation 1 or 2 along both axes, padding below 2^16. */
+static int dw_geometry(const int64_t g[16])
+{
+    int64_t k = g[8], s = g[10], d = g[14];
+    if (g[9] != k || g[11] != s || g[15] != d || (k != 3 && k != 5 && k != 7) || s < 1 || s > 2 ||
+        d < 1 || d > 2 || g[12] > 0xFFFF || g[13] > 0xFFFF)
+        return -1;
+    return (int)(((k - 3) / 2) * 4 + (s - 1) * 2 + (d - 1));
+}
+
+/* Rows (or columns) of the window that `rows` rows of a tile read: in x for the forward
+ * and filter passes, in dy for backward-data (a gather at stride s). */
+static int64_t dw_window(int which, int64_t rows, int64_t k, int64_t s, int64_t d)
+{
+    return which == 1 ? (rows - 1 + (k - 1) * d + s - 1) / s + 1 : (rows - 1) * s + (k - 1) * d + 1;
+}
+
+/* The tiles of one pass: at most 32x32 (in y's space; x's for backward-data), halved
+ * until the windows (and dy's tile, for the filter) fit DW_SMEM floats; small planes are
+ * packed several to a workgroup. 0 when not even a 4x4 tile fits. */
+static int dw_tiles(int which, const int64_t g[16], dw_pc *pc)
+{
+    int64_t k = g[8], s = g[10], d = g[14];
+    int64_t oh = which == 1 ? g[4] : g[6], ow = which == 1 ? g[5] : g[7];
+    int64_t th = oh < 32 ? oh : 32, tw = ow < 32 ? ow : 32, thr, need;
+    for (;;) {
+        thr = (th + DW_RH - 1) / DW_RH * DW_RH;
+        pc->prow = (uint32_t)dw_window(which, thr, k, s, d);
+        pc->pcol = (uint32_t)dw_window(which, tw, k, s, d);
+        need = (int64_t)pc->prow * pc->pcol + (which == 2 ? thr * tw : 0);
+        if (need <= DW_SMEM)
+            break;
+        if (th > DW_RH)
+            th = ((th + 1) / 2 + DW_RH - 1) / DW_RH * DW_RH;
+        else if (tw > 4)
+            tw = (tw + 1) / 2;
+        else
+            return 0;
+    }
+    pc->tile = (uint32_t)(th | tw << 16);
+    pc->units = (uint32_t)(tw * (thr / DW_RH));
+    pc->tiles_w = (uint32_t)((ow + tw - 1) / tw);
+    pc->tiles = pc->tiles_w * (uint32_t)((oh + th - 1) / th);
+    int64_t gp = 1;
+    if (pc->tiles == 1 && pc->units < 128) {
+        gp = 128 / pc->units;
+        gp = gp > DW_MAXG ? DW_MAXG : gp;
+        gp = gp > DW_SMEM / need ? DW_SMEM / need : gp;
+    }
+    pc->g = (uint32_t)gp;
+    return 1;
+}
+
+/* The depthwise filter gradient through dw.comp: a workgroup per (channel, range of
+ * samples, tile) (dw_ranges), partials into scratch and their ordered sum (one range per
+ * channel and tile writes dw directly). Each dispatch binds only what it touches: x, dy
+ * and the partials it writes, then the partials it reads and dw. */
+static ex_status dw_filter(vk_exec *e, const ex_tdesc *x, const ex_tdesc *w, const ex_tdesc *y,
+                           int geo, dw_pc *pc)
+{
+    int64_t c = pc->c, parts = pc->parts, t = (int64_t)(3 + 2 * (geo / 4)) * (3 + 2 * (geo / 4));
+    uint32_t groups = vk_groups(pc->items, 1);
+    pc->x = vk_ref(e, x);
+    pc->y = vk_ref(e, y);
+    if (parts == 1) {
+        pc->w = vk_ref(e, w);
+        return vk_dispatch(e, VK_SH_conv_dw, DW_FILTER + 4 * geo, pc, sizeof *pc, groups, 1, 1);
+    }
+    ex_status st = vk_scratch(e, 4 * (uint64_t)(parts * c * t), &pc->w);
+    if (st == EX_OK)
+        st = vk_dispatch(e, VK_SH_conv_dw, DW_FILTER + 4 * geo, pc, sizeof *pc, groups, 1, 1);
+    if (st != EX_OK)
+        return st;
+    vk_barrier(e);
+    vk_bind_reset(e);
+    pc->x = vk_ref_rebind_read(e, pc->w, 0);
+    pc->y = VK_NOREF;
+    pc->w = vk_ref(e, w);
+    return vk_dispatch(e, VK_SH_conv_dw, DW_FSUM + 4 * geo, pc, sizeof *pc, vk_groups(c * t, 8), 1,
+                       1);
+}
+
+/* The filter gradient's ranges of samples (pc->ns each) and partials per channel
+ * (pc->parts): as many ranges as make about DW_PARTS workgroups, from the shape alone.
+ * 0 when the partials would pass DW_PART_MAX floats. */
+static int dw_ranges(const int64_t g[16], dw_pc *pc)
+{
+    int64_t n = g[0], c = g[1], t = g[8] * g[9];
+    int64_t stages = c * ((n + pc->g - 1) / pc->g) * pc->tiles, per = stages / DW_PARTS;
+    int64_t ns = pc->g * (per < 1 ? 1 : per), parts;
+    ns = ns > n ? n : ns;
+    parts = (n + ns - 1) / ns * pc->tiles;
+    if (parts > 1 && parts * c * t > DW_PART_MAX)
+        return 0;
+    pc->ns = (uint32_t)ns;
+    pc->parts = (uint32_t)parts;
+    pc->items = (uint32_t)(c * parts);
+    return 1;
+}
+
+/* Fills pc for a depthwise pass through dw.comp and returns its geometry index, or -1
+ * where dw.comp does not take the geometry, a tile does not fit or the counts are beyond
+ * its indexing or scratch (conv.comp then takes the pass). */
+static int dw_plan(int which, const ex_tdesc *x, const ex_tdesc *w, const ex_tdesc *y,
+                   const int64_t g[16], dw_pc *pc)
+{
+    int geo = dw_geometry(g);
+    memset(pc, 0, sizeof *pc);
+    if (geo < 0 || !dw_tiles(which, g, pc) || !conv_strides(x, pc->sx) ||
+        !conv_strides(y, pc->sy) || !vk_fits32(w->ne, w->st) ||
+        (g[0] * g[1] + pc->g - 1) / pc->g * pc->tiles > INT32_MAX ||
+        (which == 2 && !dw_ranges(g, pc)))
+        return -1;
+    pc->n = (uint32_t)g[0];
+    pc->c = (uint32_t)g[1];
+    pc->h = (uint32_t)g[4];
+    pc->wd = (uint32_t)g[5];
+    pc->ho = (uint32_t)g[6];
+    pc->wo = (uint32_t)g[7];
+    pc->pad = (uint32_t)(g[12] | g[13] << 16);
+    pc->swc = (uint32_t)w->st[0];
+    pc->swh = (uint32_t)w->st[2];
+    pc->sww = (uint32_t)w->st[3];
+    if (which != 2)
+        pc->items = (uint32_t)((g[0] * g[1] + pc->g - 1) / pc->g * pc->tiles);
+    return geo;
+}
+
+/* A depthwise pass through dw.comp, planned by dw_plan. */
+static ex_status dw_run(vk_exec *e, int which, const ex_tdesc *x, const ex_tdesc *w,
+                        const ex_tdesc *y, int geo, dw_pc *pc)
+{
+    if (which == 2)
+        return dw_filter(e, x, w, y, geo, pc);
+    pc->x = vk_ref(e, x);
+    pc->w = vk_ref(e, w);
+    pc->y = vk_ref(e, y);
+    return vk_dispatch(e, VK_SH_conv_dw, (which == 0 ? DW_FWD : DW_DATA) + 4 * geo, pc, sizeof *pc,
+                       vk_groups(pc->items, 1), 1, 1);
+}
+
 /* which: 0 forward (x, w -> y), 1 backward data (dy, w -> dx), 2 filter (x, dy -> dw). */
 static ex_status conv_run(vk_exec *e, const ex_node_exec *nd, int which, int depthwise)
 {
@@ -143,6 +300,10 @@ static ex_status conv_run(vk_exec *e, const ex_node_exec *nd, int which, int dep
         pc.g2[i] = (uint32_t)g[8 + i];
         pc.g3[i] = (uint32_t)g[12 + i];
     }
+    dw_pc dpc;
+    int geo = depthwise ? dw_plan(which, x, w, y, g, &dpc) : -1;
+    if (geo >= 0)
+        return dw_run(e, which, x, w, y, geo, &dpc);
     int dwv = depthwise ? CV_DEPTHWISE : 0;
     if (which == 2)
         return conv_filter(e, x, w, y, g, &pc, dwv);

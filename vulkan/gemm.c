@@ -1,10 +1,13 @@
-/* GEMM-shaped ops: MATMUL, LINEAR, PWCONV, PWCONV_BWD_FILTER, all through one tiled
- * shared-memory shader (gemm/gemm.comp) sized to the portable limits. Each op only says
- * how its tensors map onto C[z][i][j] = sum_k A[z][i][k] B[z][k][j]: strides for every
- * level of i, j and k, so transposed views and strided samples need no copy. Checks
- * mirror the CPU backend's. */
+/* GEMM-shaped ops. MATMUL and LINEAR go through one tiled shared-memory shader
+ * (gemm/gemm.comp) sized to the portable limits: each says how its tensors map onto
+ * C[i][j] = sum_k A[i][k] B[k][j] by strides, so transposed views need no copy. The 1x1
+ * convolutions of a search have few channels and many positions, so they have shaders of
+ * their own that stream the positions: PWCONV (gemm/pw.comp) and PWCONV_BWD_FILTER
+ * (gemm/wgrad.comp, partial sums over ranges of positions, then their ordered sum). Every
+ * operand keeps its own strides. Checks mirror the CPU backend's. */
 #include <string.h>
 
+#include "shaders/gemm/variants.h"
 #include "vulkan/vk.h"
 
 /* Mirrors gemm.comp's push constants. */
@@ -179,7 +182,41 @@ static ex_status pw_check(vk_exec *e, const ex_node_exec *nd, const ex_tdesc *x,
     return EX_OK;
 }
 
-/* Per sample z: y_z [Co, H*W] = w [Co, Ci] x_z [Ci, H*W], j split as (h, w). */
+/* Mirrors pw.comp's push constants. */
+typedef struct pw_pc {
+    uint32_t gate, x, w, y;
+    uint32_t npos, hw, wd, ci;
+    uint32_t co, blocks, swo, swi;
+    uint32_t sx[4], sy[4];
+} pw_pc;
+
+/* Mirrors wgrad.comp's push constants. */
+typedef struct wg_pc {
+    uint32_t gate, a, b, d;
+    uint32_t m, n, k, hw;
+    uint32_t wd, len, parts, dpart;
+    uint32_t drow, dcol, r0, r1;
+    uint32_t sa[4], sb[4];
+} wg_pc;
+
+_Static_assert(sizeof(pw_pc) <= VK_PC_BYTES, "pw.comp's push constants");
+_Static_assert(sizeof(wg_pc) <= VK_PC_BYTES, "wgrad.comp's push constants");
+
+/* Whether an operand's sizes and strides fit the shaders' 32-bit indexing; its padded
+ * strides into out (when not NULL). */
+static int pw_fits(const ex_tdesc *t, uint32_t out[4])
+{
+    int64_t ne[4], st[4];
+    ex_td_shape4(t, ne, st);
+    if (!vk_fits32(ne, st))
+        return 0;
+    for (int d = 0; d < 4 && out; d++)
+        out[d] = (uint32_t)st[d];
+    return 1;
+}
+
+/* y [N, Co, H, W] = w [Co, Ci] x [N, Ci, H, W] through pw.comp: one invocation per
+ * position, a block of 16 or 32 output channels per workgroup row (grid y). */
 static ex_status pwconv(vk_exec *e, const ex_node_exec *n)
 {
     if (n->nsrc != 2 || n->src == NULL)
@@ -188,63 +225,47 @@ static ex_status pwconv(vk_exec *e, const ex_node_exec *n)
     ex_status st = pw_check(e, n, x, w, y);
     if (st != EX_OK)
         return st;
-    gm_geom g = plain(y->ne[1], y->ne[2] * y->ne[3], x->ne[1]);
-    g.j0 = y->ne[3];
-    g.batch = y->ne[0];
-    g.a_i = w->st[0];
-    g.a_k0 = w->st[1];
-    g.b_k0 = x->st[1];
-    g.b_j1 = x->st[2];
-    g.b_j0 = x->st[3];
-    g.c_i = y->st[1];
-    g.c_j1 = y->st[2];
-    g.c_j0 = y->st[3];
-    g.zb = x->st[0];
-    g.zc = y->st[0];
-    return run(e, &g, w, x, y, NULL);
+    pw_pc pc;
+    memset(&pc, 0, sizeof pc);
+    int64_t npos = x->ne[0] * x->ne[2] * x->ne[3], co = y->ne[1];
+    if (!pw_fits(x, pc.sx) || !pw_fits(y, pc.sy) || !pw_fits(w, NULL) || npos > INT32_MAX - 128)
+        return vk_fail(e, EX_ERR_UNSUPPORTED, "operands beyond 32-bit indexing");
+    int wide = co > 16;
+    int64_t blocks = (npos + 127) / 128, tiles = (co + (wide ? 31 : 15)) / (wide ? 32 : 16);
+    if (tiles > VK_MAX_GROUPS)
+        return vk_fail(e, EX_ERR_UNSUPPORTED, "%lld output channels", (long long)co);
+    pc.x = vk_ref(e, x);
+    pc.w = vk_ref(e, w);
+    pc.y = vk_ref(e, y);
+    pc.npos = (uint32_t)npos;
+    pc.hw = (uint32_t)(x->ne[2] * x->ne[3]);
+    pc.wd = (uint32_t)x->ne[3];
+    pc.ci = (uint32_t)x->ne[1];
+    pc.co = (uint32_t)co;
+    pc.blocks = (uint32_t)blocks;
+    pc.swo = (uint32_t)w->st[0];
+    pc.swi = (uint32_t)w->st[1];
+    return vk_dispatch(e, VK_SH_gemm_pw, wide ? PW_CT32 : 0, &pc, sizeof pc, vk_groups(npos, 128),
+                       (uint32_t)tiles, 1);
 }
 
-/* Below this many 32x32 output tiles a filter gradient is split by sample: each sample's
- * product goes to scratch in its own workgroups, then a fixed-order sum over samples. */
-#define VK_SPLIT_TILES 64
-#define VK_SPLIT_BYTES ((int64_t)64 << 20)
-
-static ex_status pwconv_bwd_filter_split(vk_exec *e, const ex_tdesc *x, const ex_tdesc *dy,
-                                         const ex_tdesc *dw)
+/* Ranges the filter gradient's positions are split into: enough workgroups to fill a GPU,
+ * while the partials (parts x Co x Ci) stay below a quarter of what the ranges read
+ * (K x (Co + Ci)) and below 4M floats. From the shape alone, so the sum is repeatable. */
+static int64_t wg_parts(int64_t k, int64_t co, int64_t ci, int64_t kc, int64_t *len)
 {
-    int64_t nb = x->ne[0], co = dw->ne[0], ci = dw->ne[1];
-    uint32_t part = 0;
-    ex_status st = vk_scratch(e, (uint64_t)(nb * co * ci * 4), &part);
-    if (st != EX_OK)
-        return st;
-    gm_geom g = plain(co, ci, x->ne[2] * x->ne[3]);
-    g.k1 = x->ne[2];
-    g.k0 = x->ne[3];
-    g.batch = nb;
-    g.a_i = dy->st[1];
-    g.a_k1 = dy->st[2];
-    g.a_k0 = dy->st[3];
-    g.b_k1 = x->st[2];
-    g.b_k0 = x->st[3];
-    g.b_j0 = x->st[1];
-    g.c_i = ci;
-    g.c_j0 = 1;
-    g.za = dy->st[0];
-    g.zb = x->st[0];
-    g.zc = co * ci;
-    st = run_refs(e, &g, vk_ref(e, dy), vk_ref(e, x), part, NULL);
-    if (st != EX_OK)
-        return st;
-    vk_barrier(e);
-    if (dw->st[0] > INT32_MAX || dw->st[1] > INT32_MAX || dw->st[0] < 0 || dw->st[1] < 0)
-        return vk_fail(e, EX_ERR_UNSUPPORTED, "dw is beyond 32-bit indexing");
-    vk_bind_reset(e);
-    part = vk_ref_rebind_read(e, part, 0);
-    return vk_reduce_batch(e, part, (uint32_t)nb, (uint32_t)co, (uint32_t)ci, vk_ref(e, dw),
-                           (uint32_t)dw->st[0], (uint32_t)dw->st[1]);
+    int64_t parts = k * (co + ci) / (4 * co * ci), cap = ((int64_t)1 << 22) / (co * ci);
+    parts = parts > WG_PARTS ? WG_PARTS : parts;
+    parts = parts > cap ? cap : parts;
+    parts = parts < 1 ? 1 : parts;
+    *len = ((k + parts - 1) / parts + kc - 1) / kc * kc; /* whole stages of kc positions */
+    return (k + *len - 1) / *len;
 }
 
-/* dw [Co, Ci] = dy [Co, (n, h, w)] x^T [(n, h, w), Ci]: k split in three levels. */
+/* dw [Co, Ci] = the sum over positions (n, h, w) of dy [n, :, h, w] x [n, :, h, w]^T through
+ * wgrad.comp: partials of position ranges into scratch, then their sum in order (one
+ * range writes dw directly). Each pass binds only what it touches: dy, x and the scratch
+ * it writes, then the scratch it reads and dw. */
 static ex_status pwconv_bwd_filter(vk_exec *e, const ex_node_exec *n)
 {
     if (n->nsrc != 2 || n->src == NULL)
@@ -253,24 +274,54 @@ static ex_status pwconv_bwd_filter(vk_exec *e, const ex_node_exec *n)
     ex_status st = pw_check(e, n, x, dw, dy);
     if (st != EX_OK)
         return st;
-    int64_t nb = x->ne[0], co = dw->ne[0], ci = dw->ne[1];
-    if (nb > 1 && ((co + 31) / 32) * ((ci + 31) / 32) < VK_SPLIT_TILES &&
-        nb * co * ci * 4 <= VK_SPLIT_BYTES)
-        return pwconv_bwd_filter_split(e, x, dy, dw);
-    gm_geom g = plain(dw->ne[0], dw->ne[1], x->ne[0] * x->ne[2] * x->ne[3]);
-    g.k1 = x->ne[2];
-    g.k0 = x->ne[3];
-    g.a_i = dy->st[1];
-    g.a_k2 = dy->st[0];
-    g.a_k1 = dy->st[2];
-    g.a_k0 = dy->st[3];
-    g.b_k2 = x->st[0];
-    g.b_k1 = x->st[2];
-    g.b_k0 = x->st[3];
-    g.b_j0 = x->st[1];
-    g.c_i = dw->st[0];
-    g.c_j0 = dw->st[1];
-    return run(e, &g, dy, x, dw, NULL);
+    wg_pc pc;
+    memset(&pc, 0, sizeof pc);
+    int64_t co = dw->ne[0], ci = dw->ne[1], k = x->ne[0] * x->ne[2] * x->ne[3];
+    if (!pw_fits(dy, pc.sa) || !pw_fits(x, pc.sb) || !pw_fits(dw, NULL) || k > INT32_MAX - 64 ||
+        co * ci > INT32_MAX / WG_PARTS)
+        return vk_fail(e, EX_ERR_UNSUPPORTED, "operands beyond 32-bit indexing");
+    int variant = (co > 16 ? WG_TI32 : 0) | (ci > 16 ? WG_TJ32 : 0);
+    int64_t ti = co > 16 ? 32 : 16, tj = ci > 16 ? 32 : 16, len = 0;
+    int64_t parts = wg_parts(k, co, ci, ti + tj > 32 ? 32 : 64, &len);
+    int64_t gy = (co + ti - 1) / ti, gz = (ci + tj - 1) / tj;
+    if (gy > VK_MAX_GROUPS || gz > VK_MAX_GROUPS)
+        return vk_fail(e, EX_ERR_UNSUPPORTED, "a %lldx%lld filter", (long long)co, (long long)ci);
+    pc.m = (uint32_t)co;
+    pc.n = (uint32_t)ci;
+    pc.k = (uint32_t)k;
+    pc.hw = (uint32_t)(x->ne[2] * x->ne[3]);
+    pc.wd = (uint32_t)x->ne[3];
+    pc.len = (uint32_t)len;
+    pc.parts = (uint32_t)parts;
+    if (parts == 1) {
+        pc.a = vk_ref(e, dy);
+        pc.b = vk_ref(e, x);
+        pc.d = vk_ref(e, dw);
+        pc.drow = (uint32_t)dw->st[0];
+        pc.dcol = (uint32_t)dw->st[1];
+        return vk_dispatch(e, VK_SH_gemm_wgrad, variant, &pc, sizeof pc, 1, (uint32_t)gy,
+                           (uint32_t)gz);
+    }
+    st = vk_scratch(e, 4 * (uint64_t)(parts * co * ci), &pc.d);
+    if (st != EX_OK)
+        return st;
+    pc.a = vk_ref(e, dy);
+    pc.b = vk_ref(e, x);
+    pc.dpart = (uint32_t)(co * ci);
+    pc.drow = (uint32_t)ci;
+    pc.dcol = 1;
+    st = vk_dispatch(e, VK_SH_gemm_wgrad, variant, &pc, sizeof pc, (uint32_t)parts, (uint32_t)gy,
+                     (uint32_t)gz);
+    if (st != EX_OK)
+        return st;
+    vk_barrier(e);
+    vk_bind_reset(e);
+    pc.a = vk_ref_rebind_read(e, pc.d, 0);
+    pc.b = VK_NOREF;
+    pc.d = vk_ref(e, dw);
+    pc.drow = (uint32_t)dw->st[0];
+    pc.dcol = (uint32_t)dw->st[1];
+    return vk_dispatch(e, VK_SH_gemm_wgrad, WG_SUM, &pc, sizeof pc, vk_groups(co * ci, 8), 1, 1);
 }
 
 ex_status vk_run_gemm(vk_exec *e, const ex_node_exec *n)

@@ -157,27 +157,6 @@ ex_status vk_reduce_all(vk_exec *e, const ex_tdesc *x, uint32_t xref, uint32_t d
     return vk_dispatch(e, VK_SH_reduce_reduce, variant, &pc, sizeof pc, 1, 1, 1);
 }
 
-ex_status vk_reduce_batch(vk_exec *e, uint32_t src, uint32_t nb, uint32_t rows, uint32_t cols,
-                          uint32_t dst, uint32_t drow, uint32_t dcol)
-{
-    red_pc pc;
-    memset(&pc, 0, sizeof pc);
-    pc.x = src;
-    pc.d = dst;
-    pc.m = nb;
-    pc.nout = rows * cols;
-    const uint32_t kne[4] = {1, 1, rows, cols}, kxs[4] = {0, 0, cols, 1},
-                   kds[4] = {0, 0, drow, dcol}, rne[4] = {1, 1, 1, nb},
-                   rxs[4] = {0, 0, 0, rows * cols};
-    memcpy(pc.kne, kne, sizeof kne);
-    memcpy(pc.kxs, kxs, sizeof kxs);
-    memcpy(pc.kds, kds, sizeof kds);
-    memcpy(pc.rne, rne, sizeof rne);
-    memcpy(pc.rxs, rxs, sizeof rxs);
-    return vk_dispatch(e, VK_SH_reduce_reduce, RED_SUM, &pc, sizeof pc, vk_groups(pc.nout, 1), 1,
-                       1);
-}
-
 ex_status vk_run_reduce(vk_exec *e, const ex_node_exec *n)
 {
     switch (n->op) {

@@ -170,10 +170,6 @@ ex_status vk_run_reduce(vk_exec *e, const ex_node_exec *n);
 ex_status vk_reduce_flat(vk_exec *e, uint32_t src, uint32_t n, uint32_t dst, int variant);
 /** Folds every element of x (reference xref) into the f32 at dst (RED_SUM, RED_SUMSQ, ...). */
 ex_status vk_reduce_all(vk_exec *e, const ex_tdesc *x, uint32_t xref, uint32_t dst, int variant);
-/** dst[i][j] (strides drow, dcol) = sum over b of src[b][i][j] (contiguous [nb][rows][cols]),
- *  b in order: the last pass of a split GEMM. */
-ex_status vk_reduce_batch(vk_exec *e, uint32_t src, uint32_t nb, uint32_t rows, uint32_t cols,
-                          uint32_t dst, uint32_t drow, uint32_t dcol);
 /* softmax.c: SOFTMAX(_BWD) LOG_SOFTMAX(_BWD) CROSS_ENTROPY(_BWD) ACCURACY */
 ex_status vk_run_softmax(vk_exec *e, const ex_node_exec *n);
 /* gemm.c: PWCONV PWCONV_BWD_FILTER MATMUL LINEAR */

@@ -96,13 +96,19 @@ typedef struct ex_backend_iface {
     ex_status (*buffer_alloc)(void *impl, uint64_t bytes, ex_buffer **out);
     void (*buffer_free)(void *impl, ex_buffer *buf);
     ex_status (*upload)(void *impl, ex_buffer *buf, uint64_t offset, const void *src, uint64_t n);
+    /** Copies device data to the host once the work queued before it is done; returns a
+     *  failure a queued compute found. */
     ex_status (*download)(void *impl, ex_buffer *buf, uint64_t offset, void *dst, uint64_t n);
     ex_status (*copy)(void *impl, ex_buffer *dst, uint64_t doff, ex_buffer *src, uint64_t soff,
                       uint64_t n);
     /** Fills n bytes (a multiple of 4) with a 32-bit pattern. */
     ex_status (*fill)(void *impl, ex_buffer *buf, uint64_t offset, uint64_t n, uint32_t pattern);
-    /** Runs nodes in order. When node_ms is not NULL, stores each node's time (ms). */
+    /** Runs nodes in order. When node_ms is not NULL, stores each node's time (ms) and
+     *  returns once they ran. Otherwise it may return once the nodes are queued: a failure
+     *  the device finds later (a label out of range) is then returned by the next
+     *  synchronize or download, or by a compute that must wait to collect it. */
     ex_status (*compute)(void *impl, const ex_node_exec *nodes, int64_t n, double *node_ms);
+    /** Waits for all queued work; returns a failure a queued compute found. */
     ex_status (*synchronize)(void *impl);
     /** Times the host has waited for the device so far (NULL: the backend runs on the
      *  host and never waits). */

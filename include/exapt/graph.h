@@ -68,6 +68,15 @@ ex_status ex_plan_set_profile(ex_plan *plan, bool on);
 /** Runs only the nodes of one stage (see ex_ctx_begin_stage). */
 ex_status ex_plan_run_stage(ex_plan *plan, int stage);
 
+/** Queues the nodes of one stage and returns without waiting for them on backends that
+ *  queue work (CUDA): a failure the device finds while running them (a label out of
+ *  range) is returned by the next ex_plan_read, ex_plan_sync or run. A step that ends by
+ *  reading its results thus waits for the device once. Elsewhere as ex_plan_run_stage. */
+ex_status ex_plan_submit_stage(ex_plan *plan, int stage);
+
+/** Waits for everything queued for the plan and returns a failure it found. */
+ex_status ex_plan_sync(ex_plan *plan);
+
 /** Copies every persistent tensor (inputs, parameters, state, kept tensors) into the
  *  plan's snapshot, on the device and in order with the runs: no host wait on backends
  *  that queue work. EX_ERR_STATE when the plan was made without opts.snapshot. */

@@ -239,6 +239,10 @@ ex_status ex_viz_window_run(ex_viz_window *w, ex_viz_model *m, ex_viz_follow *f,
 /** Writes what the window shows now as PNG. EX_ERR_ARG when w is NULL or png NULL or "". */
 ex_status ex_viz_window_screenshot(ex_viz_window *w, const char *png, char *msg, size_t msg_len);
 
+/** Which SDL renderer draws the window ("opengl", "software", ...; with why when the
+ *  viewer chose software over an OpenGL that rasterizes on the CPU); "" for NULL. */
+const char *ex_viz_window_renderer(const ex_viz_window *w);
+
 /** Frames drawn so far (the benchmark divides them by its time); 0 for NULL. */
 int64_t ex_viz_window_frames(const ex_viz_window *w);
 

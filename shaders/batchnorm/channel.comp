@@ -1,14 +1,17 @@
 // exapt: writes 1 3
 // Per-channel batch-norm reductions in two passes. The segment pass gives each segment of
 // BN_SEG consecutive elements (n, h, w order) of a channel to one workgroup, whose 128
-// invocations walk it in a fixed strided order and add their f32 partials by a fixed
-// shared-memory tree: for the statistics, the segment's mean and then the sum of squared
-// deviations from it (two trees over the same elements, so a large mean does not cancel
-// the variance away), for the backward the sums of dy * xhat and dy. The finishing pass
-// gives each channel to one invocation, which merges its segments in order (Chan et al.'s
-// pairwise update for the variance) and writes the result; no atomics, repeatable.
+// invocations hold 16 elements each in registers (invocation t the t-th of every 128,
+// loaded four at a time, all in flight together) and add their f32 partials in a fixed
+// two-level order (16 sums of 8 invocations, then the 16): for the statistics the
+// segment's mean and then the sum of squared deviations from it (from the same registers,
+// so a large mean does not cancel the variance away and x is read once), for the backward
+// the sums of dy * xhat and dy. The finishing pass gives each channel to one workgroup,
+// which loads the segments' partials in parallel and merges them in order (Chan et al.'s
+// pairwise update for the variance); no atomics, repeatable.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "batchnorm/variants.h"
 
@@ -17,53 +20,86 @@ layout(push_constant) uniform PC
 {
     uint gate, d, x, y;     // dst [2, C], x, dy (BN_SEG_RED)
     uint a, b, m, c;        // running mean and var, or stats (BN_SEG_RED); M; C
-    uint part, nseg, r0, r1; // scratch: 2 words per (channel, segment); segments per channel
+    uint part, nseg, r0, r1; // scratch: 2 words per (channel, segment); segments per channel;
+                             // whether x's (r0) and dy's (r1) planes have dense rows
     float eps, mom, r2, r3;
     uvec4 ne, sx, sy; // x's shape [N, C, H, W]; strides of x and dy
     uvec4 sv;         // dst's row and column strides; a's and b's (BN_SEG_RED: stats' rows, columns)
 } pc;
 
-shared vec2 sh[128];
+shared vec2 sh[128 + 16];
 
-// Adds v over the workgroup in a fixed tree; every invocation gets the sum.
-vec2 tree(vec2 v)
+// Adds v over the workgroup in a fixed order (8 invocations, then 16 of those sums); every
+// invocation gets the sum.
+vec2 wg_sum(vec2 v)
 {
     uint lid = gl_LocalInvocationID.x;
     sh[lid] = v;
     barrier();
-    for (uint s = 64u; s > 0u; s >>= 1) {
-        if (lid < s)
-            sh[lid] += sh[lid + s];
-        barrier();
+    if (lid < 16u) {
+        vec2 s = vec2(0.0);
+        for (uint k = 0u; k < 8u; k++)
+            s += sh[lid * 8u + k];
+        sh[128u + lid] = s;
     }
-    vec2 r = sh[0];
+    barrier();
+    vec2 r = vec2(0.0);
+    for (uint k = 0u; k < 16u; k++)
+        r += sh[128u + k];
     barrier();
     return r;
 }
 
-// Offset of channel element i (n, h, w in row-major order) under strides s.
-uint at(uvec4 s, uint ch, uint i)
+uint seg_len(uint sg) { return min(pc.m - sg * BN_SEG, uint(BN_SEG)); }
+
+// The offsets under strides s of this invocation's BN_PER elements of segment sg of channel
+// ch (element t + 128 j of the segment, n-major), element 0 where past the segment's end.
+// The position (n, r) is decoded once and stepped by 128 with a carry; h and w are split
+// only where the plane's rows are not dense (pc.r0 != 0 says x's are, pc.r1 dy's).
+void offsets(uvec4 s, bool dense, uint ch, uint sg, out uint off[BN_PER])
 {
-    uint hw = pc.ne.z * pc.ne.w, r = i % hw;
-    return (i / hw) * s.x + ch * s.y + (r / pc.ne.w) * s.z + (r % pc.ne.w) * s.w;
+    uint hw = pc.ne.z * pc.ne.w, dn = 128u / hw, dr = 128u % hw;
+    uint i = sg * BN_SEG + gl_LocalInvocationID.x, i1 = sg * BN_SEG + seg_len(sg);
+    uint nb = i / hw, r = i - nb * hw;
+    [[unroll]] for (uint j = 0u; j < BN_PER; j++, i += 128u) {
+        uint sp = dense ? r * s.w : (r / pc.ne.w) * s.z + (r % pc.ne.w) * s.w;
+        off[j] = i < i1 ? nb * s.x + ch * s.y + sp : 0u;
+        nb += dn;
+        r += dr;
+        if (r >= hw) {
+            r -= hw;
+            nb++;
+        }
+    }
 }
 
-uint seg_len(uint sg) { return min(pc.m - sg * BN_SEG, uint(BN_SEG)); }
+// Loads BN_PER elements at off (four per switch on the binding, all in flight).
+void load(uint ref, uint off[BN_PER], out float v[BN_PER])
+{
+    [[unroll]] for (uint j = 0u; j < BN_PER; j += 4u) {
+        vec4 q = ldf4(ref, uvec4(off[j], off[j + 1u], off[j + 2u], off[j + 3u]));
+        [[unroll]] for (uint k = 0u; k < 4u; k++)
+            v[j + k] = q[k];
+    }
+}
 
 void seg_stats(uint ch, uint sg)
 {
-    uint i0 = sg * BN_SEG, i1 = i0 + seg_len(sg);
-    vec2 s = vec2(0.0);
-    for (uint i = i0 + gl_LocalInvocationID.x; i < i1; i += 128u)
-        s.x += ldf(pc.x, at(pc.sx, ch, i));
-    float mean = tree(s).x / float(i1 - i0);
-    s = vec2(0.0);
-    for (uint i = i0 + gl_LocalInvocationID.x; i < i1; i += 128u) {
-        float dv = ldf(pc.x, at(pc.sx, ch, i)) - mean;
-        s.x += dv * dv;
+    uint off[BN_PER], len = seg_len(sg), lid = gl_LocalInvocationID.x;
+    float v[BN_PER];
+    offsets(pc.sx, pc.r0 != 0u, ch, sg, off);
+    load(pc.x, off, v);
+    float s = 0.0;
+    [[unroll]] for (uint j = 0u; j < BN_PER; j++)
+        s += lid + 128u * j < len ? v[j] : 0.0;
+    float mean = wg_sum(vec2(s, 0.0)).x / float(len);
+    s = 0.0;
+    [[unroll]] for (uint j = 0u; j < BN_PER; j++) {
+        float dv = v[j] - mean;
+        s += lid + 128u * j < len ? dv * dv : 0.0;
     }
-    float m2 = tree(s).x;
-    if (gl_LocalInvocationID.x == 0u) {
+    float m2 = wg_sum(vec2(s, 0.0)).x;
+    if (lid == 0u) {
         stf(pc.part, 2u * (ch * pc.nseg + sg), mean);
         stf(pc.part, 2u * (ch * pc.nseg + sg) + 1u, m2);
     }
@@ -71,30 +107,57 @@ void seg_stats(uint ch, uint sg)
 
 void seg_red(uint ch, uint sg)
 {
-    uint i0 = sg * BN_SEG, i1 = i0 + seg_len(sg);
+    uint ox[BN_PER], oy[BN_PER], len = seg_len(sg), lid = gl_LocalInvocationID.x;
+    float xv[BN_PER], gv[BN_PER];
+    offsets(pc.sx, pc.r0 != 0u, ch, sg, ox);
+    offsets(pc.sy, pc.r1 != 0u, ch, sg, oy);
+    load(pc.x, ox, xv);
+    load(pc.y, oy, gv);
     float mean = ldfu(pc.a, ch * pc.sv.w), inv = ldfu(pc.a, pc.sv.z + ch * pc.sv.w);
     vec2 s = vec2(0.0);
-    for (uint i = i0 + gl_LocalInvocationID.x; i < i1; i += 128u) {
-        float g = ldf(pc.y, at(pc.sy, ch, i));
-        s += vec2(g * ((ldf(pc.x, at(pc.sx, ch, i)) - mean) * inv), g);
-    }
-    s = tree(s);
-    if (gl_LocalInvocationID.x == 0u) {
+    [[unroll]] for (uint j = 0u; j < BN_PER; j++)
+        if (lid + 128u * j < len)
+            s += vec2(gv[j] * ((xv[j] - mean) * inv), gv[j]);
+    s = wg_sum(s);
+    if (lid == 0u) {
         stf(pc.part, 2u * (ch * pc.nseg + sg), s.x);
         stf(pc.part, 2u * (ch * pc.nseg + sg) + 1u, s.y);
     }
 }
 
-void fin_stats(uint ch)
+// Channel ch's segment partials, 128 at a time into sh (in parallel), merged in order by
+// invocation 0: Chan et al.'s update (BN_FIN_STATS) or a plain sum (BN_FIN_RED).
+void finish(uint ch)
 {
+    uint lid = gl_LocalInvocationID.x;
     float n = 0.0, mean = 0.0, m2 = 0.0;
-    for (uint sg = 0u; sg < pc.nseg; sg++) {
-        float nb = float(seg_len(sg)), tot = n + nb;
-        float mb = ldf(pc.part, 2u * (ch * pc.nseg + sg));
-        float delta = mb - mean;
-        m2 += ldf(pc.part, 2u * (ch * pc.nseg + sg) + 1u) + delta * delta * (n * nb / tot);
-        mean += delta * (nb / tot);
-        n = tot;
+    vec2 sum = vec2(0.0);
+    for (uint s0 = 0u; s0 < pc.nseg; s0 += 128u) {
+        uint cnt = min(128u, pc.nseg - s0);
+        barrier(); // invocation 0 is done with the previous batch
+        if (lid < cnt)
+            sh[lid] = vec2(ldf(pc.part, 2u * (ch * pc.nseg + s0 + lid)),
+                           ldf(pc.part, 2u * (ch * pc.nseg + s0 + lid) + 1u));
+        barrier();
+        if (lid != 0u)
+            continue;
+        for (uint k = 0u; k < cnt; k++) {
+            if (VARIANT == BN_FIN_RED) {
+                sum += sh[k];
+                continue;
+            }
+            float nb = float(seg_len(s0 + k)), tot = n + nb, delta = sh[k].x - mean;
+            m2 += sh[k].y + delta * delta * (n * nb / tot);
+            mean += delta * (nb / tot);
+            n = tot;
+        }
+    }
+    if (lid != 0u)
+        return;
+    if (VARIANT == BN_FIN_RED) {
+        stf(pc.d, ch * pc.sv.y, sum.x);
+        stf(pc.d, pc.sv.x + ch * pc.sv.y, sum.y);
+        return;
     }
     float var = m2 / float(pc.m);
     stf(pc.d, ch * pc.sv.y, mean);
@@ -103,15 +166,6 @@ void fin_stats(uint ch)
     float unbiased = var * (float(pc.m) / float(pc.m - 1u));
     stf(pc.a, om, (1.0 - pc.mom) * ldf(pc.a, om) + pc.mom * mean);
     stf(pc.b, ov, (1.0 - pc.mom) * ldf(pc.b, ov) + pc.mom * unbiased);
-}
-
-void fin_red(uint ch)
-{
-    vec2 s = vec2(0.0);
-    for (uint sg = 0u; sg < pc.nseg; sg++)
-        s += vec2(ldf(pc.part, 2u * (ch * pc.nseg + sg)), ldf(pc.part, 2u * (ch * pc.nseg + sg) + 1u));
-    stf(pc.d, ch * pc.sv.y, s.x);
-    stf(pc.d, pc.sv.x + ch * pc.sv.y, s.y);
 }
 
 void eval(uint ch)
@@ -130,14 +184,11 @@ void main()
             else
                 seg_red(it / pc.nseg, it % pc.nseg);
         }
-        return;
-    }
-    for (uint ch = gl_GlobalInvocationID.x; ch < pc.c; ch += gl_NumWorkGroups.x * 128u) {
-        if (VARIANT == BN_FIN_STATS)
-            fin_stats(ch);
-        else if (VARIANT == BN_FIN_RED)
-            fin_red(ch);
-        else
+    } else if (VARIANT == BN_FIN_STATS || VARIANT == BN_FIN_RED) {
+        for (uint ch = gl_WorkGroupID.x; ch < pc.c; ch += gl_NumWorkGroups.x)
+            finish(ch);
+    } else {
+        for (uint ch = gl_GlobalInvocationID.x; ch < pc.c; ch += gl_NumWorkGroups.x * 128u)
             eval(ch);
     }
 }

@@ -4,6 +4,7 @@
 #define BN_FIN_STATS 2 // channel.comp: a channel's segments merged, running statistics moved
 #define BN_FIN_RED 3   // channel.comp: a channel's segment sums added
 #define BN_EVAL 4      // channel.comp: mean and invstd from the running statistics
-#define BN_SEG 4096    // elements of a channel per segment (one workgroup's share)
+#define BN_SEG 2048    // elements of a channel per segment (one workgroup's share)
+#define BN_PER 16      // of them per invocation (BN_SEG / 128), held in registers
 #define BN_APPLY 0     // pointwise.comp: (x - mean) * invstd * gamma + beta
 #define BN_DATA 1      // pointwise.comp: dx

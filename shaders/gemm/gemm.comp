@@ -2,7 +2,8 @@
 // of 128 invocations (each 2x4 outputs), k in tiles of 16 through 4 KB of shared memory,
 // summed in k order (deterministic). Index k of A and B is split into three levels
 // (k2, k1, k0) and index j of B and C into two (j1, j0), each with its own stride, so
-// one shader serves MATMUL, LINEAR, PWCONV (j = h, w) and PWCONV_BWD_FILTER (k = n, h, w).
+// the shader takes strided and batched products; MATMUL and LINEAR use it (the 1x1
+// convolutions have pw.comp and wgrad.comp).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"

@@ -1,0 +1,367 @@
+/* Batch norm's two passes in one launch, on GPUs with thread-block clusters (sm_90).
+ *
+ * A training step runs BN_STATS and then BN_APPLY on the same x, and BN_BWD_REDUCE and
+ * then BN_BWD_DATA: each pair needs per-channel sums over the whole batch between its
+ * halves, so as two kernels it is two graph nodes. Here a cluster of BNC_BLOCKS blocks
+ * takes one channel: every block sums its share of the channel in double (fixed order,
+ * fixed tree), the cluster barrier waits for all of them, every block reads the blocks'
+ * partials from their shared memory in rank order (the same order in every block, so
+ * all agree bitwise), and then each block applies or back-propagates over its share.
+ * The hardware schedules a cluster's blocks together, so the barrier cannot deadlock
+ * whatever else runs. The second node's work, outputs and arithmetic are those of
+ * batchnorm.cu's kernels; only the grouping of the sums differs. capture() asks
+ * cu_bn_pair() which node pairs qualify and launches them here as one node. */
+#include <cooperative_groups.h>
+
+#include "cuda/cuda.h"
+
+namespace cg = cooperative_groups;
+
+/** Blocks of a channel's cluster (8 is the portable cluster size). */
+#define BNC_BLOCKS 8
+#define BNC_THREADS 256
+/** A channel's elements (N*H*W) must index in 32 bits with the float-reciprocal division. */
+#define BNC_MAX_M (1 << 22)
+
+typedef struct bnc_vec {
+    float *p;
+    int64_t s;
+} bnc_vec;
+
+typedef struct bnc_args {
+    cu_t4 x, dy, out; /**< out: y (forward) or dx (backward) */
+    int n, c, w, hw, m;
+    bnc_vec mean, inv;   /**< the stats rows (read in backward, written in forward) */
+    bnc_vec gamma, beta; /**< p NULL when absent */
+    bnc_vec rm, rv;      /**< forward: running statistics */
+    bnc_vec red0, red1;  /**< backward: the reductions' rows */
+    double eps, mom;
+    int train; /**< backward: training-mode data gradient */
+    int v4;    /**< x, dy, out dense NCHW, 16-byte aligned, H*W % 4 == 0: float4 accesses */
+} bnc_args;
+
+__device__ __forceinline__ float bnc_get(bnc_vec v, int c)
+{
+    return v.p[c * v.s];
+}
+
+__device__ __forceinline__ void bnc_set(bnc_vec v, int c, float x)
+{
+    v.p[c * v.s] = x;
+}
+
+/* Element q (sample q / hw, position q % hw) of channel c of t. */
+__device__ __forceinline__ float *bnc_at(const cu_t4 &t, int c, int q, int hw, int w, float inv_hw,
+                                         float inv_w)
+{
+    int nb = __float2int_rz((float)q * inv_hw);
+    nb += (q - nb * hw >= hw) - (q - nb * hw < 0);
+    int p = q - nb * hw, h = __float2int_rz((float)p * inv_w);
+    h += (p - h * w >= w) - (p - h * w < 0);
+    return (float *)t.p + (int64_t)nb * t.st[0] + (int64_t)c * t.st[1] + (int64_t)h * t.st[2] +
+           (int64_t)(p - h * w) * t.st[3];
+}
+
+/* Float4 number j (elements 4j .. 4j+3, inside one plane) of channel c of a dense t. */
+__device__ __forceinline__ float4 *bnc_at4(const cu_t4 &t, int c, int j, int hw4, int ch,
+                                           float inv_hw4)
+{
+    int nb = __float2int_rz((float)j * inv_hw4);
+    nb += (j - nb * hw4 >= hw4) - (j - nb * hw4 < 0);
+    return (float4 *)t.p + ((int64_t)nb * ch + c) * hw4 + (j - nb * hw4);
+}
+
+/* A block's share of its channel: elements [q0, q1) of the channel's N*H*W. */
+__device__ __forceinline__ void bnc_share(int m, int *q0, int *q1)
+{
+    int rank = blockIdx.x % BNC_BLOCKS;
+    *q0 = (int)((int64_t)m * rank / BNC_BLOCKS);
+    *q1 = (int)((int64_t)m * (rank + 1) / BNC_BLOCKS);
+}
+
+/* The cluster's two sums for its channel: this block's share into part, the barrier,
+ * then every block adds the partials in rank order. */
+__device__ __forceinline__ void bnc_cluster_sums(double s1, double s2, double *part, double *sh,
+                                                 double *t1, double *t2)
+{
+#if __CUDA_ARCH__ >= 900
+    cg::cluster_group cl = cg::this_cluster();
+    s1 = cu_block_sum(s1, sh);
+    s2 = cu_block_sum(s2, sh);
+    if (threadIdx.x == 0) {
+        part[0] = s1;
+        part[1] = s2;
+    }
+    cl.sync();
+    double a = 0.0, b = 0.0;
+    for (unsigned r = 0; r < BNC_BLOCKS; r++) {
+        const double *o = cl.map_shared_rank(part, r);
+        a += o[0];
+        b += o[1];
+    }
+    cl.sync(); /* no block leaves while another still reads its partials */
+    *t1 = a;
+    *t2 = b;
+#else
+    (void)s1, (void)s2, (void)part, (void)sh;
+    *t1 = *t2 = 0.0; /* never launched below sm_90: cu_bn_pair() says no */
+#endif
+}
+
+/* The forward's statistics sums over this block's share, in element order per thread. */
+__device__ __forceinline__ void bnc_forward_sums(const bnc_args &a, int c, double *s1, double *s2)
+{
+    int q0, q1;
+    bnc_share(a.m, &q0, &q1);
+    double x1 = 0.0, x2 = 0.0;
+    if (a.v4) { /* shares are split on float4 boundaries: m and hw are multiples of 4 */
+        const int hw4 = a.hw / 4;
+        const float inv = 1.0f / (float)hw4;
+#pragma unroll 4
+        for (int j = q0 / 4 + threadIdx.x; j < q1 / 4; j += blockDim.x) {
+            float4 v = *bnc_at4(a.x, c, j, hw4, a.c, inv);
+            x1 += v.x;
+            x2 += (double)v.x * v.x;
+            x1 += v.y;
+            x2 += (double)v.y * v.y;
+            x1 += v.z;
+            x2 += (double)v.z * v.z;
+            x1 += v.w;
+            x2 += (double)v.w * v.w;
+        }
+    } else {
+        const float inv_hw = 1.0f / (float)a.hw, inv_w = 1.0f / (float)a.w;
+        for (int q = q0 + threadIdx.x; q < q1; q += blockDim.x) {
+            float v = *bnc_at(a.x, c, q, a.hw, a.w, inv_hw, inv_w);
+            x1 += v;
+            x2 += (double)v * v;
+        }
+    }
+    *s1 = x1;
+    *s2 = x2;
+}
+
+/* BN_STATS (training) and BN_APPLY: statistics and running statistics as bn_stats_one(),
+ * y = x·k + b with k = invstd·gamma, b = beta − mean·k, all as batchnorm.cu computes
+ * them. */
+__global__ void bnc_forward_kernel(bnc_args a, const float *gate)
+{
+    __shared__ double sh[32], part[2];
+    __shared__ float kb[2];
+    if (cu_gated_off(gate))
+        return;
+    const int c = blockIdx.x / BNC_BLOCKS, rank = blockIdx.x % BNC_BLOCKS;
+    double s1, s2, s, sq;
+    bnc_forward_sums(a, c, &s1, &s2);
+    bnc_cluster_sums(s1, s2, part, sh, &s, &sq);
+    if (threadIdx.x == 0) {
+        double mean = s / (double)a.m, var = sq / (double)a.m - mean * mean;
+        var = var > 0.0 ? var : 0.0;
+        float mf = (float)mean, inv = (float)(1.0 / sqrt(var + a.eps));
+        float gm = a.gamma.p ? bnc_get(a.gamma, c) : 1.0f;
+        float bt = a.beta.p ? bnc_get(a.beta, c) : 0.0f;
+        kb[0] = inv * gm;
+        kb[1] = bt - mf * kb[0];
+        if (rank == 0) {
+            bnc_set(a.mean, c, mf);
+            bnc_set(a.inv, c, inv);
+            double unbiased = var * (double)a.m / (double)(a.m - 1);
+            bnc_set(a.rm, c, (float)((1.0 - a.mom) * bnc_get(a.rm, c) + a.mom * mean));
+            bnc_set(a.rv, c, (float)((1.0 - a.mom) * bnc_get(a.rv, c) + a.mom * unbiased));
+        }
+    }
+    __syncthreads();
+    const float k = kb[0], b = kb[1];
+    int q0, q1;
+    bnc_share(a.m, &q0, &q1);
+    if (a.v4) {
+        const int hw4 = a.hw / 4;
+        const float inv = 1.0f / (float)hw4;
+#pragma unroll 4
+        for (int j = q0 / 4 + threadIdx.x; j < q1 / 4; j += blockDim.x) {
+            float4 v = *bnc_at4(a.x, c, j, hw4, a.c, inv);
+            *bnc_at4(a.out, c, j, hw4, a.c, inv) =
+                make_float4(v.x * k + b, v.y * k + b, v.z * k + b, v.w * k + b);
+        }
+        return;
+    }
+    const float inv_hw = 1.0f / (float)a.hw, inv_w = 1.0f / (float)a.w;
+    for (int q = q0 + threadIdx.x; q < q1; q += blockDim.x)
+        *bnc_at(a.out, c, q, a.hw, a.w, inv_hw, inv_w) =
+            *bnc_at(a.x, c, q, a.hw, a.w, inv_hw, inv_w) * k + b;
+}
+
+/* dx of one element, as batchnorm.cu's bn_dx. */
+__device__ __forceinline__ float bnc_dx(float x, float d, float k, float c1, float c2, float mean,
+                                        float inv)
+{
+    return k * (d - c1 - (x - mean) * inv * c2);
+}
+
+/* BN_BWD_REDUCE and BN_BWD_DATA: red0 = Σ dy·x̂, red1 = Σ dy with x̂ = (x − mean)·invstd,
+ * then dx = k (dy − c1 − x̂ c2) as bn_bwd_data_kernel computes it. */
+__global__ void bnc_backward_kernel(bnc_args a, const float *gate)
+{
+    __shared__ double sh[32], part[2];
+    __shared__ float cc[2];
+    if (cu_gated_off(gate))
+        return;
+    const int c = blockIdx.x / BNC_BLOCKS, rank = blockIdx.x % BNC_BLOCKS;
+    const float mean = bnc_get(a.mean, c), inv = bnc_get(a.inv, c);
+    const int hw4 = a.hw / 4;
+    const float inv_hw4 = 1.0f / (float)hw4;
+    const float inv_hw = 1.0f / (float)a.hw, inv_w = 1.0f / (float)a.w;
+    int q0, q1;
+    bnc_share(a.m, &q0, &q1);
+    double s1 = 0.0, s2 = 0.0;
+    if (a.v4) {
+#pragma unroll 4
+        for (int j = q0 / 4 + threadIdx.x; j < q1 / 4; j += blockDim.x) {
+            float4 v = *bnc_at4(a.x, c, j, hw4, a.c, inv_hw4);
+            float4 d = *bnc_at4(a.dy, c, j, hw4, a.c, inv_hw4);
+            s1 += (double)d.x * ((v.x - mean) * inv);
+            s2 += d.x;
+            s1 += (double)d.y * ((v.y - mean) * inv);
+            s2 += d.y;
+            s1 += (double)d.z * ((v.z - mean) * inv);
+            s2 += d.z;
+            s1 += (double)d.w * ((v.w - mean) * inv);
+            s2 += d.w;
+        }
+    } else {
+        for (int q = q0 + threadIdx.x; q < q1; q += blockDim.x) {
+            float v = *bnc_at(a.x, c, q, a.hw, a.w, inv_hw, inv_w);
+            float d = *bnc_at(a.dy, c, q, a.hw, a.w, inv_hw, inv_w);
+            s1 += (double)d * ((v - mean) * inv);
+            s2 += d;
+        }
+    }
+    double sxh, sdy;
+    bnc_cluster_sums(s1, s2, part, sh, &sxh, &sdy);
+    if (threadIdx.x == 0) {
+        float r0 = (float)sxh, r1 = (float)sdy; /* what BN_BWD_REDUCE stores */
+        if (rank == 0) {
+            bnc_set(a.red0, c, r0);
+            bnc_set(a.red1, c, r1);
+        }
+        cc[0] = a.train ? (float)(r1 / (double)a.m) : 0.0f;
+        cc[1] = a.train ? (float)(r0 / (double)a.m) : 0.0f;
+    }
+    __syncthreads();
+    const float k = (float)((double)inv * (a.gamma.p ? bnc_get(a.gamma, c) : 1.0f));
+    const float c1 = cc[0], c2 = cc[1];
+    if (a.v4) {
+#pragma unroll 4
+        for (int j = q0 / 4 + threadIdx.x; j < q1 / 4; j += blockDim.x) {
+            float4 v = *bnc_at4(a.x, c, j, hw4, a.c, inv_hw4);
+            float4 d = *bnc_at4(a.dy, c, j, hw4, a.c, inv_hw4);
+            *bnc_at4(a.out, c, j, hw4, a.c, inv_hw4) = make_float4(
+                bnc_dx(v.x, d.x, k, c1, c2, mean, inv), bnc_dx(v.y, d.y, k, c1, c2, mean, inv),
+                bnc_dx(v.z, d.z, k, c1, c2, mean, inv), bnc_dx(v.w, d.w, k, c1, c2, mean, inv));
+        }
+        return;
+    }
+    for (int q = q0 + threadIdx.x; q < q1; q += blockDim.x) {
+        float v = *bnc_at(a.x, c, q, a.hw, a.w, inv_hw, inv_w);
+        float d = *bnc_at(a.dy, c, q, a.hw, a.w, inv_hw, inv_w);
+        *bnc_at(a.out, c, q, a.hw, a.w, inv_hw, inv_w) = bnc_dx(v, d, k, c1, c2, mean, inv);
+    }
+}
+
+/* ---- which pairs, and the launch ---- */
+
+static int same_desc(const ex_tdesc *a, const ex_tdesc *b)
+{
+    if (a->buf != b->buf || a->offset != b->offset || a->ndim != b->ndim || a->dtype != b->dtype)
+        return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->ne[d] != b->ne[d] || a->st[d] != b->st[d])
+            return 0;
+    return 1;
+}
+
+/* Dense NCHW of x's shape, 16-byte aligned, planes of whole float4s. */
+static int bnc_dense4(const cu_t4 &t, const bnc_args &g)
+{
+    return t.p && g.hw % 4 == 0 && (uintptr_t)t.p % 16 == 0 && t.st[3] == 1 && t.st[2] == g.w &&
+           t.st[1] == g.hw && t.st[0] == (int64_t)g.c * g.hw;
+}
+
+static bnc_vec bnc_row(const ex_tdesc *t, int r)
+{
+    bnc_vec v = {cu_f32(t) + r * t->st[0], t->st[1]};
+    return v;
+}
+
+static bnc_vec bnc_vec_of(const ex_tdesc *t)
+{
+    bnc_vec v = {cu_f32(t), t->st[0]};
+    return v;
+}
+
+int cu_bn_pair(const ex_node_exec *a, const ex_node_exec *b, int cc_major)
+{
+    if (cc_major < 9 || a->gate != b->gate || a->gate_index != b->gate_index)
+        return 0;
+    const ex_tdesc *x = &a->src[0];
+    if (x->ndim != 4 || x->dtype != EX_F32 || x->ne[1] < 1 || x->ne[1] > 65535 ||
+        x->ne[0] * x->ne[2] * x->ne[3] >= BNC_MAX_M || x->ne[0] * x->ne[2] * x->ne[3] < 2)
+        return 0;
+    if (a->op == EX_OP_BN_STATS && b->op == EX_OP_BN_APPLY)
+        return a->nsrc == 3 && a->ip[0] != 0 && (b->nsrc == 2 || b->nsrc == 4) &&
+               same_desc(&b->src[0], x) && same_desc(&b->src[1], &a->dst);
+    if (a->op == EX_OP_BN_BWD_REDUCE && b->op == EX_OP_BN_BWD_DATA)
+        return a->nsrc == 3 && (b->nsrc == 4 || b->nsrc == 5) && same_desc(&b->src[0], x) &&
+               same_desc(&b->src[1], &a->src[1]) && same_desc(&b->src[2], &a->src[2]) &&
+               same_desc(&b->src[3], &a->dst);
+    return 0;
+}
+
+ex_status cu_bn_pair_run(cu_exec *e, const ex_node_exec *a, const ex_node_exec *b)
+{
+    const ex_tdesc *x = &a->src[0];
+    bnc_args g = {};
+    g.x = cu_t4_of(x);
+    g.out = cu_t4_of(&b->dst);
+    g.n = (int)x->ne[0];
+    g.c = (int)x->ne[1];
+    g.w = (int)x->ne[3];
+    g.hw = (int)(x->ne[2] * x->ne[3]);
+    g.m = g.n * g.hw;
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = BNC_BLOCKS;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3((unsigned)(g.c * BNC_BLOCKS));
+    cfg.blockDim = dim3(BNC_THREADS);
+    cfg.stream = e->stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    cudaError_t err;
+    if (a->op == EX_OP_BN_STATS) {
+        g.rm = bnc_vec_of(&a->src[1]);
+        g.rv = bnc_vec_of(&a->src[2]);
+        g.mean = bnc_row(&a->dst, 0);
+        g.inv = bnc_row(&a->dst, 1);
+        g.gamma = b->nsrc == 4 ? bnc_vec_of(&b->src[2]) : bnc_vec{NULL, 0};
+        g.beta = b->nsrc == 4 ? bnc_vec_of(&b->src[3]) : bnc_vec{NULL, 0};
+        g.eps = a->fp[0];
+        g.mom = a->fp[1];
+        g.v4 = bnc_dense4(g.x, g) && bnc_dense4(g.out, g);
+        err = cudaLaunchKernelEx(&cfg, bnc_forward_kernel, g, e->gate);
+    } else {
+        g.dy = cu_t4_of(&a->src[2]);
+        g.mean = bnc_row(&a->src[1], 0);
+        g.inv = bnc_row(&a->src[1], 1);
+        g.red0 = bnc_row(&a->dst, 0);
+        g.red1 = bnc_row(&a->dst, 1);
+        g.gamma = b->nsrc == 5 ? bnc_vec_of(&b->src[4]) : bnc_vec{NULL, 0};
+        g.train = b->ip[0] != 0;
+        g.v4 = bnc_dense4(g.x, g) && bnc_dense4(g.dy, g) && bnc_dense4(g.out, g);
+        err = cudaLaunchKernelEx(&cfg, bnc_backward_kernel, g, e->gate);
+    }
+    ex_status st = cu_check(e, err, "batch norm cluster launch");
+    return st != EX_OK ? st : cu_launched(e, ex_op_name(b->op));
+}
