@@ -7,8 +7,8 @@
  * warm-up.
  *   soak_search [--backend NAME] [--size quick|small|tiny] [--steps N]
  * quick: the quick preset's supernet (label long, 10000 steps by hand on the CPU); small:
- * the quick preset's supernet at batch 16 with 2 cells of 2 nodes (label long, 1000 steps
- * on Vulkan); tiny: a one-cell supernet (label unit, a few hundred steps). Progress goes to
+ * 3 cells of 2 nodes, 4 channels, batch 4 (label long, 1000 steps on Vulkan); tiny: one
+ * cell of 1 node, 4 channels, batch 4 (label unit, a few hundred steps). Progress goes to
  * stderr every 5% (at most every 50 steps) so a run cut short still shows its trend. */
 #include <setjmp.h>
 #include <stdarg.h>
