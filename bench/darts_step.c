@@ -459,6 +459,21 @@ static json_t *memory_json(ex_search *s)
                      (json_int_t)ps.nodes);
 }
 
+/* What the backend holds and what recording the step took, where it counts them
+ * (ex_backend_get_counters: Vulkan): descriptor sets, dispatches, barriers, host time. */
+static json_t *counters_json(const ex_backend *be)
+{
+    ex_backend_counters k;
+    if (ex_backend_get_counters(be, &k) != EX_OK)
+        return json_null();
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}", "device_allocations",
+                     (json_int_t)k.device_allocations, "device_bytes", (json_int_t)k.device_bytes,
+                     "device_objects", (json_int_t)k.device_objects, "descriptor_sets",
+                     (json_int_t)k.descriptor_sets, "dispatches", (json_int_t)k.dispatches,
+                     "barriers", (json_int_t)k.barriers, "inexact_bindings",
+                     (json_int_t)k.inexact_bindings, "record_ms", k.record_ms);
+}
+
 static void utc_now(char *buf, size_t len)
 {
     time_t t = time(NULL);
@@ -494,6 +509,8 @@ static int report(const opts *o, const ex_search_config *c, ex_backend *be, ex_s
                             timing_json(t, o->iters), "memory", memory_json(s));
     if (doc && profile)
         json_object_set(doc, "profile", profile);
+    if (doc)
+        json_object_set_new(doc, "counters", counters_json(be));
     return json_write(o->out, "exapt.json", doc);
 }
 

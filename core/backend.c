@@ -147,6 +147,18 @@ uint64_t ex_backend_host_syncs(const ex_backend *be)
     return be && be->iface->host_syncs ? be->iface->host_syncs(be->impl) : 0;
 }
 
+ex_status ex_backend_get_counters(const ex_backend *be, ex_backend_counters *out)
+{
+    if (out)
+        memset(out, 0, sizeof *out);
+    if (!be || !out)
+        return EX_ERR_ARG;
+    if (!be->iface->counters)
+        return EX_ERR_UNSUPPORTED;
+    be->iface->counters(be->impl, out);
+    return EX_OK;
+}
+
 ex_status ex_backend_devices(const char *name, char *buf, size_t len)
 {
     if (!name || !buf || len == 0)

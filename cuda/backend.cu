@@ -954,6 +954,7 @@ static const ex_backend_iface cuda_iface = {
     cuda_close,      cuda_error, cuda_buffer_alloc, cuda_buffer_free, cuda_upload,
     cuda_download,   cuda_copy,  cuda_fill,         cuda_compute,     cuda_synchronize,
     cuda_host_syncs, NULL, /* set_alloc_hook: not covered (backend.h) */
+    NULL,                  /* counters: none kept */
 };
 
 /* ---- opening ---- */

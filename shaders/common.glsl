@@ -2,11 +2,27 @@
 //   #version 450
 //   #extension GL_GOOGLE_include_directive : require
 //
-// Memory: four storage-buffer bindings (what Vulkan 1.1 guarantees per stage), each one
-// whole memory block of the backend, read and written as 32-bit words. A tensor is named
-// by a reference: the binding in the top two bits, the element offset of its element 0
-// in that block below (vk_ref() on the host). ld/st and ldf/stf/ldi take a reference and
-// an element index relative to it; shaders never touch b0..b3 directly.
+// Memory: four storage-buffer bindings b0..b3 (what Vulkan 1.1 guarantees per stage) and
+// four uniform-buffer bindings u0..u3 (at most 16 KB each), read and written as 32-bit
+// words. Each binding covers exactly the bytes of one operand of the node (or of a few
+// adjacent ones), so the validation layer's synchronization checks see what a dispatch
+// really touches. A tensor is named by a reference: the binding in the top two bits, bit
+// 29 set for a uniform buffer, and the element offset of its element 0 from the binding's
+// start below (vk_ref() on the host). ld/st and ldf/stf/ldi take a reference and an
+// element index relative to it; ldu/ldfu/ldiu read what the host took with vk_ref_small()
+// (the gate, scalars, per-channel vectors), which may be a uniform buffer; shaders never
+// touch b0..b3 or u0..u3 directly.
+//
+// Writes: the build compiles every shader once per count WRITES of writable storage
+// bindings its first lines declare ("// exapt: writes 1 3"; 1 and 2 when absent). b0 to
+// b(WRITES-1) may be written, the others are readonly, so the layer tells reads from
+// writes; the host binds what a dispatch writes from b0 up and what it only reads from b3
+// down. st() cannot reach a readonly binding.
+//
+// Float controls: the build compiles each shader a second time with EX_FLOAT_CONTROLS=1,
+// which declares SignedZeroInfNanPreserve for 32-bit floats (SPV_KHR_float_controls), so
+// a driver may not assume that NaN and infinity never occur (x < 0.0 ? 0.0 : x must keep
+// a NaN). The host runs that SPIR-V where the device guarantees the mode.
 //
 // Push constants: a block of at most 128 bytes whose first member is `uint gate` (the
 // host fills it in): every shader starts with GATE_RETURN(), so a gated-off node does
@@ -22,18 +38,63 @@
 #ifndef EXAPT_COMMON_GLSL
 #define EXAPT_COMMON_GLSL
 
+#if EX_FLOAT_CONTROLS
+#extension GL_EXT_spirv_intrinsics : require
+// OpExecutionMode SignedZeroInfNanPreserve (4461) for 32-bit floats; capability 4466
+spirv_execution_mode(extensions = ["SPV_KHR_float_controls"], capabilities = [4466], 4461, 32);
+#endif
+
+#ifndef WRITES
+#define WRITES 1
+#endif
+#if WRITES > 1
+#define EX_B1
+#else
+#define EX_B1 readonly
+#endif
+#if WRITES > 2
+#define EX_B2
+#else
+#define EX_B2 readonly
+#endif
+#if WRITES > 3
+#define EX_B3
+#else
+#define EX_B3 readonly
+#endif
+
 layout(constant_id = 0) const int VARIANT = 0;
 
 layout(std430, set = 0, binding = 0) buffer B0 { uint w[]; } b0;
-layout(std430, set = 0, binding = 1) buffer B1 { uint w[]; } b1;
-layout(std430, set = 0, binding = 2) buffer B2 { uint w[]; } b2;
-layout(std430, set = 0, binding = 3) buffer B3 { uint w[]; } b3;
+layout(std430, set = 0, binding = 1) EX_B1 buffer B1 { uint w[]; } b1;
+layout(std430, set = 0, binding = 2) EX_B2 buffer B2 { uint w[]; } b2;
+layout(std430, set = 0, binding = 3) EX_B3 buffer B3 { uint w[]; } b3;
+layout(std140, set = 0, binding = 4) uniform U0 { uvec4 v[1024]; } u0;
+layout(std140, set = 0, binding = 5) uniform U1 { uvec4 v[1024]; } u1;
+layout(std140, set = 0, binding = 6) uniform U2 { uvec4 v[1024]; } u2;
+layout(std140, set = 0, binding = 7) uniform U3 { uvec4 v[1024]; } u3;
 
 const uint NOREF = 0xFFFFFFFFu;
+const uint REF_UNIFORM = 0x20000000u; // the binding is u0..u3
+const uint REF_ELEM = 0x1FFFFFFFu;    // the element offset from the binding's start
 
+uint ld_uniform(uint ref, uint a)
+{
+    uvec4 q;
+    switch (ref >> 30) {
+    case 0u: q = u0.v[a >> 2]; break;
+    case 1u: q = u1.v[a >> 2]; break;
+    case 2u: q = u2.v[a >> 2]; break;
+    default: q = u3.v[a >> 2]; break;
+    }
+    return q[a & 3u];
+}
+
+// A storage operand (vk_ref). Every case of the switch costs a load on lavapipe, whose
+// SIMD code runs all of them under masks, so ld() knows only the four storage bindings.
 uint ld(uint ref, uint i)
 {
-    uint a = (ref & 0x3FFFFFFFu) + i;
+    uint a = (ref & REF_ELEM) + i;
     switch (ref >> 30) {
     case 0u: return b0.w[a];
     case 1u: return b1.w[a];
@@ -42,15 +103,28 @@ uint ld(uint ref, uint i)
     }
 }
 
+// Only the writable bindings: the host never hands out a written reference to another.
 void st(uint ref, uint i, uint v)
 {
-    uint a = (ref & 0x3FFFFFFFu) + i;
+    uint a = (ref & REF_ELEM) + i;
+#if WRITES == 1
+    b0.w[a] = v;
+#else
     switch (ref >> 30) {
     case 0u: b0.w[a] = v; break;
+#if WRITES == 2
+    default: b1.w[a] = v; break;
+#else
     case 1u: b1.w[a] = v; break;
+#if WRITES == 3
+    default: b2.w[a] = v; break;
+#else
     case 2u: b2.w[a] = v; break;
     default: b3.w[a] = v; break;
+#endif
+#endif
     }
+#endif
 }
 
 float ldf(uint ref, uint i) { return uintBitsToFloat(ld(ref, i)); }
@@ -58,10 +132,11 @@ float ldf(uint ref, uint i) { return uintBitsToFloat(ld(ref, i)); }
 // Four loads under one switch on the binding: ld() switches per element, and a compiler
 // does not batch loads that lie in different branches, so a shader that wants several
 // loads in flight per invocation (the memory-bound fast paths) asks for them together.
-// Every index must be in bounds: callers point masked lanes at element 0 and discard them.
+// Every index must lie in the operand's own range (the binding holds nothing else):
+// callers point masked lanes at element 0 and discard them. Storage operands only.
 vec4 ldf4(uint ref, uvec4 i)
 {
-    uvec4 a = uvec4(ref & 0x3FFFFFFFu) + i;
+    uvec4 a = uvec4(ref & REF_ELEM) + i;
     uvec4 v;
     switch (ref >> 30) {
     case 0u: v = uvec4(b0.w[a.x], b0.w[a.y], b0.w[a.z], b0.w[a.w]); break;
@@ -71,27 +146,53 @@ vec4 ldf4(uint ref, uvec4 i)
     }
     return uintBitsToFloat(v);
 }
+
+// A small operand the host took with vk_ref_small(): a uniform buffer when it fit one, a
+// storage buffer otherwise. Only for those operands: ld() cannot read a uniform buffer.
+uint ldu(uint ref, uint i)
+{
+    return (ref & REF_UNIFORM) != 0u ? ld_uniform(ref, (ref & REF_ELEM) + i) : ld(ref, i);
+}
+float ldfu(uint ref, uint i) { return uintBitsToFloat(ldu(ref, i)); }
+int ldiu(uint ref, uint i) { return int(ldu(ref, i)); }
 int ldi(uint ref, uint i) { return int(ld(ref, i)); }
 void stf(uint ref, uint i, float v) { st(ref, i, floatBitsToUint(v)); }
 
-// First-come status report (the host's status words): code, node, row, value.
+// First-come status report (the host's status words): code, node, row, value. The
+// status words are a written binding of the dispatch.
+uint cas_status(uint sref, uint code)
+{
+    uint a = sref & REF_ELEM;
+#if WRITES == 1
+    return atomicCompSwap(b0.w[a], 0u, code);
+#else
+    switch (sref >> 30) {
+    case 0u: return atomicCompSwap(b0.w[a], 0u, code);
+#if WRITES == 2
+    default: return atomicCompSwap(b1.w[a], 0u, code);
+#else
+    case 1u: return atomicCompSwap(b1.w[a], 0u, code);
+#if WRITES == 3
+    default: return atomicCompSwap(b2.w[a], 0u, code);
+#else
+    case 2u: return atomicCompSwap(b2.w[a], 0u, code);
+    default: return atomicCompSwap(b3.w[a], 0u, code);
+#endif
+#endif
+    }
+#endif
+}
+
 void report(uint sref, uint code, uint node, uint row, uint value)
 {
-    uint a = sref & 0x3FFFFFFFu, prev;
-    switch (sref >> 30) {
-    case 0u: prev = atomicCompSwap(b0.w[a], 0u, code); break;
-    case 1u: prev = atomicCompSwap(b1.w[a], 0u, code); break;
-    case 2u: prev = atomicCompSwap(b2.w[a], 0u, code); break;
-    default: prev = atomicCompSwap(b3.w[a], 0u, code); break;
-    }
-    if (prev == 0u) {
+    if (cas_status(sref, code) == 0u) {
         st(sref, 1u, node);
         st(sref, 2u, row);
         st(sref, 3u, value);
     }
 }
 
-bool gated_off(uint gate) { return gate != NOREF && ldf(gate, 0u) == 0.0; }
+bool gated_off(uint gate) { return gate != NOREF && ldfu(gate, 0u) == 0.0; }
 #define GATE_RETURN() if (gated_off(pc.gate)) return
 
 // Row-major coordinates of logical index i in a 4-d shape, and an offset from strides.

@@ -56,6 +56,12 @@ static void backend_and_names(void **state)
     assert_int_equal(ex_backend_measure_bandwidth(NULL, 1 << 20, &gbs), EX_ERR_ARG);
     ex_backend *be = cpu();
     assert_int_equal(ex_backend_measure_bandwidth(be, 1 << 20, NULL), EX_ERR_ARG);
+    ex_backend_counters c;
+    memset(&c, 0xAB, sizeof c);
+    assert_int_equal(ex_backend_get_counters(NULL, &c), EX_ERR_ARG);
+    assert_int_equal(c.created, 0); /* zeroed even on failure */
+    assert_int_equal(ex_backend_get_counters(be, NULL), EX_ERR_ARG);
+    assert_int_equal(ex_backend_get_counters(be, &c), EX_ERR_UNSUPPORTED); /* the CPU keeps none */
     ex_backend_close(be);
     assert_int_equal(ex_backend_supports(NULL, EX_OP_ADD), 0);
     assert_int_equal(ex_backend_supports("cpu", (ex_op)EX_OP_COUNT), 0);

@@ -155,6 +155,21 @@ static int has_instance_ext(const char *name)
     return found;
 }
 
+/* Whether the validation layer offers instance extension name. */
+static int layer_has_ext(const char *layer, const char *name)
+{
+    uint32_t n = 0;
+    if (vkEnumerateInstanceExtensionProperties(layer, &n, NULL) != VK_SUCCESS)
+        return 0;
+    VkExtensionProperties *p = calloc(n ? n : 1, sizeof *p);
+    int found = 0;
+    if (p && vkEnumerateInstanceExtensionProperties(layer, &n, p) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n && !found; i++)
+            found = !strcmp(p[i].extensionName, name);
+    free(p);
+    return found;
+}
+
 static ex_status make_instance(vk_backend *b)
 {
     uint32_t version = 0;
@@ -162,7 +177,7 @@ static ex_status make_instance(vk_backend *b)
         snprintf(b->msg, sizeof b->msg, "vulkan: the loader offers no Vulkan 1.1");
         return EX_ERR_UNSUPPORTED;
     }
-    const char *exts[2];
+    const char *exts[3];
     uint32_t next = 0;
     VkInstanceCreateFlags flags = 0;
     if (has_instance_ext(VK_KHR_PORTABILITY_ENUMERATION_EXTENSION_NAME)) {
@@ -170,6 +185,8 @@ static ex_status make_instance(vk_backend *b)
         flags |= VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR;
     }
     b->validation = env_on("EXAPT_VK_VALIDATION");
+    const char *vv = getenv("EXAPT_VK_VALIDATION");
+    int sync = vv && !strcmp(vv, "sync");
     const char *layer = "VK_LAYER_KHRONOS_validation";
     if (b->validation) {
         if (!has_instance_ext(VK_EXT_DEBUG_UTILS_EXTENSION_NAME)) {
@@ -178,6 +195,15 @@ static ex_status make_instance(vk_backend *b)
             return EX_ERR_UNSUPPORTED;
         }
         exts[next++] = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
+    }
+    if (sync) {
+        if (!layer_has_ext(layer, VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME)) {
+            snprintf(b->msg, sizeof b->msg,
+                     "vulkan: EXAPT_VK_VALIDATION=sync needs the validation layer with %s",
+                     VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME);
+            return EX_ERR_UNSUPPORTED;
+        }
+        exts[next++] = VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME;
     }
     VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
                              .pApplicationName = "exapt",
@@ -192,8 +218,16 @@ static ex_status make_instance(vk_backend *b)
                        VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
         .pfnUserCallback = on_message,
         .pUserData = b};
+    /* synchronization validation: hazards between the commands of a command buffer */
+    VkValidationFeatureEnableEXT en = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT;
+    VkValidationFeaturesEXT vf = {.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT,
+                                  .pNext = &dbg,
+                                  .enabledValidationFeatureCount = 1,
+                                  .pEnabledValidationFeatures = &en};
     VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
-                               .pNext = b->validation ? &dbg : NULL,
+                               .pNext = sync            ? (const void *)&vf
+                                        : b->validation ? (const void *)&dbg
+                                                        : NULL,
                                .flags = flags,
                                .pApplicationInfo = &app,
                                .enabledLayerCount = b->validation ? 1u : 0u,
@@ -343,6 +377,26 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
     return a < b ? a : b;
 }
 
+/* Whether shaders may declare SignedZeroInfNanPreserve for 32-bit floats: the device has
+ * VK_KHR_shader_float_controls (core in Vulkan 1.2, but the instance asks for 1.1) and
+ * guarantees the mode. */
+static int has_float_controls(vk_backend *b)
+{
+    if (!has_device_ext(b->phys, VK_KHR_SHADER_FLOAT_CONTROLS_EXTENSION_NAME))
+        return 0;
+    VkPhysicalDeviceFloatControlsPropertiesKHR fc = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FLOAT_CONTROLS_PROPERTIES_KHR};
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+                                      .pNext = &fc};
+    vkGetPhysicalDeviceProperties2(b->phys, &p2);
+    return fc.shaderSignedZeroInfNanPreserveFloat32 == VK_TRUE;
+}
+
+static uint32_t max_u32(uint32_t a, uint32_t b)
+{
+    return a > b ? a : b;
+}
+
 /* Detects what the device has; the portable profile then keeps only what Vulkan 1.1
  * guarantees (the limits' required minimums, no optional feature). */
 static void detect(vk_backend *b)
@@ -380,9 +434,15 @@ static void detect(vk_backend *b)
     f->max_alloc = m3.maxMemoryAllocationSize ? m3.maxMemoryAllocationSize : (1ull << 30);
     f->max_shared = l->maxComputeSharedMemorySize;
     f->max_invoc = l->maxComputeWorkGroupInvocations;
-    f->align = (uint32_t)l->minStorageBufferOffsetAlignment;
+    f->align = max_u32((uint32_t)l->minStorageBufferOffsetAlignment, 4);
+    f->ualign = max_u32((uint32_t)l->minUniformBufferOffsetAlignment, 4);
     f->max_allocs = l->maxMemoryAllocationCount;
+    f->float_controls = has_float_controls(b);
     if (f->portable) {
+        /* the largest offset alignments Vulkan allows; no float controls (Vulkan 1.2) */
+        f->align = max_u32(f->align, 256);
+        f->ualign = max_u32(f->ualign, 256);
+        f->float_controls = 0;
         f->timestamps = 0;
         f->subgroup_arith = 0;
         f->storage16 = 0;
@@ -392,8 +452,8 @@ static void detect(vk_backend *b)
         f->max_invoc = f->max_invoc < 128 ? f->max_invoc : 128;
         f->max_allocs = f->max_allocs < 4096 ? f->max_allocs : 4096;
     }
-    /* references address a block in 30 bits of elements */
-    f->max_range = min_u64(f->max_range, (uint64_t)VK_REF_MAX_ELEM * 4);
+    /* references address a binding in 29 bits of elements */
+    f->max_range = min_u64(f->max_range, ((uint64_t)VK_REF_MAX_ELEM + 1) * 4);
 }
 
 static ex_status make_device(vk_backend *b)
@@ -403,11 +463,13 @@ static ex_status make_device(vk_backend *b)
                                   .queueFamilyIndex = b->qfamily,
                                   .queueCount = 1,
                                   .pQueuePriorities = &prio};
-    const char *exts[1];
+    const char *exts[2];
     uint32_t next = 0;
     /* required on MoltenVK and other non-conformant implementations that expose it */
     if (has_device_ext(b->phys, "VK_KHR_portability_subset"))
         exts[next++] = "VK_KHR_portability_subset";
+    if (b->feat.float_controls)
+        exts[next++] = VK_KHR_SHADER_FLOAT_CONTROLS_EXTENSION_NAME;
     VkDeviceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
                              .queueCreateInfoCount = 1,
                              .pQueueCreateInfos = &qi,
@@ -423,6 +485,8 @@ static ex_status make_device(vk_backend *b)
                                   .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
                                   .queueFamilyIndex = b->qfamily};
     st = vk_check(b, vkCreateCommandPool(b->dev, &pi, NULL, &b->pool), "command pool");
+    if (st == EX_OK)
+        vk_count_object(b, 1);
     VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
                                       .commandPool = b->pool,
                                       .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
@@ -432,6 +496,8 @@ static ex_status make_device(vk_backend *b)
     VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     if (st == EX_OK)
         st = vk_check(b, vkCreateFence(b->dev, &fi, NULL, &b->fence), "fence");
+    if (st == EX_OK)
+        vk_count_object(b, 2);
     return st;
 }
 
@@ -536,11 +602,26 @@ static uint64_t vk_host_syncs(void *impl)
     return ((vk_backend *)impl)->host_syncs;
 }
 
+static void vk_counters(void *impl, ex_backend_counters *out)
+{
+    const vk_counts *c = &((vk_backend *)impl)->counts;
+    *out = (ex_backend_counters){.device_allocations = c->allocations,
+                                 .device_bytes = c->bytes,
+                                 .device_objects = c->objects,
+                                 .created = c->created,
+                                 .descriptor_sets = c->sets,
+                                 .dispatches = c->dispatches,
+                                 .barriers = c->barriers,
+                                 .inexact_bindings = c->inexact,
+                                 .record_ms = c->record_ms};
+}
+
 static const ex_backend_iface vk_iface = {
     vk_close,        vk_error,          vk_buffer_alloc,
     vk_buffer_free,  vk_upload_checked, vk_download_checked,
     vk_copy_checked, vk_fill_checked,   vk_compute,
     vk_synchronize,  vk_host_syncs,     NULL, /* set_alloc_hook: not covered (backend.h) */
+    vk_counters,
 };
 
 static const char *type_name(VkPhysicalDeviceType t)
@@ -571,12 +652,15 @@ static void fill_caps(vk_backend *b, ex_backend_caps *caps)
     const vk_features *f = &b->feat;
     memset(caps, 0, sizeof *caps);
     snprintf(caps->name, sizeof caps->name, "vulkan");
-    snprintf(caps->device, sizeof caps->device, "%.32s (%s, Vulkan %u.%u%s; subgroup %u%s%s%s)",
+    char device[256];
+    snprintf(device, sizeof device, "%.32s (%s, Vulkan %u.%u%s; subgroup %u%s%s%s; NaN/Inf %s)",
              b->props.deviceName, type_name(b->props.deviceType),
              VK_API_VERSION_MAJOR(b->props.apiVersion), VK_API_VERSION_MINOR(b->props.apiVersion),
              f->portable ? ", portable profile" : "", f->subgroup_size,
              f->subgroup_arith ? " arith" : "", f->storage16 ? ", 16-bit" : "",
-             f->timestamps ? ", timestamps" : "");
+             f->timestamps ? ", timestamps" : "",
+             f->float_controls ? "preserved" : "not guaranteed");
+    snprintf(caps->device, sizeof caps->device, "%.127s", device);
     caps->memory_bytes = device_memory(b);
     caps->max_binding_bytes = f->max_range & ~(uint64_t)(VK_ALIGN - 1);
     caps->max_alloc_bytes = min_u64(f->max_alloc, caps->max_binding_bytes);

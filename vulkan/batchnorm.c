@@ -98,48 +98,34 @@ static uint32_t col_st(const ex_tdesc *t)
     return (uint32_t)t->st[t->ndim - 1];
 }
 
-/* Frees the bindings (but the gate's) unless t[0..n) fit besides them, keeping the
- * scratch reference *part valid. */
-static void make_room(vk_exec *e, uint32_t *part, const ex_tdesc *const *t, int n)
-{
-    if (vk_room(e, t, n))
-        return;
-    vk_bind_reset(e);
-    *part = vk_ref_rebind(e, *part);
-}
-
-/* The segment pass (variant seg: x, and dy and stats for BN_SEG_RED) into scratch, then
- * the finishing pass (variant fin: dst, and the running statistics for BN_FIN_STATS).
- * Where the node's operands and the scratch do not fit the four bindings at once, each
- * pass binds only what it reads. */
+/* The segment pass (x and, for the backward, stats and dy into scratch), then the
+ * finishing pass (scratch into dst and, for the statistics, the running statistics),
+ * each binding only what it touches. */
 static ex_status channels(vk_exec *e, const ex_node_exec *n, int seg, int fin, bn_red_pc *pc)
 {
     int64_t nseg = (pc->m + BN_SEG - 1) / BN_SEG, items = (int64_t)pc->c * nseg;
     if (items > INT32_MAX / 2)
         return vk_fail(e, EX_ERR_UNSUPPORTED, "%lld channel segments are beyond 32-bit indexing",
                        (long long)items);
-    if (e->nblocks == VK_BINDINGS)
-        vk_bind_reset(e); /* the node's operands took every binding: none is left for scratch */
     ex_status st = vk_scratch(e, (uint64_t)items * 8, &pc->part);
     if (st != EX_OK)
         return st;
     int red = seg == BN_SEG_RED;
-    const ex_tdesc *in[3] = {&n->src[0], red ? &n->src[1] : NULL, red ? &n->src[2] : NULL};
-    make_room(e, &pc->part, in, 3);
     pc->nseg = (uint32_t)nseg;
-    pc->x = vk_ref(e, in[0]);
-    pc->a = red ? vk_ref(e, in[1]) : VK_NOREF;
-    pc->y = red ? vk_ref(e, in[2]) : VK_NOREF;
+    pc->x = vk_ref(e, &n->src[0]);
+    pc->a = red ? vk_ref_small(e, &n->src[1]) : VK_NOREF;
+    pc->y = red ? vk_ref(e, &n->src[2]) : VK_NOREF;
     st = vk_dispatch(e, VK_SH_batchnorm_channel, seg, pc, sizeof *pc, vk_groups(items, 1), 1, 1);
     if (st != EX_OK)
         return st;
     vk_barrier(e);
+    vk_bind_reset(e);
     int run = fin == BN_FIN_STATS;
-    const ex_tdesc *out[3] = {&n->dst, run ? &n->src[1] : NULL, run ? &n->src[2] : NULL};
-    make_room(e, &pc->part, out, 3);
-    pc->d = vk_ref(e, out[0]);
-    pc->a = run ? vk_ref(e, out[1]) : VK_NOREF;
-    pc->b = run ? vk_ref(e, out[2]) : VK_NOREF;
+    pc->part = vk_ref_rebind_read(e, pc->part, 0);
+    pc->x = pc->y = VK_NOREF;
+    pc->d = vk_ref(e, &n->dst);
+    pc->a = run ? vk_ref(e, &n->src[1]) : VK_NOREF;
+    pc->b = run ? vk_ref(e, &n->src[2]) : VK_NOREF;
     return vk_dispatch(e, VK_SH_batchnorm_channel, fin, pc, sizeof *pc, vk_groups(pc->c, 1), 1, 1);
 }
 
@@ -178,8 +164,8 @@ static ex_status bn_stats(vk_exec *e, const ex_node_exec *n)
     if (train)
         return channels(e, n, BN_SEG_STATS, BN_FIN_STATS, &pc);
     pc.d = vk_ref(e, &n->dst);
-    pc.a = vk_ref(e, &n->src[1]);
-    pc.b = vk_ref(e, &n->src[2]);
+    pc.a = vk_ref_small(e, &n->src[1]);
+    pc.b = vk_ref_small(e, &n->src[2]);
     return vk_dispatch(e, VK_SH_batchnorm_channel, BN_EVAL, &pc, sizeof pc, vk_groups(c, 128), 1,
                        1);
 }
@@ -220,7 +206,7 @@ static void pw_common(vk_exec *e, const ex_node_exec *n, bn_pw_pc *pc)
     memset(pc, 0, sizeof *pc);
     pc->d = vk_ref(e, &n->dst);
     pc->x = vk_ref(e, x);
-    pc->s = vk_ref(e, s);
+    pc->s = vk_ref_small(e, s);
     pc->y = pc->r = pc->g = pc->b = VK_NOREF;
     put4(pc->ne, x->ne);
     put4(pc->sx, x->st);
@@ -253,8 +239,8 @@ static ex_status bn_apply(vk_exec *e, const ex_node_exec *n)
     bn_pw_pc pc;
     pw_common(e, n, &pc);
     if (n->nsrc == 4) {
-        pc.g = vk_ref(e, &n->src[2]);
-        pc.b = vk_ref(e, &n->src[3]);
+        pc.g = vk_ref_small(e, &n->src[2]);
+        pc.b = vk_ref_small(e, &n->src[3]);
         pc.gs = col_st(&n->src[2]);
         pc.bs = col_st(&n->src[3]);
     }
@@ -280,12 +266,12 @@ static ex_status bn_bwd_data(vk_exec *e, const ex_node_exec *n)
     bn_pw_pc pc;
     pw_common(e, n, &pc);
     pc.y = vk_ref(e, &n->src[2]);
-    pc.r = vk_ref(e, &n->src[3]);
+    pc.r = vk_ref_small(e, &n->src[3]);
     put4(pc.sy, n->src[2].st);
     pc.sv[2] = (uint32_t)n->src[3].st[0];
     pc.sv[3] = (uint32_t)n->src[3].st[1];
     if (n->nsrc == 5) {
-        pc.g = vk_ref(e, &n->src[4]);
+        pc.g = vk_ref_small(e, &n->src[4]);
         pc.gs = col_st(&n->src[4]);
     }
     pc.train = n->ip[0] != 0;

@@ -99,7 +99,7 @@ static ex_status conv_filter(vk_exec *e, const ex_tdesc *x, const ex_tdesc *w, c
         return st;
     vk_barrier(e);
     vk_bind_reset(e);
-    pc->x = vk_ref_rebind(e, part);
+    pc->x = vk_ref_rebind_read(e, part, 0);
     pc->y = VK_NOREF;
     pc->w = vk_ref(e, w);
     memcpy(pc->sw, sw, sizeof sw);
@@ -176,42 +176,29 @@ static int dw_tiles(int which, const int64_t g[16], dw_pc *pc)
 
 /* The depthwise filter gradient through dw.comp: a workgroup per (channel, range of
  * samples, tile) (dw_ranges), partials into scratch and their ordered sum (one range per
- * channel and tile writes dw directly). Each dispatch binds only what it touches where the node's
- * operands and the scratch do not fit four bindings. */
+ * channel and tile writes dw directly). Each dispatch binds only what it touches: x, dy
+ * and the partials it writes, then the partials it reads and dw. */
 static ex_status dw_filter(vk_exec *e, const ex_tdesc *x, const ex_tdesc *w, const ex_tdesc *y,
                            int geo, int relu, dw_pc *pc)
 {
     int64_t c = pc->c, parts = pc->parts, t = (int64_t)(3 + 2 * (geo / 4)) * (3 + 2 * (geo / 4));
     uint32_t groups = vk_groups(pc->items, 1);
+    pc->x = vk_ref(e, x);
+    pc->y = vk_ref(e, y);
     if (parts == 1) {
-        pc->x = vk_ref(e, x);
-        pc->y = vk_ref(e, y);
         pc->w = vk_ref(e, w);
         return vk_dispatch(e, VK_SH_conv_dw, DW_FILTER + 4 * geo + relu, pc, sizeof *pc, groups, 1,
                            1);
     }
-    if (e->nblocks == VK_BINDINGS)
-        vk_bind_reset(e); /* the operands took every binding: none is left for scratch */
     ex_status st = vk_scratch(e, 4 * (uint64_t)(parts * c * t), &pc->w);
-    if (st != EX_OK)
-        return st;
-    const ex_tdesc *in[2] = {x, y};
-    if (!vk_room(e, in, 2)) {
-        vk_bind_reset(e);
-        pc->w = vk_ref_rebind(e, pc->w);
-    }
-    pc->x = vk_ref(e, x);
-    pc->y = vk_ref(e, y);
-    st = vk_dispatch(e, VK_SH_conv_dw, DW_FILTER + 4 * geo + relu, pc, sizeof *pc, groups, 1, 1);
+    if (st == EX_OK)
+        st = vk_dispatch(e, VK_SH_conv_dw, DW_FILTER + 4 * geo + relu, pc, sizeof *pc, groups, 1,
+                         1);
     if (st != EX_OK)
         return st;
     vk_barrier(e);
-    const ex_tdesc *out[1] = {w};
-    pc->x = pc->w;
-    if (!vk_room(e, out, 1)) {
-        vk_bind_reset(e);
-        pc->x = vk_ref_rebind(e, pc->x);
-    }
+    vk_bind_reset(e);
+    pc->x = vk_ref_rebind_read(e, pc->w, 0);
     pc->y = VK_NOREF;
     pc->w = vk_ref(e, w);
     return vk_dispatch(e, VK_SH_conv_dw, DW_FSUM + 4 * geo, pc, sizeof *pc, vk_groups(c * t, 8), 1,

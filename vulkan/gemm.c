@@ -264,8 +264,8 @@ static int64_t wg_parts(int64_t k, int64_t co, int64_t ci, int64_t kc, int64_t *
 
 /* dw [Co, Ci] = the sum over positions (n, h, w) of dy [n, :, h, w] x [n, :, h, w]^T through
  * wgrad.comp: partials of position ranges into scratch, then their sum in order (one
- * range writes dw directly). Each pass binds only what it touches when the node's operands
- * and the scratch do not fit four bindings. */
+ * range writes dw directly). Each pass binds only what it touches: dy, x and the scratch
+ * it writes, then the scratch it reads and dw. */
 static ex_status pwconv_bwd_filter(vk_exec *e, const ex_node_exec *n)
 {
     if (n->nsrc != 2 || n->src == NULL)
@@ -302,16 +302,9 @@ static ex_status pwconv_bwd_filter(vk_exec *e, const ex_node_exec *n)
         return vk_dispatch(e, VK_SH_gemm_wgrad, variant, &pc, sizeof pc, 1, (uint32_t)gy,
                            (uint32_t)gz);
     }
-    if (e->nblocks == VK_BINDINGS)
-        vk_bind_reset(e); /* the operands took every binding: none is left for scratch */
     st = vk_scratch(e, 4 * (uint64_t)(parts * co * ci), &pc.d);
     if (st != EX_OK)
         return st;
-    const ex_tdesc *in[2] = {dy, x};
-    if (!vk_room(e, in, 2)) {
-        vk_bind_reset(e);
-        pc.d = vk_ref_rebind(e, pc.d);
-    }
     pc.a = vk_ref(e, dy);
     pc.b = vk_ref(e, x);
     pc.dpart = (uint32_t)(co * ci);
@@ -322,12 +315,8 @@ static ex_status pwconv_bwd_filter(vk_exec *e, const ex_node_exec *n)
     if (st != EX_OK)
         return st;
     vk_barrier(e);
-    const ex_tdesc *out[1] = {dw};
-    pc.a = pc.d;
-    if (!vk_room(e, out, 1)) {
-        vk_bind_reset(e);
-        pc.a = vk_ref_rebind(e, pc.a);
-    }
+    vk_bind_reset(e);
+    pc.a = vk_ref_rebind_read(e, pc.d, 0);
     pc.b = VK_NOREF;
     pc.d = vk_ref(e, dw);
     pc.drow = (uint32_t)dw->st[0];

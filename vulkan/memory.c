@@ -1,9 +1,9 @@
 /* Device memory as a few large blocks: small buffers share blocks of VK_BLOCK_BYTES
  * (first fit, freed ranges merged), a buffer larger than that gets a block of its own.
- * Each block carries one VkBuffer over all of it, so a node's tensors in one block take
- * one descriptor binding. Uploads and downloads go through one host-visible staging
- * buffer. Uploads, fills and copies are recorded into a pending command buffer that
- * goes out with the next submission; downloads wait for their fence (a host sync). */
+ * Each block carries one VkBuffer over all of it; a dispatch binds the byte ranges of it
+ * that its operands occupy (vulkan/bind.c). Uploads and downloads go through one
+ * host-visible staging buffer. Uploads, fills and copies are recorded into a pending command buffer
+ * that goes out with the next submission; downloads wait for their fence (a host sync). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,21 +36,39 @@ static int find_type(vk_backend *b, uint32_t allowed, VkMemoryPropertyFlags want
     return 0;
 }
 
+/* Destroys a buffer and its memory of bytes (either may be absent), counting them. */
+static void destroy_buffer(vk_backend *b, VkBuffer *buf, VkDeviceMemory *mem, uint64_t bytes)
+{
+    if (*buf) {
+        vkDestroyBuffer(b->dev, *buf, NULL);
+        vk_count_object(b, -1);
+    }
+    *buf = VK_NULL_HANDLE;
+    if (mem && *mem) {
+        vkFreeMemory(b->dev, *mem, NULL);
+        b->counts.allocations--;
+        b->counts.bytes -= bytes;
+    }
+    if (mem)
+        *mem = VK_NULL_HANDLE;
+}
+
 /* A buffer and its own memory. */
 static ex_status make_buffer(vk_backend *b, uint64_t bytes, int host, VkBuffer *buf,
                              VkDeviceMemory *mem)
 {
-    VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
-                             .size = bytes,
-                             .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
-                                      VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
-                                      VK_BUFFER_USAGE_TRANSFER_DST_BIT,
-                             .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+    VkBufferCreateInfo bi = {
+        .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+        .size = bytes,
+        .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_UNIFORM_BUFFER_BIT |
+                 VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+        .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
     ex_status st = vk_check(b, vkCreateBuffer(b->dev, &bi, NULL, buf), "vkCreateBuffer");
     if (st != EX_OK) {
         *buf = VK_NULL_HANDLE;
         return st;
     }
+    vk_count_object(b, 1);
     VkMemoryRequirements req;
     vkGetBufferMemoryRequirements(b->dev, *buf, &req);
     uint32_t type;
@@ -59,8 +77,7 @@ static ex_status make_buffer(vk_backend *b, uint64_t bytes, int host, VkBuffer *
              : VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
     if (!find_type(b, req.memoryTypeBits, want, &type) &&
         !(!host && find_type(b, req.memoryTypeBits, 0, &type))) {
-        vkDestroyBuffer(b->dev, *buf, NULL);
-        *buf = VK_NULL_HANDLE;
+        destroy_buffer(b, buf, NULL, 0);
         return fail(b, EX_ERR_UNSUPPORTED, "vulkan: no %s memory type",
                     host ? "host-visible coherent" : "device-local");
     }
@@ -68,16 +85,16 @@ static ex_status make_buffer(vk_backend *b, uint64_t bytes, int host, VkBuffer *
                                .allocationSize = req.size,
                                .memoryTypeIndex = type};
     st = vk_check(b, vkAllocateMemory(b->dev, &ai, NULL, mem), "vkAllocateMemory");
-    if (st == EX_OK)
+    if (st == EX_OK) {
+        b->counts.allocations++;
+        b->counts.bytes += bytes;
+        b->counts.created++;
         st = vk_check(b, vkBindBufferMemory(b->dev, *buf, *mem, 0), "vkBindBufferMemory");
-    else
+    } else {
         *mem = VK_NULL_HANDLE;
+    }
     if (st != EX_OK) {
-        if (*mem)
-            vkFreeMemory(b->dev, *mem, NULL);
-        vkDestroyBuffer(b->dev, *buf, NULL);
-        *buf = VK_NULL_HANDLE;
-        *mem = VK_NULL_HANDLE;
+        destroy_buffer(b, buf, mem, bytes);
         if (st == EX_ERR_NOMEM)
             snprintf(b->msg, sizeof b->msg, "vulkan: out of device memory for %llu bytes",
                      (unsigned long long)bytes);
@@ -141,8 +158,7 @@ static void block_destroy(vk_backend *b, int i)
     vk_block *k = &b->blocks[i];
     if (!k->mem)
         return;
-    vkDestroyBuffer(b->dev, k->buf, NULL);
-    vkFreeMemory(b->dev, k->mem, NULL);
+    destroy_buffer(b, &k->buf, &k->mem, k->bytes);
     free(k->free);
     memset(k, 0, sizeof *k);
 }
@@ -266,8 +282,9 @@ void vk_full_barrier(VkCommandBuffer cmd)
     VkMemoryBarrier mb = {
         .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
         .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
-        .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                         VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT};
+        .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_UNIFORM_READ_BIT |
+                         VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
+                         VK_ACCESS_TRANSFER_WRITE_BIT};
     vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                          VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0,
                          1, &mb, 0, NULL, 0, NULL);
@@ -472,6 +489,7 @@ ex_status vkm_init(vk_backend *b)
     ex_status ust = vk_check(b, vkAllocateCommandBuffers(b->dev, &ai, &b->up), "command buffer");
     if (ust != EX_OK)
         return ust;
+    vk_count_object(b, 1);
     ex_status st = make_buffer(b, VK_STAGE_BYTES, 1, &b->stage, &b->stage_mem);
     void *map = NULL;
     if (st == EX_OK)
@@ -484,7 +502,7 @@ ex_status vkm_init(vk_backend *b)
         st = vk_check(b, vkMapMemory(b->dev, b->status_mem, 0, VK_WHOLE_SIZE, 0, &map), "map");
     b->status_map = map;
     if (st == EX_OK)
-        st = vkm_alloc(b, VK_ALIGN, &b->internal);
+        st = vkm_alloc(b, VK_SCRATCH_AT, &b->internal);
     return st;
 }
 
@@ -498,12 +516,6 @@ void vkm_destroy(vk_backend *b)
     free(b->blocks);
     b->blocks = NULL;
     b->nblocks = 0;
-    if (b->stage)
-        vkDestroyBuffer(b->dev, b->stage, NULL);
-    if (b->stage_mem)
-        vkFreeMemory(b->dev, b->stage_mem, NULL);
-    if (b->status_host)
-        vkDestroyBuffer(b->dev, b->status_host, NULL);
-    if (b->status_mem)
-        vkFreeMemory(b->dev, b->status_mem, NULL);
+    destroy_buffer(b, &b->stage, &b->stage_mem, VK_STAGE_BYTES);
+    destroy_buffer(b, &b->status_host, &b->status_mem, VK_ALIGN);
 }

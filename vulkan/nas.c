@@ -8,9 +8,9 @@
  * writing dst and the others adding to it (candidates in index order, as on the CPU).
  * The weight gradient dots each chunk of dy with every active candidate (a fixed tree
  * per chunk into scratch) and nas/mixdw.comp adds the chunks by a fixed tree: no float
- * atomics, repeatable. Where the node's operands do not fit the four bindings at once,
- * each dispatch binds only what it reads, so the candidates may lie in any number of
- * memory blocks.
+ * atomics, repeatable. Each dispatch binds only what it touches, so the candidates may
+ * lie anywhere; a group takes as many candidates as find storage bindings (the table and
+ * the weights are small and come as uniform buffers).
  *
  * The row ops (nas/rows.comp) give each row of K to one invocation. Checks mirror the
  * CPU backend's; a candidate that does not fit fails the node only if its mask entry is
@@ -81,15 +81,22 @@ static int fits(const ex_tdesc *t, int64_t ne[4], int64_t st[4])
 
 /** A mixed op's operands: d is dst (forward) or dy (weight gradient), ne its padded shape;
  *  candidate j is src[2 + j] with strides st[j], unless bit j of bad says it does not
- *  fit (checked only if active, on the device). */
+ *  fit (checked only if active, on the device). The scratch holds the table from at,
+ *  then (weight gradient) one row of nch partials per candidate, rows MIX_ROW(nch) words
+ *  apart so that each group's rows have bytes of their own. */
 typedef struct mix_ops {
     int n;
     unsigned bad;
     int64_t k, numel, nch;
     int64_t ne[4], sd[4];
     int64_t st[MIX_MAX][4];
-    uint32_t tab, part; /**< scratch references, rebound before each dispatch */
+    uint64_t at; /**< the table's place in the node's scratch; the partials follow */
 } mix_ops;
+
+/* The table's bytes of scratch: 256, so the partials after it start on any device's
+ * offset alignment. */
+#define MIX_TAB_BYTES ((uint64_t)256)
+_Static_assert(MIX_TAB *MIX_MAX * 4 <= 256, "the table fits its scratch");
 
 /* The source count, weights and mask, and the weight indices against K. */
 static ex_status mix_select(vk_exec *e, const ex_node_exec *n, const ex_tdesc *w, mix_ops *m)
@@ -126,43 +133,35 @@ static void mix_align(const ex_node_exec *n, mix_ops *m)
     }
 }
 
-/* Frees the bindings (but the gate's) unless t[0..n) fit besides them, for a dispatch
- * that binds only what it reads; the scratch references move with it. */
-static void make_room(vk_exec *e, mix_ops *m, const ex_tdesc *const *t, int n)
+/* Bytes of partials row j starts at, from the table's start. */
+static uint64_t mix_row(const mix_ops *m, int j)
 {
-    if (vk_room(e, t, n))
-        return;
-    vk_bind_reset(e);
-    m->tab = vk_ref_rebind(e, m->tab);
-    m->part = vk_ref_rebind(e, m->part);
+    return MIX_TAB_BYTES + 4 * (uint64_t)j * (uint64_t)MIX_ROW(m->nch);
 }
 
-/* Scratch (table, then n * nch partials) and the table from weights w (NULL: 1). */
+/* Scratch (table, then the partials) and the table from weights w (NULL: 1). */
 static ex_status mix_table(vk_exec *e, const ex_node_exec *n, const ex_tdesc *w, mix_ops *m)
 {
-    uint64_t words = (uint64_t)MIX_TAB * MIX_MAX + (uint64_t)m->n * (uint64_t)m->nch;
-    if (e->nblocks == VK_BINDINGS)
-        vk_bind_reset(e); /* the node's operands took every binding: none is left for scratch */
-    ex_status st = vk_scratch(e, words * 4, &m->tab);
+    uint32_t ref;
+    m->at = e->scratch_at;
+    ex_status st = vk_scratch(e, mix_row(m, m->n), &ref);
     if (st != EX_OK)
         return st;
-    m->part = m->tab + MIX_TAB * MIX_MAX;
-    const ex_tdesc *need[2] = {w, &n->src[1]};
-    make_room(e, m, need, 2);
+    vk_bind_reset(e);
     mixtab_pc pc;
     memset(&pc, 0, sizeof pc);
-    pc.tab = m->tab;
+    pc.tab = vk_scratch_ref(e, m->at, MIX_TAB_BYTES, VK_WRITE);
     st = vk_status_ref(e, &pc.sref);
     if (st != EX_OK)
         return st;
     int64_t ne[4], sw[4];
-    pc.w = w ? vk_ref(e, w) : VK_NOREF;
+    pc.w = w ? vk_ref_small(e, w) : VK_NOREF;
     if (w) {
         ex_td_shape4(w, ne, sw);
         put4(pc.wne, ne);
         put4(pc.wst, sw);
     }
-    pc.mask = vk_ref(e, &n->src[1]);
+    pc.mask = vk_ref_small(e, &n->src[1]);
     ex_td_shape4(&n->src[1], ne, sw);
     put4(pc.mne, ne);
     put4(pc.mst, sw);
@@ -177,8 +176,8 @@ static ex_status mix_table(vk_exec *e, const ex_node_exec *n, const ex_tdesc *w,
 }
 
 /* Fills pc with the group that starts at good candidate j0: the good candidates after it
- * that share its strides, at most MIX_GROUP, as far as their blocks find bindings.
- * Returns the candidate after the group. */
+ * that share its strides, at most MIX_GROUP, as far as they find bindings. Returns the
+ * candidate after the group. */
 static int mix_group(vk_exec *e, const ex_node_exec *n, const mix_ops *m, int j0, mix_pc *pc)
 {
     int j = j0;
@@ -194,9 +193,10 @@ static int mix_group(vk_exec *e, const ex_node_exec *n, const mix_ops *m, int j0
     return j;
 }
 
-/* The groups' dispatches of variant (MIX_FWD, then MIX_FWD_ACC; or MIX_DOT) over the
- * operand d of n elements. Forward, a first dispatch runs even without a good candidate,
- * so dst is written. */
+/* The groups' dispatches of variant (MIX_FWD, then MIX_FWD_ACC; or MIX_DOT into the
+ * group's rows of partials) over the operand d of n elements, each binding only its
+ * candidates. Forward, a first dispatch runs even without a good candidate, so dst is
+ * written. */
 static ex_status mix_groups(vk_exec *e, const ex_node_exec *n, mix_ops *m, const ex_tdesc *d,
                             int dot)
 {
@@ -204,21 +204,25 @@ static ex_status mix_groups(vk_exec *e, const ex_node_exec *n, mix_ops *m, const
     while (j < m->n && ((m->bad >> j) & 1))
         j++;
     while (j < m->n || (first && !dot)) {
-        const ex_tdesc *need[2] = {d, j < m->n ? &n->src[2 + j] : NULL};
-        make_room(e, m, need, 2);
+        vk_bind_reset(e);
         mix_pc pc;
         memset(&pc, 0, sizeof pc);
+        pc.tab = vk_scratch_ref(e, m->at, MIX_TAB_BYTES, VK_READ_SMALL);
         pc.d = vk_ref(e, d);
-        pc.tab = m->tab;
-        pc.part = m->part;
         pc.n = (uint32_t)m->numel;
         pc.nch = (uint32_t)m->nch;
         put4(pc.ne, m->ne);
         put4(pc.sd, m->sd);
+        /* one row first, to hold a binding; widened to the group's rows below */
+        uint64_t row = m->at + mix_row(m, j), rowb = 4 * (uint64_t)m->nch;
+        if (dot)
+            pc.part = vk_scratch_ref(e, row, rowb, VK_WRITE);
+        int j0 = j;
         j = mix_group(e, n, m, j, &pc);
         if (j < m->n && pc.cnt == 0 && !((m->bad >> j) & 1))
-            return vk_fail(e, EX_ERR_UNSUPPORTED, "candidate %d's memory block has no binding left",
-                           j);
+            return vk_fail(e, EX_ERR_UNSUPPORTED, "candidate %d finds no binding left", j);
+        if (dot)
+            pc.part = vk_scratch_ref(e, row, mix_row(m, j) - mix_row(m, j0), VK_WRITE);
         ex_status st =
             dot ? vk_dispatch(e, VK_SH_nas_mix, MIX_DOT, &pc, sizeof pc, vk_groups(m->nch, 1), 1, 1)
                 : vk_dispatch(e, VK_SH_nas_mix, first ? MIX_FWD : MIX_FWD_ACC, &pc, sizeof pc,
@@ -273,6 +277,8 @@ static ex_status mixed_sum_bwd_w(vk_exec *e, const ex_node_exec *n)
         return vk_fail(e, EX_ERR_UNSUPPORTED, "dy or dst is beyond 32-bit indexing");
     m.numel = ex_td_numel(dy);
     m.nch = (m.numel + MIX_CHUNK - 1) / MIX_CHUNK;
+    if (m.nch > 0xFFFFFF)
+        return vk_fail(e, EX_ERR_UNSUPPORTED, "dy is beyond 32-bit indexing");
     mix_align(n, &m);
     st = mix_table(e, n, NULL, &m);
     if (st == EX_OK)
@@ -280,12 +286,12 @@ static ex_status mixed_sum_bwd_w(vk_exec *e, const ex_node_exec *n)
     if (st != EX_OK)
         return st;
     vk_barrier(e);
-    make_room(e, &m, &d, 1);
+    vk_bind_reset(e);
     mixdw_pc pc;
     memset(&pc, 0, sizeof pc);
+    pc.tab = vk_scratch_ref(e, m.at, MIX_TAB_BYTES, VK_READ_SMALL);
+    pc.part = vk_scratch_ref(e, m.at + MIX_TAB_BYTES, mix_row(&m, m.n) - MIX_TAB_BYTES, VK_READ);
     pc.d = vk_ref(e, d);
-    pc.tab = m.tab;
-    pc.part = m.part;
     pc.n = (uint32_t)m.n;
     pc.nch = (uint32_t)m.nch;
     pc.k = (uint32_t)m.k;
@@ -344,7 +350,7 @@ static ex_status scalar(vk_exec *e, const ex_tdesc *t, const char *what, uint32_
 {
     if (!ex_td_valid(t, EX_F32) || ex_td_numel(t) != 1)
         return vk_fail(e, EX_ERR_SHAPE, "%s must be one f32 element", what);
-    *ref = vk_ref(e, t) + (uint32_t)ex_td_at(t, 0);
+    *ref = vk_ref_small(e, t) + (uint32_t)ex_td_at(t, 0);
     return EX_OK;
 }
 
@@ -363,7 +369,7 @@ static ex_status gumbel_softmax(vk_exec *e, const ex_node_exec *n)
     ex_td_shape4(ct, ne, cs);
     if (!vk_fits32(ne, cs) || (int64_t)pc.rows * pc.k > UINT32_MAX)
         return vk_fail(e, EX_ERR_UNSUPPORTED, "beyond 32-bit indexing");
-    pc.ctr = vk_ref(e, ct);
+    pc.ctr = vk_ref_small(e, ct);
     pc.cst = (uint32_t)ex_td_at(ct, 1);
     pc.k0 = (uint32_t)n->ip[0];
     pc.k1 = (uint32_t)n->ip[1];

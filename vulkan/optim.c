@@ -85,7 +85,7 @@ static ex_status scalars(vk_exec *e, const ex_tdesc *t, int count, opt_pc *pc)
 {
     if (!valid(t) || ex_td_numel(t) != count)
         return vk_fail(e, EX_ERR_SHAPE, "expected an f32 source of %d element(s)", count);
-    pc->sc = vk_ref(e, t);
+    pc->sc = vk_ref_small(e, t);
     pc->sc1 = count > 1 ? (uint32_t)ex_td_at(t, 1) : 0;
     return EX_OK;
 }
@@ -137,9 +137,9 @@ static ex_status clip(vk_exec *e, const ex_node_exec *n)
     return go(e, OPT_CLIP, &pc);
 }
 
-/* Each tensor may lie in its own block: the bindings are reset per tensor, and the
- * scratch reference follows them (vk_ref_rebind reads the bindings of the last reset, so
- * a reference kept from an earlier set would name another block). */
+/* One sum of squares per tensor into its own word of scratch, each dispatch binding only
+ * its tensor and its word (so the dispatches need no barrier between them), then the
+ * square root of their sum in order. */
 static ex_status grad_norm(vk_exec *e, const ex_node_exec *n)
 {
     if (n->nsrc < 0 || (n->nsrc > 0 && n->src == NULL))
@@ -149,22 +149,22 @@ static ex_status grad_norm(vk_exec *e, const ex_node_exec *n)
     for (int i = 0; i < n->nsrc; i++)
         if (!valid(&n->src[i]))
             return vk_fail(e, EX_ERR_ARG, "source %d must be f32 with 1 to 4 dims", i);
+    if (n->nsrc == 0) /* the norm of nothing */
+        return vk_fail(e, EX_ERR_ARG, "no tensors to take the norm of");
+    uint64_t at = e->scratch_at;
     uint32_t part = 0;
-    ex_status st = vk_scratch(e, 4 * (uint64_t)(n->nsrc > 0 ? n->nsrc : 1), &part);
+    ex_status st = vk_scratch(e, 4 * (uint64_t)n->nsrc, &part);
     for (int i = 0; i < n->nsrc && st == EX_OK; i++) {
         vk_bind_reset(e);
-        part = vk_ref_rebind(e, part);
-        st = vk_reduce_all(e, &n->src[i], vk_ref(e, &n->src[i]), e->dry ? 0 : part + (uint32_t)i,
-                           RED_SUMSQ);
+        uint32_t p = vk_scratch_ref(e, at + 4 * (uint64_t)i, 4, VK_WRITE);
+        st = vk_reduce_all(e, &n->src[i], vk_ref(e, &n->src[i]), p, RED_SUMSQ);
     }
     if (st != EX_OK)
         return st;
-    vk_bind_reset(e);
-    part = vk_ref_rebind(e, part);
     vk_barrier(e);
-    if (n->nsrc == 0) /* the norm of nothing: one zero partial */
-        return vk_fail(e, EX_ERR_ARG, "no tensors to take the norm of");
-    return vk_reduce_flat(e, part, (uint32_t)n->nsrc, vk_ref(e, &n->dst), RED_SQRT_SUM);
+    vk_bind_reset(e);
+    uint32_t p = vk_scratch_ref(e, at, 4 * (uint64_t)n->nsrc, VK_READ);
+    return vk_reduce_flat(e, p, (uint32_t)n->nsrc, vk_ref(e, &n->dst), RED_SQRT_SUM);
 }
 
 ex_status vk_run_optim(vk_exec *e, const ex_node_exec *n)

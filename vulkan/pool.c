@@ -127,7 +127,7 @@ static ex_status max_pool_bwd(vk_exec *e, const ex_node_exec *n)
         return st;
     vk_barrier(e);
     vk_bind_reset(e);
-    pc.at = vk_ref_rebind(e, pc.d);
+    pc.at = vk_ref_rebind_read(e, pc.d, 0);
     pc.a = vk_ref(e, &n->src[1]);
     pc.d = vk_ref(e, &n->dst);
     put_strides(pc.sa, &n->src[1]);

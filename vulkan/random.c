@@ -33,7 +33,7 @@ static ex_status rnd(vk_exec *e, const ex_node_exec *n, int normal)
     rnd_pc pc;
     memset(&pc, 0, sizeof pc);
     pc.d = vk_ref(e, d);
-    pc.c = vk_ref(e, c);
+    pc.c = vk_ref_small(e, c);
     pc.cst = (uint32_t)ex_td_at(c, 1);
     pc.k0 = (uint32_t)n->ip[0];
     pc.k1 = (uint32_t)n->ip[1];

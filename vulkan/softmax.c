@@ -94,7 +94,7 @@ static ex_status ce_setup(vk_exec *e, const ex_node_exec *n, int nsrc, sm_pc *pc
         return vk_fail(e, EX_ERR_UNSUPPORTED, "logits are beyond 32-bit indexing");
     memset(pc, 0, sizeof *pc);
     pc->a = vk_ref(e, x);
-    pc->b = vk_ref(e, l);
+    pc->b = vk_ref_small(e, l);
     pc->k = (uint32_t)ne[3];
     pc->rows = (uint32_t)rows;
     pc->node = (uint32_t)e->index;
@@ -129,6 +129,8 @@ static ex_status per_row(vk_exec *e, const ex_node_exec *n, int variant)
     if (st != EX_OK)
         return st;
     vk_barrier(e);
+    vk_bind_reset(e);
+    rows_ref = vk_ref_rebind_read(e, rows_ref, 0);
     return vk_reduce_flat(e, rows_ref, pc.rows, vk_ref(e, &n->dst),
                           variant == SM_CE_ROWS ? RED_MEAN : RED_SUM);
 }
@@ -153,7 +155,7 @@ static ex_status ce_bwd(vk_exec *e, const ex_node_exec *n)
         return vk_fail(e, EX_ERR_UNSUPPORTED, "dst is beyond 32-bit indexing");
     pc.d = vk_ref(e, &n->dst);
     put4(pc.sd, sd);
-    pc.sb[0] = vk_ref(e, dl);
+    pc.sb[0] = vk_ref_small(e, dl);
     return go(e, SM_CE_BWD, &pc);
 }
 

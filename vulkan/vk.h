@@ -3,10 +3,18 @@
  *
  * Conventions (docs/vulkan.md has the whole story):
  * - Device memory is a few large blocks, each with one VkBuffer over all of it; an
- *   ex_buffer is a range of one block. A shader sees at most VK_BINDINGS blocks, bound as
- *   storage buffers 0..3 of the one descriptor set layout; a tensor is addressed by a
- *   reference (vk_ref): the binding in the top two bits, the element offset of its
- *   element 0 inside that block below.
+ *   ex_buffer is a range of one block. A dispatch binds exactly the byte ranges it
+ *   touches: each operand gets a binding of its own (adjacent ones of one block share
+ *   one), at most VK_BINDINGS storage buffers and VK_BINDINGS uniform buffers (small
+ *   read-only operands, vk_ref_small). A tensor is addressed by a reference (vk_ref): the
+ *   binding in the top two bits, VK_REF_UNIFORM for a uniform buffer, and the element
+ *   offset of its element 0 from the binding's start below.
+ * - A binding is written or only read: what overlaps the node's dst (or a source the op
+ *   updates: SGD, ADAM, BN_STATS in training), scratch and the status words are written,
+ *   the rest is read. Written bindings take storage bindings 0 up, read ones 3 down, and
+ *   the dispatch runs the shader's SPIR-V built with that many writable bindings
+ *   (shaders/common.glsl, WRITES), so the validation layer's synchronization checks see
+ *   every read and write as it is.
  * - Every shader's push constants are at most VK_PC_BYTES and start with the node's gate
  *   reference (VK_NOREF: no gate), which vk_dispatch() fills in; shaders return at once
  *   when the gate element is 0 (shaders/common.glsl: GATE_RETURN()).
@@ -14,9 +22,9 @@
  *   the node exactly as the CPU backend does and asks for scratch; the recording pass
  *   records dispatches into a command buffer that is re-submitted every step. So no
  *   family function may read device memory or depend on anything but the node.
- * - Between two dispatches of one node that depend on each other the family calls
- *   vk_barrier(); between nodes the recorder places barriers itself from the ranges each
- *   node reads and writes. */
+ * - Barriers come from the bindings: before each dispatch the recorder places one when a
+ *   binding overlaps a range an unsynchronized earlier dispatch wrote, or a written
+ *   binding overlaps one it read. vk_barrier() forces one. */
 #ifndef EXAPT_VULKAN_VK_H
 #define EXAPT_VULKAN_VK_H
 
@@ -28,14 +36,20 @@
 #include "exapt/backend.h"
 #include "vk_shaders.h"
 
-/** Storage-buffer bindings of the descriptor set layout: Vulkan 1.1 guarantees 4 per stage. */
+/** Storage-buffer bindings of the descriptor set layout: Vulkan 1.1 guarantees 4 per stage;
+ *  as many uniform-buffer bindings follow (12 guaranteed). */
 #define VK_BINDINGS 4
+/** Largest uniform-buffer binding: what Vulkan 1.1 guarantees (the shaders declare it). */
+#define VK_UBO_BYTES 16384u
 /** Push-constant bytes every pipeline layout declares: what Vulkan 1.1 guarantees. */
 #define VK_PC_BYTES 128
 /** A reference that points nowhere (no gate, an absent operand). */
 #define VK_NOREF 0xFFFFFFFFu
-/** Largest element offset a reference holds: blocks stay below 4 GiB. */
-#define VK_REF_MAX_ELEM ((1u << 30) - 1u)
+/** A reference's bit for a uniform-buffer binding. */
+#define VK_REF_UNIFORM (1u << 29)
+/** Largest element offset a reference holds (from its binding's start): bindings stay
+ *  below 2 GiB. */
+#define VK_REF_MAX_ELEM ((1u << 29) - 1u)
 /** Workgroups along x at most (Vulkan guarantees 65535): shaders loop grid-stride. */
 #define VK_MAX_GROUPS 65535u
 
@@ -48,22 +62,33 @@ typedef struct vk_buffer {
     uint64_t bytes;
 } vk_buffer;
 
+/** A binding of a dispatch: bytes [lo, hi) of a block (lo aligned down to the device's
+ *  offset alignment), written or only read. */
+typedef struct vk_slot {
+    int block;
+    uint64_t lo, hi;
+    int write;
+} vk_slot;
+
 /** What a node's family function needs. */
 typedef struct vk_exec {
     vk_backend *b;
     VkCommandBuffer cmd; /**< NULL in the dry pass */
     int dry;
     const ex_node_exec *n;
-    int64_t index;           /**< the node's index in the list */
-    int blocks[VK_BINDINGS]; /**< block bound at each binding, nblocks of them */
-    int nblocks;
-    int prev_blocks[VK_BINDINGS]; /**< the bindings before the last vk_bind_reset() */
-    int ref_error;                /**< a reference was asked for a block with no binding */
-    uint32_t gate;                /**< the gate's reference, or VK_NOREF */
-    uint64_t scratch_at;          /**< bytes of scratch this node has taken */
-    uint64_t need;                /**< dry pass: most scratch any node asked for */
-    VkPipeline bound;             /**< the pipeline bound last in cmd */
-    VkDescriptorSet bound_set;    /**< the descriptor set bound last in cmd */
+    int64_t index;              /**< the node's index in the list */
+    vk_slot slot[VK_BINDINGS];  /**< storage: written from 0 up, read from VK_BINDINGS-1 down */
+    int nw, nr;                 /**< written and read storage bindings taken */
+    int nblocks;                /**< storage bindings taken (nw + nr) */
+    vk_slot uslot[VK_BINDINGS]; /**< uniform buffers (read), nu taken */
+    int nu;
+    vk_slot prev[2 * VK_BINDINGS]; /**< storage then uniform bindings before vk_bind_reset() */
+    int ref_error;                 /**< a reference found no binding */
+    uint32_t gate;                 /**< the gate's reference, or VK_NOREF */
+    uint64_t scratch_at;           /**< bytes of scratch this node has taken */
+    uint64_t need;                 /**< dry pass: most scratch any node asked for */
+    VkPipeline bound;              /**< the pipeline bound last in cmd */
+    VkDescriptorSet bound_set;     /**< the descriptor set bound last in cmd */
     char *msg;
     size_t msg_len;
 } vk_exec;
@@ -73,20 +98,40 @@ typedef struct vk_exec {
 /** Writes a message naming the node's op and returns st. */
 ex_status vk_fail(vk_exec *e, ex_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/** The reference of t's element 0 (one of the node's operands, f32 or i32). Binds t's
- *  block when a binding is free; when none is, the next vk_dispatch() fails with
- *  EX_ERR_UNSUPPORTED. A node's gate, dst and sources are bound in that order before its
- *  family function runs, as far as four bindings go. */
+/** The reference of t's element 0 (one of the node's operands, f32 or i32), binding its
+ *  bytes for this dispatch and the next ones of the node: written if they overlap what the
+ *  node writes, read otherwise. When no binding is left (nor one of the same block to
+ *  widen) the next vk_dispatch() fails with EX_ERR_UNSUPPORTED. */
 uint32_t vk_ref(vk_exec *e, const ex_tdesc *t);
-/** Frees every binding but the gate's, for a node whose operands lie in more blocks than
- *  one dispatch can bind (GRAD_NORM over many tensors): take references again after it,
- *  or carry an earlier one over with vk_ref_rebind(). */
+/** vk_ref() for a small operand read with uniform indices (a scalar, a per-channel vector,
+ *  a row of alpha, labels): a uniform-buffer binding when it fits one (VK_UBO_BYTES), so
+ *  it takes none of the four storage bindings. The shader must read it through
+ *  ld()/ldf()/ldi(). */
+uint32_t vk_ref_small(vk_exec *e, const ex_tdesc *t);
+/** Frees every binding but the gate's, for a node whose operands lie in more ranges than
+ *  one dispatch can bind, or whose next dispatch touches other operands: take references
+ *  again after it, or carry an earlier one over with vk_ref_rebind(). */
 void vk_bind_reset(vk_exec *e);
-/** A reference taken before the last vk_bind_reset(), valid again (rebinding its block). */
+/** A reference taken before the last vk_bind_reset(), valid again (rebinding its bytes,
+ *  written or read as they were). */
 uint32_t vk_ref_rebind(vk_exec *e, uint32_t ref);
-/** Scratch of bytes (a multiple of 4) for this node: *ref addresses it. The recorder
- *  places a barrier first when an earlier node still uses the range. */
+/** vk_ref_rebind() for bytes this dispatch only reads (scratch an earlier dispatch of the
+ *  node wrote); small ones (VK_UBO_BYTES) as a uniform buffer when small is set. */
+uint32_t vk_ref_rebind_read(vk_exec *e, uint32_t ref, int small);
+/** Whether t[0..n) (NULL or buffer-less entries skipped) can be bound besides what is bound
+ *  now, each with a binding of its own: a multi-pass family frees the bindings
+ *  (vk_bind_reset) only when they cannot. */
+int vk_room(const vk_exec *e, const ex_tdesc *const *t, int n);
+/** Scratch of bytes (a multiple of 4) for this node, written by the dispatch that takes
+ *  it: *ref addresses it. It starts at byte e->scratch_at (as it was before the call) of
+ *  the node's scratch. */
 ex_status vk_scratch(vk_exec *e, uint64_t bytes, uint32_t *ref);
+/** How a dispatch uses scratch bytes (vk_scratch_ref). */
+enum vk_use { VK_READ = 0, VK_WRITE = 1, VK_READ_SMALL = 2 /**< read, as a uniform buffer */ };
+/** Bytes [at, at + bytes) of this node's scratch (at counted as e->scratch_at is), used as
+ *  use says: for a dispatch that touches only part of what vk_scratch() reserved, so that
+ *  dispatches writing different parts need no barrier between them. */
+uint32_t vk_scratch_ref(vk_exec *e, uint64_t at, uint64_t bytes, int use);
 /** Records one dispatch of shader (specialization constant 0 = variant) with the push
  *  constants pc (at most VK_PC_BYTES; word 0 is overwritten with the gate). Nothing in
  *  the dry pass. */
@@ -112,29 +157,6 @@ static inline int vk_fits32(const int64_t ne[4], const int64_t st[4])
         n *= ne[d];
     }
     return n <= INT32_MAX;
-}
-
-/** Whether the memory blocks of t[0..n) (NULL or buffer-less entries skipped) can all be
- *  bound besides what is bound now: a multi-pass family frees the bindings
- *  (vk_bind_reset) only when they cannot, so its passes keep the node's descriptor set. */
-static inline int vk_room(const vk_exec *e, const ex_tdesc *const *t, int n)
-{
-    int extra[VK_BINDINGS], ne = 0;
-    for (int i = 0; i < n; i++) {
-        if (!t[i] || !t[i]->buf)
-            continue;
-        int block = ((const vk_buffer *)t[i]->buf)->block, seen = 0;
-        for (int k = 0; k < e->nblocks && !seen; k++)
-            seen = e->blocks[k] == block;
-        for (int k = 0; k < ne && !seen; k++)
-            seen = extra[k] == block;
-        if (seen)
-            continue;
-        if (e->nblocks + ne == VK_BINDINGS)
-            return 0;
-        extra[ne++] = block;
-    }
-    return 1;
 }
 
 /* ---- one function per op family; backend.c holds the switch ---- */
@@ -170,7 +192,7 @@ ex_status vk_run_nas(vk_exec *e, const ex_node_exec *n);
  *  row, 3 value. Written first-come (atomicCompSwap on word 0). */
 #define VK_STATUS_WORDS 4
 enum vk_status_code { VK_STATUS_OK = 0, VK_STATUS_LABEL = 1, VK_STATUS_SHAPE = 2 };
-/** The status words' reference for this node (binds their block like an operand). */
+/** The status words' reference for this node (a written binding of the dispatch). */
 ex_status vk_status_ref(vk_exec *e, uint32_t *ref);
 
 #endif

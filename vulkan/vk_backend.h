@@ -12,12 +12,18 @@
 #define VK_STAGE_BYTES ((uint64_t)8 << 20)
 /** Recorded node lists kept. */
 #define VK_STEPS 8
-/** Descriptor sets kept (one per tuple of bound blocks). */
-#define VK_SETS 64
-/** Pipelines kept (one per shader and variant). */
-#define VK_PIPES 256
+/** Descriptor sets per descriptor pool (pools are added as a recording needs them). */
+#define VK_POOL_SETS 1024
+/** Descriptor sets kept at most before a recording starts afresh (all of them dropped). */
+#define VK_SETS_MAX 131072
+/** Pipelines kept (one per shader, writable bindings and variant). */
+#define VK_PIPES 512
 /** Sub-allocations are aligned to this (covers minStorageBufferOffsetAlignment ≤ 256). */
 #define VK_ALIGN 256u
+/** The internal buffer: status words, then VK_ALIGN bytes nothing writes (what unused
+ *  bindings point at), then scratch. */
+#define VK_STATUS_BYTES VK_ALIGN
+#define VK_SCRATCH_AT (2 * VK_ALIGN)
 
 /** A free range of a block. */
 typedef struct vk_range {
@@ -40,16 +46,35 @@ typedef struct vk_access {
     uint64_t lo, hi; /**< bytes */
 } vk_access;
 
+/** The ranges one descriptor set binds: storage then uniform buffers (blocks stay below
+ *  4 GiB: a binding is at most 2 GiB, a block holds one buffer or shares 64 MiB). */
+typedef struct vk_setkey {
+    int32_t block[2 * VK_BINDINGS];
+    uint32_t lo[2 * VK_BINDINGS], len[2 * VK_BINDINGS];
+} vk_setkey;
+
+/** A descriptor set made while a step was recorded, kept for every later recording. */
 typedef struct vk_set {
-    int blocks[VK_BINDINGS];
-    VkDescriptorSet set;
+    vk_setkey key;
+    VkDescriptorSet set; /**< VK_NULL_HANDLE: a free entry of the table */
 } vk_set;
 
 typedef struct vk_pipe {
     vk_shader_id shader;
+    int writes;
     int32_t variant;
     VkPipeline pipe;
 } vk_pipe;
+
+/** Device objects held and made, for leak checks (ex_backend_counters). */
+typedef struct vk_counts {
+    uint64_t allocations, bytes; /**< vkAllocateMemory held now, and their bytes */
+    uint64_t objects;            /**< other device objects held now */
+    uint64_t created;            /**< allocations and objects made since the backend opened */
+    uint64_t sets;               /**< descriptor sets held now (counted in objects too) */
+    uint64_t dispatches, barriers, inexact; /**< of the last recording */
+    double record_ms;                       /**< host time of the last recording */
+} vk_counts;
 
 /** A node list recorded into a command buffer. */
 typedef struct vk_step {
@@ -74,8 +99,10 @@ typedef struct vk_features {
     uint64_t max_alloc;  /**< maxMemoryAllocationSize */
     uint32_t max_shared; /**< maxComputeSharedMemorySize */
     uint32_t max_invoc;  /**< maxComputeWorkGroupInvocations */
-    uint32_t align;      /**< minStorageBufferOffsetAlignment */
+    uint32_t align;      /**< storage-buffer offset alignment (256 in the portable profile) */
+    uint32_t ualign;     /**< uniform-buffer offset alignment (256 in the portable profile) */
     uint32_t max_allocs; /**< maxMemoryAllocationCount */
+    int float_controls;  /**< SignedZeroInfNanPreserve for 32-bit floats: the f1 SPIR-V runs */
 } vk_features;
 
 struct vk_backend {
@@ -107,16 +134,20 @@ struct vk_backend {
     /* recording */
     VkDescriptorSetLayout set_layout;
     VkPipelineLayout layout;
-    VkDescriptorPool dpool;
-    VkShaderModule modules[VK_SH_COUNT];
+    VkDescriptorPool
+        *dpools; /**< npools pools of VK_POOL_SETS sets; sets come from dpools[dpool_at] */
+    int npools, dpool_at;
+    uint32_t pool_used; /**< sets taken from dpools[dpool_at] */
+    VkShaderModule modules[VK_SH_COUNT][VK_BINDINGS + 1];
     vk_pipe pipes[VK_PIPES];
     int npipes;
-    vk_set sets[VK_SETS];
-    int nsets;
+    vk_set *sets; /**< open-addressing table of capsets entries, nsets used */
+    uint64_t nsets, capsets;
     vk_step steps[VK_STEPS];
     uint64_t tick;
-    vk_access *reads, *writes;
+    vk_access *reads, *writes; /**< ranges read and written since the last barrier */
     int64_t nreads, nwrites, capreads, capwrites;
+    vk_counts counts;
     VkQueryPool queries;
     uint32_t nqueries;
     /* status read back after each step */
@@ -153,6 +184,19 @@ ex_status vkx_init(vk_backend *b);
 void vkx_destroy(vk_backend *b);
 /** Drops recorded steps and descriptor sets (a block went away). */
 void vkx_invalidate(vk_backend *b);
+/** Counts device objects made (delta > 0) or destroyed (delta < 0). */
+void vk_count_object(vk_backend *b, int64_t delta);
+/** The pipeline of shader built with writes writable bindings, for variant. */
+ex_status vkx_pipeline(vk_backend *b, vk_shader_id sh, int writes, int32_t variant,
+                       VkPipeline *out);
+
+/* bind.c */
+/** Frees every binding and binds the node's gate: before a node's family runs. */
+void vk_bind_begin(vk_exec *e);
+/** Drops every descriptor set (the pools stay for the next recording). */
+void vkx_sets_drop(vk_backend *b);
+/** Drops the sets and destroys the pools. */
+void vkx_sets_destroy(vk_backend *b);
 ex_status vkx_compute(vk_backend *b, const ex_node_exec *nodes, int64_t count, double *node_ms);
 
 /* backend.c */

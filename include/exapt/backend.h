@@ -53,6 +53,23 @@ typedef struct ex_node_exec {
     uint64_t flops;
 } ex_node_exec;
 
+/** What a backend holds on its device and what it did recording its last step, for leak
+ *  checks and for measuring: a per-step allocation or a leak shows as growth of the first
+ *  four between two reads (ex_backend_get_counters). */
+typedef struct ex_backend_counters {
+    uint64_t device_allocations; /**< device memory allocations held now (vkAllocateMemory) */
+    uint64_t device_bytes;       /**< their bytes */
+    uint64_t device_objects;     /**< other device objects held now: buffers, pipelines, shader
+                                      modules, descriptor sets and pools, command buffers, ... */
+    uint64_t created;            /**< allocations and objects made since the backend opened */
+    uint64_t descriptor_sets;    /**< descriptor sets held now (counted in device_objects too) */
+    uint64_t dispatches;         /**< dispatches recorded for the last step recorded */
+    uint64_t barriers;           /**< barriers recorded for it */
+    uint64_t inexact_bindings;   /**< its bindings widened over bytes no operand of the
+                                      dispatch has (when operands outnumber bindings) */
+    double record_ms;            /**< host time its recording took */
+} ex_backend_counters;
+
 /** Feature bits of ex_backend_caps.features. */
 enum ex_backend_feature {
     EX_FEAT_TIMESTAMPS = 1u << 0, /**< per-node timing */
@@ -102,6 +119,8 @@ typedef struct ex_backend_iface {
      *  hook (ex_ctx_fail_alloc_after). NULL: the backend's own host allocations while
      *  computing (the GPU backends' recording of a step) are not covered by the hook. */
     void (*set_alloc_hook)(void *impl, bool (*fails)(void *user), void *user);
+    /** Fills *out (ex_backend_counters). NULL: the backend keeps no such counters. */
+    void (*counters)(void *impl, ex_backend_counters *out);
 } ex_backend_iface;
 
 /** An open backend. */
@@ -126,6 +145,11 @@ ex_status ex_backend_measure_bandwidth(ex_backend *be, uint64_t bytes, double *g
 /** How many times the host has waited for the device since the backend opened: read it
  *  around a step to count the step's synchronizations. 0 for host backends. */
 uint64_t ex_backend_host_syncs(const ex_backend *be);
+
+/** The backend's counters (ex_backend_counters) into *out. EX_ERR_UNSUPPORTED when the
+ *  backend keeps none (today only Vulkan does), EX_ERR_ARG when be or out is NULL; *out
+ *  is zeroed whenever out is not NULL. */
+ex_status ex_backend_get_counters(const ex_backend *be, ex_backend_counters *out);
 
 /** The names of the backends compiled in, NULL-terminated, in "auto" order. */
 const char *const *ex_backend_list(void);

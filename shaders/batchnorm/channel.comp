@@ -1,3 +1,4 @@
+// exapt: writes 1 3
 // Per-channel batch-norm reductions in two passes. The segment pass gives each segment of
 // BN_SEG consecutive elements (n, h, w order) of a channel to one workgroup, whose 128
 // invocations hold 16 elements each in registers (invocation t the t-th of every 128,
@@ -112,7 +113,7 @@ void seg_red(uint ch, uint sg)
     offsets(pc.sy, pc.r1 != 0u, ch, sg, oy);
     load(pc.x, ox, xv);
     load(pc.y, oy, gv);
-    float mean = ldf(pc.a, ch * pc.sv.w), inv = ldf(pc.a, pc.sv.z + ch * pc.sv.w);
+    float mean = ldfu(pc.a, ch * pc.sv.w), inv = ldfu(pc.a, pc.sv.z + ch * pc.sv.w);
     vec2 s = vec2(0.0);
     [[unroll]] for (uint j = 0u; j < BN_PER; j++)
         if (lid + 128u * j < len)
@@ -169,8 +170,8 @@ void finish(uint ch)
 
 void eval(uint ch)
 {
-    stf(pc.d, ch * pc.sv.y, ldf(pc.a, ch * pc.sv.z));
-    stf(pc.d, pc.sv.x + ch * pc.sv.y, 1.0 / sqrt(ldf(pc.b, ch * pc.sv.w) + pc.eps));
+    stf(pc.d, ch * pc.sv.y, ldfu(pc.a, ch * pc.sv.z));
+    stf(pc.d, pc.sv.x + ch * pc.sv.y, 1.0 / sqrt(ldfu(pc.b, ch * pc.sv.w) + pc.eps));
 }
 
 void main()

@@ -22,18 +22,18 @@ void main()
     for (uint i = gl_GlobalInvocationID.x; i < pc.n; i += gl_NumWorkGroups.x * 128u) {
         uvec4 c = coords4(pc.ne, i);
         uint ch = c.y;
-        float mean = ldf(pc.s, ch * pc.sv.y), inv = ldf(pc.s, pc.sv.x + ch * pc.sv.y);
-        float gm = pc.g == NOREF ? 1.0 : ldf(pc.g, ch * pc.gs);
+        float mean = ldfu(pc.s, ch * pc.sv.y), inv = ldfu(pc.s, pc.sv.x + ch * pc.sv.y);
+        float gm = pc.g == NOREF ? 1.0 : ldfu(pc.g, ch * pc.gs);
         float xv = ldf(pc.x, dot4(c, pc.sx));
         float v;
         if (VARIANT == BN_APPLY) {
-            float k = inv * gm, bt = pc.b == NOREF ? 0.0 : ldf(pc.b, ch * pc.bs);
+            float k = inv * gm, bt = pc.b == NOREF ? 0.0 : ldfu(pc.b, ch * pc.bs);
             v = xv * k + (bt - mean * k);
         } else {
             float c1 = 0.0, c2 = 0.0;
             if (pc.train != 0u) {
-                c1 = ldf(pc.r, pc.sv.z + ch * pc.sv.w) / m;
-                c2 = ldf(pc.r, ch * pc.sv.w) / m;
+                c1 = ldfu(pc.r, pc.sv.z + ch * pc.sv.w) / m;
+                c2 = ldfu(pc.r, ch * pc.sv.w) / m;
             }
             v = inv * gm * (ldf(pc.y, dot4(c, pc.sy)) - c1 - (xv - mean) * inv * c2);
         }

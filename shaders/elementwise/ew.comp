@@ -20,8 +20,8 @@ void main()
     float keep = uintBitsToFloat(pc.bits);
     uint c0 = 0u, c1 = 0u;
     if (VARIANT == EW_DROP_PATH) {
-        c0 = ld(pc.b, 0u);
-        c1 = ld(pc.b, pc.cst);
+        c0 = ldu(pc.b, 0u);
+        c1 = ldu(pc.b, pc.cst);
     }
     for (uint i = gl_GlobalInvocationID.x; i < pc.n; i += gl_NumWorkGroups.x * 128u) {
         uvec4 c = coords4(pc.ne, i);

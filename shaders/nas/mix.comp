@@ -1,15 +1,17 @@
 // The mixed sum and the dot products of its weight gradient, over one group of up to
 // MIX_GROUP consecutive candidates that share their strides (the host splits the rest
 // into further dispatches). Inactive candidates (the table from mixtab.comp) are never
-// read; the group's activity is read once per invocation (the coefficients, uniform loads,
-// per element: an array of them would be indexed at run time), every active candidate's
-// load of an element is issued before the first is added, and where dy (dst) and the
-// group are contiguous an element's offset is its index. MIX_FWD writes dst,
-// MIX_FWD_ACC adds to it, so every element is the sum over the candidates in index order,
-// as on the CPU. MIX_DOT: a workgroup per chunk of MIX_CHUNK elements of dy, MIX_SUB at a
-// time with every load of dy and of the active candidates issued before the first is used;
-// each invocation's sums per candidate are added in a fixed two-level order (16 of its
-// neighbours, then 8 of those sums) into part[j * nch + chunk].
+// read; the group's activity is read once per invocation (the coefficients per element,
+// uniform loads from the table's uniform buffer: an array of them would be indexed at run
+// time), every active candidate's load of an element is issued before the first is added,
+// and where dy (dst) and the group are contiguous an element's offset is its index.
+// MIX_FWD writes dst, MIX_FWD_ACC adds to it, so every element is the sum over the
+// candidates in index order, as on the CPU. MIX_DOT: a workgroup per chunk of MIX_CHUNK
+// elements of dy, MIX_SUB at a time with every load of dy and of the active candidates
+// issued before the first is used; each invocation's sums per candidate are added in a
+// fixed two-level order (16 of its neighbours, then 8 of those sums) into
+// part[q * MIX_ROW(nch) + chunk] for candidate q of the group (part: the group's rows, so
+// groups write bytes of their own and need no barrier between them).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
@@ -34,7 +36,7 @@ uint actives()
 {
     uint on = 0u;
     for (uint q = 0u; q < pc.cnt; q++)
-        if (ld(pc.tab, MIX_TAB * (pc.j0 + q) + 1u) != 0u)
+        if (ldu(pc.tab, MIX_TAB * (pc.j0 + q) + 1u) != 0u)
             on |= 1u << q;
     return on;
 }
@@ -69,7 +71,7 @@ void forward()
         float acc = VARIANT == MIX_FWD_ACC ? ldf(pc.d, od) : 0.0;
         [[unroll]] for (uint q = 0u; q < MIX_GROUP; q++)
             if (((on >> q) & 1u) != 0u)
-                acc += ldf(pc.tab, MIX_TAB * (pc.j0 + q)) * xv[q];
+                acc += ldfu(pc.tab, MIX_TAB * (pc.j0 + q)) * xv[q];
         stf(pc.d, od, acc);
     }
 }
@@ -116,7 +118,7 @@ void dots()
             float v = 0.0;
             for (uint k = 0u; k < 8u; k++)
                 v += fs[MIX_GROUP * 128u + lid * 8u + k];
-            stf(pc.part, (pc.j0 + lid) * pc.nch + ch, v);
+            stf(pc.part, lid * MIX_ROW(pc.nch) + ch, v);
         }
     }
 }

@@ -1,8 +1,9 @@
 // The weight gradient's last pass, one workgroup: each active candidate's chunk partials
-// (mix.comp's MIX_DOT) added in a fixed order (invocation t every 128th from t, every
-// candidate's load issued before the first is added; then 16 neighbouring invocations,
-// then 8 of those sums), then dst[k] = the sum over the active candidates with weight
-// index k, in candidate order; 0 for every other entry.
+// (mix.comp's MIX_DOT, one row of MIX_ROW(nch) words per candidate) added in a fixed
+// order (invocation t every 128th from t, every candidate's load issued before the first
+// is added; then 16 neighbouring invocations, then 8 of those sums), then dst[k] = the
+// sum over the active candidates with weight index k, in candidate order; 0 for every
+// other entry.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
@@ -20,7 +21,7 @@ layout(push_constant) uniform PC
 shared float fs[16 * 128 + 16 * 8];
 shared float tot[16];
 
-bool is_active(uint j) { return j < pc.n && ld(pc.tab, MIX_TAB * j + 1u) != 0u; }
+bool is_active(uint j) { return j < pc.n && ldu(pc.tab, MIX_TAB * j + 1u) != 0u; }
 
 void main()
 {
@@ -35,7 +36,7 @@ void main()
         uint c = c0 + lid;
         float q[16];
         [[unroll]] for (uint j = 0u; j < 16u; j++)
-            q[j] = ((on >> j) & 1u) != 0u && c < pc.nch ? ldf(pc.part, j * pc.nch + c) : 0.0;
+            q[j] = ((on >> j) & 1u) != 0u && c < pc.nch ? ldf(pc.part, j * MIX_ROW(pc.nch) + c) : 0.0;
         [[unroll]] for (uint j = 0u; j < 16u; j++)
             v[j] += q[j];
     }
@@ -58,7 +59,7 @@ void main()
     for (uint k = lid; k < pc.k; k += 128u) {
         float acc = 0.0;
         for (uint j = 0u; j < pc.n; j++)
-            if (((on >> j) & 1u) != 0u && ld(pc.tab, MIX_TAB * j + 2u) == k)
+            if (((on >> j) & 1u) != 0u && ldu(pc.tab, MIX_TAB * j + 2u) == k)
                 acc += tot[j];
         stf(pc.d, off4(pc.dne, pc.dst, k), acc);
     }

@@ -23,12 +23,12 @@ void main()
     GATE_RETURN();
     for (uint j = 0u; j < pc.n; j++) {
         uint i = (pc.idx[j / 8u][(j / 2u) % 4u] >> (16u * (j % 2u))) & 0xFFFFu;
-        bool on = ldf(pc.mask, off4(pc.mne, pc.mst, i)) != 0.0;
+        bool on = ldfu(pc.mask, off4(pc.mne, pc.mst, i)) != 0.0;
         if (on && ((pc.bad >> j) & 1u) != 0u) {
             report(pc.sref, 2u, pc.node, j, 0u);
             on = false;
         }
-        float c = pc.w == NOREF ? 1.0 : ldf(pc.w, off4(pc.wne, pc.wst, i));
+        float c = pc.w == NOREF ? 1.0 : ldfu(pc.w, off4(pc.wne, pc.wst, i));
         stf(pc.tab, MIX_TAB * j, on ? c : 0.0);
         st(pc.tab, MIX_TAB * j + 1u, on ? 1u : 0u);
         st(pc.tab, MIX_TAB * j + 2u, i);

@@ -28,8 +28,8 @@ float safe_log(float p) { return log(p > 1e-30 ? p : 1e-30); }
 
 void gumbel(uint r, uint od, uint oa)
 {
-    uint c0 = ld(pc.ctr, 0u), c1 = ld(pc.ctr, pc.cst);
-    float tau = ldf(pc.tau, 0u), m = 0.0;
+    uint c0 = ldu(pc.ctr, 0u), c1 = ldu(pc.ctr, pc.cst);
+    float tau = ldfu(pc.tau, 0u), m = 0.0;
     for (uint j = 0u; j < pc.k; j++) {
         float u = philox_uniform(pc.k0, pc.k1, c0, c1, r * pc.k + j);
         u = min(max(u, 1e-10), 1.0 - 1e-7);
@@ -46,7 +46,7 @@ void gumbel(uint r, uint od, uint oa)
 
 void gumbel_bwd(uint od, uint oa, uint ob)
 {
-    float tau = ldf(pc.tau, 0u), dot = 0.0;
+    float tau = ldfu(pc.tau, 0u), dot = 0.0;
     for (uint j = 0u; j < pc.k; j++)
         dot += ldf(pc.b, ob + j * pc.sb.w) * ldf(pc.a, oa + j * pc.sa.w);
     for (uint j = 0u; j < pc.k; j++) {

@@ -6,6 +6,9 @@
 #define MIX_CHUNK 4096 // elements of dy per MIX_DOT partial (a workgroup's)
 #define MIX_SUB 512    // of them at a time (4 per invocation)
 #define MIX_TAB 3     // words per candidate in the table: coefficient, active, weight index
+// words from one candidate's MIX_DOT partials to the next: nch rounded up to 256 bytes, so
+// every group's rows have bytes of their own
+#define MIX_ROW(nch) (((nch) + 63u) & ~63u)
 #define ROW_GUMBEL 0  // rows.comp
 #define ROW_GUMBEL_BWD 1
 #define ROW_HARDMAX 2

@@ -1,3 +1,4 @@
+// exapt: writes 1 2 3
 // SGD, Adam and CLIP: one invocation per parameter element, updating p (which is dst)
 // and the optimizer states in place, with PyTorch's arithmetic in f32 as the CPU does.
 #version 450
@@ -44,10 +45,10 @@ float one_minus_pow(float b, float t)
 void main()
 {
     GATE_RETURN();
-    float lr = ldf(pc.sc, 0u);
+    float lr = ldfu(pc.sc, 0u);
     float bc1 = 1.0, bc2 = 1.0, clip = 1.0;
     if (VARIANT == OPT_ADAM) {
-        float t = ldf(pc.sc, pc.sc1);
+        float t = ldfu(pc.sc, pc.sc1);
         bc1 = one_minus_pow(pc.f0, t);
         bc2 = one_minus_pow(pc.f1, t);
     }

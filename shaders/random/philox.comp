@@ -16,7 +16,7 @@ layout(push_constant) uniform PC
 void main()
 {
     GATE_RETURN();
-    uint c0 = ld(pc.c, 0u), c1 = ld(pc.c, pc.cst);
+    uint c0 = ldu(pc.c, 0u), c1 = ldu(pc.c, pc.cst);
     for (uint i = gl_GlobalInvocationID.x; i < pc.n; i += gl_NumWorkGroups.x * 128u) {
         float v = VARIANT == 1 ? pc.a + pc.b * philox_normal(pc.k0, pc.k1, c0, c1, i)
                                : pc.a + (pc.b - pc.a) * philox_uniform(pc.k0, pc.k1, c0, c1, i);

@@ -115,7 +115,7 @@ void main()
                     VARIANT == SM_SOFTMAX_BWD ? y * (g - acc) : g - exp(y) * acc);
             }
         } else {
-            int lab = ldi(pc.b, off4(pc.lne, pc.lst, r));
+            int lab = ldiu(pc.b, off4(pc.lne, pc.lst, r));
             bool bad = lab < 0 || uint(lab) >= pc.k;
             if (bad && lid == 0u && VARIANT != SM_ACC_ROWS)
                 report(pc.sref, 1u, pc.node, r, uint(lab));
@@ -129,7 +129,7 @@ void main()
                     stf(pc.d, r, bad ? 0.0 : log(sum) + m - ldf(pc.a, xo + uint(lab) * pc.sa.w));
             } else {
                 float m = row_max(xo), sum = row_expsum(xo, m);
-                float g = ldf(pc.sb.x, 0u) / float(pc.rows);
+                float g = ldfu(pc.sb.x, 0u) / float(pc.rows);
                 for (uint j = lid; j < pc.k; j += 128u) {
                     float p = exp(ldf(pc.a, xo + j * pc.sa.w) - m) / sum;
                     stf(pc.d, dof + j * pc.sd.w, (p - (int(j) == lab ? 1.0 : 0.0)) * g);
