@@ -3,6 +3,7 @@
  * backend) includes as it is. */
 #ifndef EXAPT_CORE_TDESC_H
 #define EXAPT_CORE_TDESC_H
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -84,6 +85,19 @@ static inline int ex_td_conv_relu(const ex_node_exec *n)
         return -1;
     int want = 2 + (relu && n->op == EX_OP_DWCONV2D_BWD_DATA);
     return n->nsrc == want ? relu : -1;
+}
+
+/** Whether the fused ReLU's mask source of DWCONV2D_BWD_DATA (src[2], x) is a 4-d f32
+ *  tensor shaped like dx; the message the backends give when it is not. */
+#define EX_TD_RELU_MASK_MSG                                                                        \
+    "source 2 (x, for the fused ReLU's mask) must be a 4-d f32 tensor shaped like dx"
+static inline bool ex_td_relu_mask_ok(const ex_node_exec *n)
+{
+    const ex_tdesc *m = &n->src[2];
+    bool ok = m->dtype == EX_F32 && m->ndim == 4 && m->buf != NULL;
+    for (int d = 0; ok && d < 4; d++)
+        ok = m->ne[d] == n->dst.ne[d];
+    return ok;
 }
 
 /** Mixes v into the hash h. */

@@ -1331,16 +1331,9 @@ typedef struct conv_ops {
 static ex_status conv_mask_of(const cpu_exec *e, const ex_node_exec *nd, const char *name,
                               conv_t4 *mask)
 {
-    const ex_tdesc *m = &nd->src[2];
-    int ok = m->dtype == EX_F32 && m->ndim == 4 && m->buf != NULL;
-    for (int d = 0; ok && d < 4; d++)
-        ok = m->ne[d] == nd->dst.ne[d];
-    if (!ok)
-        return cpu_fail(e, EX_ERR_SHAPE,
-                        "%s: source 2 (x, for the fused ReLU's mask) must be "
-                        "a 4-d f32 tensor shaped like dx",
-                        name);
-    *mask = conv_t4_of(m);
+    if (!ex_td_relu_mask_ok(nd))
+        return cpu_fail(e, EX_ERR_SHAPE, "%s: " EX_TD_RELU_MASK_MSG, name);
+    *mask = conv_t4_of(&nd->src[2]);
     return EX_OK;
 }
 

@@ -192,8 +192,8 @@ static ex_status dw_filter(vk_exec *e, const ex_tdesc *x, const ex_tdesc *w, con
     }
     ex_status st = vk_scratch(e, 4 * (uint64_t)(parts * c * t), &pc->w);
     if (st == EX_OK)
-        st = vk_dispatch(e, VK_SH_conv_dw, DW_FILTER + 4 * geo + relu, pc, sizeof *pc, groups, 1,
-                         1);
+        st =
+            vk_dispatch(e, VK_SH_conv_dw, DW_FILTER + 4 * geo + relu, pc, sizeof *pc, groups, 1, 1);
     if (st != EX_OK)
         return st;
     vk_barrier(e);
@@ -294,16 +294,10 @@ static ex_status conv_relu_mask(vk_exec *e, const ex_tdesc *x, const ex_tdesc *d
  * 32-bit indexing. */
 static ex_status conv_mask_check(vk_exec *e, const ex_node_exec *nd)
 {
-    const ex_tdesc *m = &nd->src[2];
     uint32_t st[4];
-    int ok = m->dtype == EX_F32 && m->ndim == 4 && m->buf != NULL;
-    for (int d = 0; ok && d < 4; d++)
-        ok = m->ne[d] == nd->dst.ne[d];
-    if (!ok)
-        return vk_fail(e, EX_ERR_SHAPE,
-                       "source 2 (x, for the fused ReLU's mask) must be a 4-d f32 tensor shaped "
-                       "like dx");
-    if (!conv_strides(m, st))
+    if (!ex_td_relu_mask_ok(nd))
+        return vk_fail(e, EX_ERR_SHAPE, EX_TD_RELU_MASK_MSG);
+    if (!conv_strides(&nd->src[2], st))
         return vk_fail(e, EX_ERR_UNSUPPORTED, "operands beyond 32-bit indexing");
     return EX_OK;
 }
