@@ -100,6 +100,11 @@ static inline bool ex_td_relu_mask_ok(const ex_node_exec *n)
     return ok;
 }
 
+/** The message for a node ex_td_conv_relu() refuses; its arguments are ip6 and nsrc. */
+#define EX_TD_CONV_RELU_MSG                                                                        \
+    "ip6 (fused ReLU) %d with %d sources: expected 0 with 2 sources, or 1 on a depthwise op "      \
+    "(the data gradient with x as a third source)"
+
 /** Mixes v into the hash h. */
 static inline uint64_t ex_td_mix(uint64_t h, uint64_t v)
 {

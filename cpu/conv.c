@@ -1342,10 +1342,7 @@ static ex_status conv_prepare(const cpu_exec *e, const ex_node_exec *nd, int whi
 {
     int relu = ex_td_conv_relu(nd);
     if (relu < 0 || nd->src == NULL)
-        return cpu_fail(e, EX_ERR_ARG,
-                        "%s: ip6 (fused ReLU) %d with %d sources: expected 0 with 2 sources, or "
-                        "1 on a depthwise op (the data gradient with x as a third source)",
-                        name, nd->ip[6], nd->nsrc);
+        return cpu_fail(e, EX_ERR_ARG, "%s: " EX_TD_CONV_RELU_MSG, name, nd->ip[6], nd->nsrc);
     /* which: 0 forward (x, w -> y), 1 backward data (dy, w -> dx), 2 filter (x, dy -> dw) */
     const ex_tdesc *x = which == 1 ? &nd->dst : &nd->src[0];
     const ex_tdesc *w = which == 2 ? &nd->dst : &nd->src[1];

@@ -60,10 +60,7 @@ static ex_status conv_prepare(cu_exec *e, const ex_node_exec *nd, int which, int
 {
     int relu = ex_td_conv_relu(nd);
     if (relu < 0 || nd->src == NULL)
-        return cu_fail(e, EX_ERR_ARG,
-                       "%s: ip6 (fused ReLU) %d with %d sources: expected 0 with 2 sources, or "
-                       "1 on a depthwise op (the data gradient with x as a third source)",
-                       name, nd->ip[6], nd->nsrc);
+        return cu_fail(e, EX_ERR_ARG, "%s: " EX_TD_CONV_RELU_MSG, name, nd->ip[6], nd->nsrc);
     ex_status st = conv_check_types(e, nd, name);
     if (st == EX_OK && relu && which == 1)
         st = conv_mask_of(e, nd, name, &o->mask);

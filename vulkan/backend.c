@@ -141,22 +141,8 @@ static ex_status validation_check(vk_backend *b, ex_status st)
 
 /* ---- instance ---- */
 
-static int has_instance_ext(const char *name)
-{
-    uint32_t n = 0;
-    if (vkEnumerateInstanceExtensionProperties(NULL, &n, NULL) != VK_SUCCESS)
-        return 0;
-    VkExtensionProperties *p = calloc(n ? n : 1, sizeof *p);
-    int found = 0;
-    if (p && vkEnumerateInstanceExtensionProperties(NULL, &n, p) == VK_SUCCESS)
-        for (uint32_t i = 0; i < n && !found; i++)
-            found = !strcmp(p[i].extensionName, name);
-    free(p);
-    return found;
-}
-
-/* Whether the validation layer offers instance extension name. */
-static int layer_has_ext(const char *layer, const char *name)
+/* Whether the instance (layer NULL) or the named layer offers instance extension name. */
+static int instance_has_ext(const char *layer, const char *name)
 {
     uint32_t n = 0;
     if (vkEnumerateInstanceExtensionProperties(layer, &n, NULL) != VK_SUCCESS)
@@ -180,7 +166,7 @@ static ex_status make_instance(vk_backend *b)
     const char *exts[3];
     uint32_t next = 0;
     VkInstanceCreateFlags flags = 0;
-    if (has_instance_ext(VK_KHR_PORTABILITY_ENUMERATION_EXTENSION_NAME)) {
+    if (instance_has_ext(NULL, VK_KHR_PORTABILITY_ENUMERATION_EXTENSION_NAME)) {
         exts[next++] = VK_KHR_PORTABILITY_ENUMERATION_EXTENSION_NAME;
         flags |= VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR;
     }
@@ -189,7 +175,7 @@ static ex_status make_instance(vk_backend *b)
     int sync = vv && !strcmp(vv, "sync");
     const char *layer = "VK_LAYER_KHRONOS_validation";
     if (b->validation) {
-        if (!has_instance_ext(VK_EXT_DEBUG_UTILS_EXTENSION_NAME)) {
+        if (!instance_has_ext(NULL, VK_EXT_DEBUG_UTILS_EXTENSION_NAME)) {
             snprintf(b->msg, sizeof b->msg,
                      "vulkan: EXAPT_VK_VALIDATION is set but VK_EXT_debug_utils is absent");
             return EX_ERR_UNSUPPORTED;
@@ -197,7 +183,7 @@ static ex_status make_instance(vk_backend *b)
         exts[next++] = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
     }
     if (sync) {
-        if (!layer_has_ext(layer, VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME)) {
+        if (!instance_has_ext(layer, VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME)) {
             snprintf(b->msg, sizeof b->msg,
                      "vulkan: EXAPT_VK_VALIDATION=sync needs the validation layer with %s",
                      VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME);

@@ -307,10 +307,7 @@ static ex_status conv_run(vk_exec *e, const ex_node_exec *nd, int which, int dep
 {
     int relu = ex_td_conv_relu(nd);
     if (relu < 0 || nd->src == NULL)
-        return vk_fail(e, EX_ERR_ARG,
-                       "ip6 (fused ReLU) %d with %d sources: expected 0 with 2 sources, or 1 on a "
-                       "depthwise op (the data gradient with x as a third source)",
-                       nd->ip[6], nd->nsrc);
+        return vk_fail(e, EX_ERR_ARG, EX_TD_CONV_RELU_MSG, nd->ip[6], nd->nsrc);
     ex_status st = conv_check_types(e, nd);
     if (st == EX_OK && relu && which == 1)
         st = conv_mask_check(e, nd);
