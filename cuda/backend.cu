@@ -22,7 +22,7 @@
 /* Streams a captured step may be spread over (schedule.cu), and how many by default; the
  * first is the compute stream. */
 #define CU_STREAMS 16
-#define CU_STREAMS_DEFAULT 8
+#define CU_STREAMS_DEFAULT 16
 /* Node lists whose graphs are kept. */
 #define CU_GRAPHS 8
 
@@ -50,6 +50,7 @@ typedef struct cu_backend {
     int64_t n_node_ev;
     cudaEvent_t ev_fork, ev_join[CU_STREAMS];
     int nstreams; /**< streams a capture uses: EXAPT_CUDA_STREAMS, default CU_STREAMS */
+    int pdl;      /**< programmatic dependent launches: sm_90 and up, EXAPT_CUDA_PDL not 0 */
     cudaEvent_t ev_compute, ev_copy, ev_stage[2];
     char *stage[2];       /**< pinned */
     size_t stage_used[2]; /**< bytes of each staging buffer given to uploads in flight */
@@ -97,6 +98,7 @@ static cu_exec exec_of(cu_backend *b)
     e.scratch_bytes = b->scratch_bytes;
     e.msg = b->msg;
     e.msg_len = sizeof b->msg;
+    e.pdl = b->pdl;
     return e;
 }
 
@@ -593,8 +595,32 @@ static ex_status gate_read(cu_backend *b, const ex_node_exec *n, int *off)
     return st;
 }
 
+/* Keeps the device busy for PROFILE_LEAD_NS so that the host's next launches queue up
+ * behind it: an event pair then times what the device spent on a node, not the host's
+ * launch latency while the device sat idle. */
+#define PROFILE_LEAD_NS 200000ull
+__global__ void profile_lead_kernel(unsigned long long ns)
+{
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    while (t - t0 < ns);
+}
+
+/* Whether the device has run out of queued work (the last node's end event is done):
+ * then the next node needs a lead. */
+static bool device_idle(cu_backend *b, int64_t last)
+{
+    if (last < 0)
+        return true;
+    cudaError_t err = cudaEventQuery(b->events[2 * last + 1]);
+    return err != cudaErrorNotReady; /* done, or an error the next launch reports */
+}
+
 /* Node by node, each between two events; a gated node whose gate is 0 is not run and
- * gets node_ms -1. */
+ * gets node_ms -1. Whenever the device would otherwise wait for the host, a lead kernel
+ * runs before the node's first event. */
 static ex_status run_profiled(cu_backend *b, const ex_node_exec *nodes, int64_t count,
                               double *node_ms)
 {
@@ -605,6 +631,7 @@ static ex_status run_profiled(cu_backend *b, const ex_node_exec *nodes, int64_t 
     if (st == EX_OK)
         st = status_reset(b);
     cu_exec e = exec_of(b);
+    int64_t last = -1; /* the last node launched */
     for (int64_t i = 0; i < count && st == EX_OK; i++) {
         const ex_node_exec *n = &nodes[i];
         int off = 0;
@@ -615,7 +642,13 @@ static ex_status run_profiled(cu_backend *b, const ex_node_exec *nodes, int64_t 
             continue;
         node_ms[i] = 0.0; /* ran: timed below */
         e.node = i;
-        st = bk_check(b, cudaEventRecord(b->events[2 * i], b->stream), "cudaEventRecord");
+        if (device_idle(b, last)) {
+            profile_lead_kernel<<<1, 1, 0, b->stream>>>(PROFILE_LEAD_NS);
+            st = bk_check(b, cudaGetLastError(), "the profiler's lead kernel");
+        }
+        last = i;
+        if (st == EX_OK)
+            st = bk_check(b, cudaEventRecord(b->events[2 * i], b->stream), "cudaEventRecord");
         if (st == EX_OK)
             st = run_node(&e, n);
         if (st == EX_OK)
@@ -951,10 +984,19 @@ static uint64_t cuda_host_syncs(void *impl)
 }
 
 static const ex_backend_iface cuda_iface = {
-    cuda_close,      cuda_error, cuda_buffer_alloc, cuda_buffer_free, cuda_upload,
-    cuda_download,   cuda_copy,  cuda_fill,         cuda_compute,     cuda_synchronize,
-    cuda_host_syncs, NULL, /* set_alloc_hook: not covered (backend.h) */
-    NULL,                  /* counters: none kept */
+    cuda_close,
+    cuda_error,
+    cuda_buffer_alloc,
+    cuda_buffer_free,
+    cuda_upload,
+    cuda_download,
+    cuda_copy,
+    cuda_fill,
+    cuda_compute,
+    cuda_synchronize,
+    cuda_host_syncs,
+    NULL, /* set_alloc_hook: not covered (backend.h) */
+    NULL, /* counters: none kept */
 };
 
 /* ---- opening ---- */
@@ -1006,6 +1048,20 @@ static ex_status stream_count(int *n, char *msg, size_t len)
         return EX_ERR_ARG;
     }
     *n = (int)v;
+    return EX_OK;
+}
+
+/* Whether kernels launch as programmatic dependent launches (cu_launch): on sm_90 and
+ * up unless EXAPT_CUDA_PDL is 0 (1 or unset: on). */
+static ex_status pdl_wanted(int cc_major, int *on, char *msg, size_t len)
+{
+    const char *s = getenv("EXAPT_CUDA_PDL");
+    if (s && *s && strcmp(s, "0") != 0 && strcmp(s, "1") != 0) {
+        if (msg && len)
+            snprintf(msg, len, "cuda: EXAPT_CUDA_PDL='%s' is not 0 or 1", s);
+        return EX_ERR_ARG;
+    }
+    *on = cc_major >= 9 && !(s && strcmp(s, "0") == 0);
     return EX_OK;
 }
 
@@ -1117,6 +1173,8 @@ ex_status ex_cuda_backend_create(int arg, const ex_backend_iface **iface, void *
     cudaDeviceProp prop;
     st = bk_check(b, cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
     b->cc_major = prop.major;
+    if (st == EX_OK)
+        st = pdl_wanted(prop.major, &b->pdl, b->msg, sizeof b->msg);
     if (st == EX_OK)
         st = backend_init(b);
     if (st == EX_OK)

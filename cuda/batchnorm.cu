@@ -1,9 +1,8 @@
 /* Batch norm 2d: statistics (with the running-statistics update), apply, and the two
  * backward passes.
  *
- * Per-channel sums run in double as on the CPU: one block per (n, c) plane reduces it
- * with a fixed tree into a partial, and one thread per channel adds its partials over n
- * in index order (and finishes the statistics). No atomics, so results are repeatable.
+ * Per-channel sums run in double as on the CPU, grouped by block (bn_group_kernel) and
+ * finished by the grid's last block. No atomics, so results are repeatable.
  * Apply and backward-data are element-wise with the CPU fast path's float arithmetic. */
 #include "cuda/cuda.h"
 
@@ -125,20 +124,46 @@ __device__ __forceinline__ float bn_px(const cu_t4 &t, int64_t nb, int64_t c, in
     return ((const float *)t.p)[nb * t.st[0] + c * t.st[1] + i / w * t.st[2] + i % w * t.st[3]];
 }
 
-/* ---- per-channel results from the per-plane partials ---- */
+/* ---- per-channel sums: block (group, channel) over a group of samples ----
+ * Every block sums one channel over BN_GROUP_WARPS-multiple samples into a double partial
+ * (each warp its samples in order, then the warps in order), and the grid's last block
+ * adds each channel's partials in group order: a handful per channel, so the finish is
+ * one round trip, not a walk over N partials. No atomics, so results are repeatable. */
+#define BN_GROUP_WARPS 8
+/** Blocks the grouping aims at (several per multiprocessor of a large GPU). */
+#define BN_TARGET_BLOCKS 2048
 
-/* Channel c's Σ over n of its two partials, for one warp: lane l adds n = l, l + 32, ...
- * in order, then a fixed shuffle tree; every lane gets the sums. */
-__device__ __forceinline__ void bn_channel_sums(const bn_args &a, const double *part, int64_t c,
-                                                double *s1, double *s2)
+/** Samples per group: enough blocks to fill the GPU, whole warps' worth each. */
+static int64_t bn_group_size(const bn_geom &g)
 {
-    double x = 0.0, y = 0.0;
-    for (int64_t nb = threadIdx.x % 32; nb < a.g.n; nb += 32) {
-        x += __ldcg(&part[2 * (nb * a.g.c + c)]);
-        y += __ldcg(&part[2 * (nb * a.g.c + c) + 1]);
+    int64_t groups = (BN_TARGET_BLOCKS + g.c - 1) / g.c;
+    int64_t per = (g.n + groups - 1) / groups;
+    per = (per + BN_GROUP_WARPS - 1) / BN_GROUP_WARPS * BN_GROUP_WARPS;
+    return per > 0 ? per : BN_GROUP_WARPS;
+}
+
+/* The sums over the groups' partials of BN_FINISH_CH channels from c0 on, for one warp
+ * (every lane gets them): their loads go out together. */
+#define BN_FINISH_CH 4
+__device__ __forceinline__ void bn_channel_sums(const bn_args &a, const double *part, int64_t c0,
+                                                int64_t groups, double *s1, double *s2)
+{
+#pragma unroll
+    for (int u = 0; u < BN_FINISH_CH; u++) {
+        int64_t c = c0 + u < a.g.c ? c0 + u : c0;
+        double x = 0.0, y = 0.0;
+        for (int64_t grp = threadIdx.x % 32; grp < groups; grp += 32) {
+            x += __ldcg(&part[2 * (grp * a.g.c + c)]);
+            y += __ldcg(&part[2 * (grp * a.g.c + c) + 1]);
+        }
+        s1[u] = x;
+        s2[u] = y;
     }
-    *s1 = cu_warp_sum(x);
-    *s2 = cu_warp_sum(y);
+#pragma unroll
+    for (int u = 0; u < BN_FINISH_CH; u++) {
+        s1[u] = cu_warp_sum(s1[u]);
+        s2[u] = cu_warp_sum(s2[u]);
+    }
 }
 
 /* Channel c's statistics from its sums s, q (or, in eval, from the running ones), and
@@ -163,62 +188,27 @@ __device__ void bn_stats_one(const bn_args &a, double s, double q, int64_t c)
     bn_set(a.rv, c, (float)((1.0 - a.mom) * bn_get(a.rv, c) + a.mom * unbiased));
 }
 
-/* The last block of a partials kernel finishes every channel, a warp a channel:
- * statistics, or the two reductions of the backward pass. */
-__device__ void bn_finish(const bn_args &a, int stats, const double *part)
+/* The last block finishes every channel, BN_FINISH_CH a warp: statistics, or the two
+ * reductions of the backward pass. */
+__device__ void bn_finish(const bn_args &a, int stats, const double *part, int64_t groups)
 {
-    for (int64_t c = threadIdx.x / 32; c < a.g.c; c += blockDim.x / 32) {
-        double s1, s2;
-        bn_channel_sums(a, part, c, &s1, &s2);
-        if (threadIdx.x % 32 != 0)
-            continue;
-        if (stats) {
-            bn_stats_one(a, s1, s2, c);
-        } else {
-            bn_set(a.d0, c, (float)s1);
-            bn_set(a.d1, c, (float)s2);
-        }
-    }
-}
-
-/* ---- per-plane partials ---- */
-
-/* Block p reduces plane (n, c) = (p / C, p % C). stats: sum and sum of squares of x;
- * otherwise Σ dy·x̂ and Σ dy with x̂ = (x − mean)·invstd. The last block finishes. */
-__global__ void bn_plane_kernel(bn_args a, int stats, double *part, int64_t planes,
-                                unsigned *ticket, const float *gate)
-{
-    __shared__ double sh[32];
-    if (cu_gated_off(gate))
-        return;
-    int64_t p = blockIdx.x, hw = a.g.h * a.g.w;
-    if (p < planes) { /* the whole block alike */
-        int64_t nb = p / a.g.c, c = p % a.g.c;
-        float mean = stats ? 0.0f : bn_get(a.mean, c), inv = stats ? 0.0f : bn_get(a.inv, c);
-        double s1 = 0.0, s2 = 0.0;
-        for (int64_t i = threadIdx.x; i < hw; i += blockDim.x) {
-            float v = bn_px(a.x, nb, c, i, a.g.w);
+    const int64_t step = blockDim.x / 32 * BN_FINISH_CH;
+    for (int64_t c0 = threadIdx.x / 32 * BN_FINISH_CH; c0 < a.g.c; c0 += step) {
+        double s1[BN_FINISH_CH], s2[BN_FINISH_CH];
+        bn_channel_sums(a, part, c0, groups, s1, s2);
+        for (int u = 0; u < BN_FINISH_CH && c0 + u < a.g.c && threadIdx.x % 32 == 0; u++) {
             if (stats) {
-                s1 += v;
-                s2 += (double)v * v;
+                bn_stats_one(a, s1[u], s2[u], c0 + u);
             } else {
-                float d = bn_px(a.dy, nb, c, i, a.g.w);
-                s1 += (double)d * ((v - mean) * inv);
-                s2 += d;
+                bn_set(a.d0, c0 + u, (float)s1[u]);
+                bn_set(a.d1, c0 + u, (float)s2[u]);
             }
         }
-        s1 = cu_block_sum(s1, sh);
-        s2 = cu_block_sum(s2, sh);
-        if (threadIdx.x == 0) {
-            part[2 * p] = s1;
-            part[2 * p + 1] = s2;
-        }
     }
-    if (cu_last_block(ticket))
-        bn_finish(a, stats, part);
 }
 
-/* One float4 of a plane into the two sums, in element order. */
+/* One float4 of a plane into the two sums, in element order. stats: sum and sum of
+ * squares of x; otherwise Σ dy·x̂ and Σ dy with x̂ = (x − mean)·invstd. */
 __device__ __forceinline__ void bn_acc4(float4 x, float4 d, int stats, float mean, float inv,
                                         double *s1, double *s2)
 {
@@ -235,60 +225,107 @@ __device__ __forceinline__ void bn_acc4(float4 x, float4 d, int stats, float mea
     }
 }
 
-/* The same partials with one warp per plane (BN_WARPS planes a block) and float4 loads,
- * four in flight per lane, for dense tensors: a plane of a DARTS search is a few KB, too
- * little to pay for a block-wide reduction. Sums in a fixed order per lane, then a fixed
- * shuffle tree, so results repeat; the last block finishes. */
-#define BN_WARPS 4
-#define BN_UNROLL 4
-__global__ void bn_plane_warp_kernel(bn_args a, int stats, double *part, int64_t planes,
-                                     unsigned *ticket, const float *gate)
+/* One plane into a lane's sums: float4s on dense tensors, all of a lane's loads of
+ * the plane in flight for up to 32·U float4s (U: 8 reading x alone, 4 reading x and dy). */
+template <int STATS>
+__device__ __forceinline__ void bn_plane4(const bn_args &a, int64_t p, float mean, float inv,
+                                          double *s1, double *s2)
 {
-    if (cu_gated_off(gate))
-        return;
-    int64_t p = blockIdx.x * (int64_t)BN_WARPS + threadIdx.x / 32;
-    if (p < planes) {
-        int64_t c = p % a.g.c, hw4 = a.g.h * a.g.w / 4;
-        const float4 *xp = (const float4 *)a.x.p + p * hw4;
-        const float4 *dp = stats ? xp : (const float4 *)a.dy.p + p * hw4;
-        float mean = stats ? 0.0f : bn_get(a.mean, c), inv = stats ? 0.0f : bn_get(a.inv, c);
-        double s1 = 0.0, s2 = 0.0;
-        int64_t i = threadIdx.x % 32;
-        for (; i + 32 * (BN_UNROLL - 1) < hw4; i += 32 * BN_UNROLL) {
-            float4 x[BN_UNROLL], d[BN_UNROLL];
+    const int U = STATS ? 8 : 4;
+    int64_t hw4 = a.g.h * a.g.w / 4, i = threadIdx.x % 32;
+    const float4 *xp = (const float4 *)a.x.p + p * hw4;
+    const float4 *dp = STATS ? xp : (const float4 *)a.dy.p + p * hw4;
+    for (; i + 32 * (U - 1) < hw4; i += 32 * U) {
+        float4 x[U], d[U];
 #pragma unroll
-            for (int u = 0; u < BN_UNROLL; u++) {
-                x[u] = xp[i + 32 * u];
-                d[u] = stats ? x[u] : dp[i + 32 * u];
-            }
+        for (int u = 0; u < U; u++) {
+            x[u] = xp[i + 32 * u];
+            d[u] = STATS ? x[u] : dp[i + 32 * u];
+        }
 #pragma unroll
-            for (int u = 0; u < BN_UNROLL; u++)
-                bn_acc4(x[u], d[u], stats, mean, inv, &s1, &s2);
-        }
-        for (; i < hw4; i += 32)
-            bn_acc4(xp[i], stats ? xp[i] : dp[i], stats, mean, inv, &s1, &s2);
-        s1 = cu_warp_sum(s1);
-        s2 = cu_warp_sum(s2);
-        if (threadIdx.x % 32 == 0) {
-            part[2 * p] = s1;
-            part[2 * p + 1] = s2;
-        }
+        for (int u = 0; u < U; u++)
+            bn_acc4(x[u], d[u], STATS, mean, inv, s1, s2);
     }
-    if (cu_last_block(ticket))
-        bn_finish(a, stats, part);
+    for (; i < hw4; i += 32)
+        bn_acc4(xp[i], STATS ? xp[i] : dp[i], STATS, mean, inv, s1, s2);
 }
 
-/* The per-plane partials and the channels' results, on the fitting kernel. */
-static void bn_planes(cu_exec *e, const bn_args &a, int stats, double *ws, int64_t planes)
+/* The same for any strides, by row and column. */
+__device__ __forceinline__ void bn_plane1(const bn_args &a, int stats, int64_t nb, int64_t c,
+                                          float mean, float inv, double *s1, double *s2)
 {
-    /* at least one block, so that with no planes the channels still get their (zero) sums */
-    int64_t warp_blocks = (planes + BN_WARPS - 1) / BN_WARPS;
-    if (a.vec4)
-        bn_plane_warp_kernel<<<(unsigned)(warp_blocks > 0 ? warp_blocks : 1), BN_WARPS * 32, 0,
-                               e->stream>>>(a, stats, ws, planes, e->ticket, e->gate);
+    int64_t hw = a.g.h * a.g.w;
+    for (int64_t i = threadIdx.x % 32; i < hw; i += 32) {
+        float v = bn_px(a.x, nb, c, i, a.g.w);
+        if (stats) {
+            *s1 += v;
+            *s2 += (double)v * v;
+        } else {
+            float d = bn_px(a.dy, nb, c, i, a.g.w);
+            *s1 += (double)d * ((v - mean) * inv);
+            *s2 += d;
+        }
+    }
+}
+
+/* Block (group, channel): warp w takes samples n0 + w, n0 + w + BN_GROUP_WARPS, ... of
+ * the group; the partial goes to part[2 (group C + c)], and the last block finishes. */
+template <int STATS>
+__global__ void bn_group_kernel(bn_args a, int64_t per, int64_t groups, double *part,
+                                unsigned *ticket, const float *gate)
+{
+    const int stats = STATS;
+    __shared__ double sh[2][BN_GROUP_WARPS];
+    if (cu_gated_off(gate))
+        return;
+    int64_t grp = blockIdx.x / a.g.c, c = blockIdx.x % a.g.c;
+    int64_t n1 = (grp + 1) * per < a.g.n ? (grp + 1) * per : a.g.n;
+    int warp = threadIdx.x / 32;
+    float mean = stats ? 0.0f : bn_get(a.mean, c), inv = stats ? 0.0f : bn_get(a.inv, c);
+    double s1 = 0.0, s2 = 0.0;
+    for (int64_t nb = grp * per + warp; nb < n1; nb += BN_GROUP_WARPS) {
+        if (a.vec4)
+            bn_plane4<STATS>(a, nb * a.g.c + c, mean, inv, &s1, &s2);
+        else
+            bn_plane1(a, stats, nb, c, mean, inv, &s1, &s2);
+    }
+    s1 = cu_warp_sum(s1);
+    s2 = cu_warp_sum(s2);
+    if (threadIdx.x % 32 == 0) {
+        sh[0][warp] = s1;
+        sh[1][warp] = s2;
+    }
+    __syncthreads();
+    if (threadIdx.x < 2) {
+        double v = 0.0;
+        for (int w = 0; w < BN_GROUP_WARPS; w++)
+            v += sh[threadIdx.x][w];
+        part[2 * blockIdx.x + threadIdx.x] = v;
+    }
+    if (cu_last_block(ticket))
+        bn_finish(a, stats, part, groups);
+}
+
+/* The per-channel sums and the channels' results. */
+static ex_status bn_groups(cu_exec *e, const bn_args &a, int stats, const char *name)
+{
+    int64_t per = bn_group_size(a.g), groups = (a.g.n + per - 1) / per;
+    groups = groups > 0 ? groups : 1; /* with no samples the channels still get their zeros */
+    if (groups * a.g.c > 0x7fffffff)
+        return cu_fail(e, EX_ERR_UNSUPPORTED, "%s: %lld channels exceed the grid", name,
+                       (long long)a.g.c);
+    void *ws = NULL;
+    ex_status st = cu_scratch(e, sizeof(double) * 2 * (size_t)(groups * a.g.c), &ws);
+    if (st != EX_OK || e->dry)
+        return st;
+    unsigned blocks = (unsigned)(groups * a.g.c);
+    if (stats)
+        cu_launch(e, bn_group_kernel<1>, blocks, BN_GROUP_WARPS * 32, 0, a, per, groups,
+                  (double *)ws, e->ticket, e->gate);
     else
-        bn_plane_kernel<<<(unsigned)(planes > 0 ? planes : 1), CU_THREADS, 0, e->stream>>>(
-            a, stats, ws, planes, e->ticket, e->gate);
+        cu_launch(e, bn_group_kernel<0>, blocks, BN_GROUP_WARPS * 32, 0, a, per, groups,
+                  (double *)ws, e->ticket, e->gate);
+    return cu_launched(e, name);
 }
 
 /* Eval-mode statistics: the running ones, no partials. */
@@ -318,12 +355,6 @@ CU_OP(bn_stats)
         return cu_fail(e, EX_ERR_SHAPE,
                        "bn_stats: training needs more than one value per channel (N*H*W = %lld)",
                        (long long)g.m);
-    int64_t planes = g.n * g.c;
-    void *ws = NULL;
-    if (train)
-        st = cu_scratch(e, sizeof(double) * 2 * (size_t)planes, &ws);
-    if (st != EX_OK || e->dry)
-        return st;
     bn_args a = {};
     a.g = g;
     a.x = cu_t4_of(&n->src[0]);
@@ -334,15 +365,12 @@ CU_OP(bn_stats)
     a.train = train;
     a.eps = n->fp[0];
     a.mom = n->fp[1];
-    if (train) {
-        if (planes > 0x7fffffff)
-            return cu_fail(e, EX_ERR_UNSUPPORTED, "bn_stats: %lld planes exceed the grid",
-                           (long long)planes);
-        a.vec4 = bn_dense4(a.x, g);
-        bn_planes(e, a, 1, (double *)ws, planes);
-    } else {
-        bn_stats_eval_kernel<<<cu_blocks(g.c, CU_THREADS), CU_THREADS, 0, e->stream>>>(a, e->gate);
-    }
+    a.vec4 = bn_dense4(a.x, g);
+    if (train)
+        return bn_groups(e, a, 1, "bn_stats");
+    if (e->dry)
+        return EX_OK;
+    cu_launch(e, bn_stats_eval_kernel, cu_blocks(g.c, CU_THREADS), CU_THREADS, 0, a, e->gate);
     return cu_launched(e, "bn_stats");
 }
 
@@ -398,8 +426,8 @@ CU_OP(bn_apply)
     a.beta = n->nsrc == 4 ? bn_vec_of(&n->src[3]) : bn_none();
     a.vec4 = bn_dense4(a.x, g) && bn_dense4(a.out, g);
     int64_t total = g.n * g.c * g.h * g.w;
-    bn_apply_kernel<<<cu_blocks(a.vec4 ? total / 4 : total, CU_THREADS), CU_THREADS, 0,
-                      e->stream>>>(a, e->gate);
+    cu_launch(e, bn_apply_kernel, cu_blocks(a.vec4 ? total / 4 : total, CU_THREADS), CU_THREADS, 0,
+              a, e->gate);
     return cu_launched(e, "bn_apply");
 }
 
@@ -415,15 +443,8 @@ CU_OP(bn_bwd_reduce)
         st = bn_check_4d(e, &n->src[2], &n->src[0], "bn_bwd_reduce", "dy");
     if (st == EX_OK)
         st = bn_check_c(e, &n->dst, 2, g.c, "bn_bwd_reduce", "dst");
-    int64_t planes = g.n * g.c;
-    void *ws = NULL;
-    if (st == EX_OK)
-        st = cu_scratch(e, sizeof(double) * 2 * (size_t)planes, &ws);
-    if (st != EX_OK || e->dry)
+    if (st != EX_OK)
         return st;
-    if (planes > 0x7fffffff)
-        return cu_fail(e, EX_ERR_UNSUPPORTED, "bn_bwd_reduce: %lld planes exceed the grid",
-                       (long long)planes);
     bn_args a = {};
     a.g = g;
     a.x = cu_t4_of(&n->src[0]);
@@ -433,8 +454,7 @@ CU_OP(bn_bwd_reduce)
     a.d0 = bn_row(&n->dst, 0);
     a.d1 = bn_row(&n->dst, 1);
     a.vec4 = bn_dense4(a.x, g) && bn_dense4(a.dy, g);
-    bn_planes(e, a, 0, (double *)ws, planes);
-    return cu_launched(e, "bn_bwd_reduce");
+    return bn_groups(e, a, 0, "bn_bwd_reduce");
 }
 
 /* dx = k (dy − c1 − x̂ c2) with k = invstd·gamma, c1 = red1 / M, c2 = red0 / M in
@@ -499,7 +519,7 @@ CU_OP(bn_bwd_data)
     a.train = n->ip[0] != 0;
     a.vec4 = bn_dense4(a.x, g) && bn_dense4(a.dy, g) && bn_dense4(a.out, g);
     int64_t total = g.n * g.c * g.h * g.w;
-    bn_bwd_data_kernel<<<cu_blocks(a.vec4 ? total / 4 : total, CU_THREADS), CU_THREADS, 0,
-                         e->stream>>>(a, e->gate);
+    cu_launch(e, bn_bwd_data_kernel, cu_blocks(a.vec4 ? total / 4 : total, CU_THREADS), CU_THREADS,
+              0, a, e->gate);
     return cu_launched(e, "bn_bwd_data");
 }

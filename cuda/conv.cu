@@ -332,13 +332,11 @@ static int conv_k(const conv_geom *g)
 template <int K> static void conv_launch(cu_exec *e, int which, const conv_g32 &g, conv_ops *o)
 {
     if (which == 0)
-        conv_fwd_kernel<K>
-            <<<cu_plane_grid(g.n * g.co, (int64_t)g.ho * g.wo), CU_THREADS, 0, e->stream>>>(
-                g, o->x, o->w, o->y, e->gate);
+        cu_launch(e, conv_fwd_kernel<K>, cu_plane_grid(g.n * g.co, (int64_t)g.ho * g.wo),
+                  CU_THREADS, 0, g, o->x, o->w, o->y, e->gate);
     else
-        conv_bwd_data_kernel<K>
-            <<<cu_plane_grid(g.n * g.ci, (int64_t)g.h * g.w), CU_THREADS, 0, e->stream>>>(
-                g, o->y, o->w, o->x, o->mask, e->gate);
+        cu_launch(e, conv_bwd_data_kernel<K>, cu_plane_grid(g.n * g.ci, (int64_t)g.h * g.w),
+                  CU_THREADS, 0, g, o->y, o->w, o->x, o->mask, e->gate);
 }
 
 /* The depthwise filter gradient through per-group partials; groups so that there are
@@ -352,10 +350,10 @@ static ex_status dw_filter_launch(cu_exec *e, const conv_g32 &g, conv_ops *o, co
     ex_status st = cu_scratch(e, sizeof(double) * (size_t)(groups * g.ci * K * K), &ws);
     if (st != EX_OK || e->dry)
         return st;
-    dw_filter_part_kernel<K><<<dim3((unsigned)g.ci, (unsigned)groups), CU_THREADS, 0, e->stream>>>(
-        g, o->x, o->y, per_group, (double *)ws, e->gate);
-    dw_filter_sum_kernel<<<cu_blocks(g.ci * K * K, CU_THREADS), CU_THREADS, 0, e->stream>>>(
-        g, (const double *)ws, groups, o->w, e->gate);
+    cu_launch(e, dw_filter_part_kernel<K>, dim3((unsigned)g.ci, (unsigned)groups), CU_THREADS, 0, g,
+              o->x, o->y, per_group, (double *)ws, e->gate);
+    cu_launch(e, dw_filter_sum_kernel, cu_blocks(g.ci * K * K, CU_THREADS), CU_THREADS, 0, g,
+              (const double *)ws, groups, o->w, e->gate);
     return cu_launched(e, name);
 }
 
@@ -389,8 +387,8 @@ static ex_status conv_run(cu_exec *e, const ex_node_exec *nd, int which, int dep
         if (taps > 0x7fffffff)
             return cu_fail(e, EX_ERR_UNSUPPORTED, "%s: %lld filter taps exceed the grid", name,
                            (long long)taps);
-        conv_bwd_filter_kernel<<<(unsigned)taps, CU_THREADS, 0, e->stream>>>(g, o.x, o.y, o.w,
-                                                                             e->gate);
+        cu_launch(e, conv_bwd_filter_kernel, (unsigned)taps, CU_THREADS, 0, g, o.x, o.y, o.w,
+                  e->gate);
     } else if (k == 3) {
         conv_launch<3>(e, which, g, &o);
     } else if (k == 5) {

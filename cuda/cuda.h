@@ -54,6 +54,7 @@ typedef struct cu_exec {
     size_t need; /**< the most scratch any node asked for (sizing pass) */
     char *msg;   /**< where a failure's message goes */
     size_t msg_len;
+    int pdl; /**< launch kernels with programmatic stream serialization (cu_launch) */
 } cu_exec;
 
 /** A tensor as kernels take it: element 0 and the shape padded on the left to 4 dims
@@ -119,11 +120,46 @@ static inline dim3 cu_plane_grid(int64_t planes, int64_t positions)
     return dim3(gx, gy);
 }
 
+/** Launches kernel k on e's stream; with e->pdl, as a programmatic dependent launch: its
+ *  launch overlaps the previous kernel's tail, and the kernel must call cu_pdl_sync()
+ *  before it touches memory. Errors are left for cu_launched(). */
+template <typename... P, typename... A>
+static inline void cu_launch(const cu_exec *e, void (*k)(P...), dim3 grid, dim3 block, size_t smem,
+                             A &&...args)
+{
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t c = {};
+    c.gridDim = grid;
+    c.blockDim = block;
+    c.dynamicSmemBytes = smem;
+    c.stream = e->stream;
+    c.attrs = at;
+    c.numAttrs = e->pdl ? 1 : 0;
+    (void)cudaLaunchKernelEx(&c, k, static_cast<A &&>(args)...);
+}
+
 /* ---- device helpers ---- */
 
-/** Whether the node's gate says skip; every thread of every kernel asks first. */
+/** Programmatic dependent launch (sm_90): waits until the kernels before this one on its
+ *  stream have finished and their writes are visible, then lets the next kernel launch.
+ *  cu_launch() lets a kernel start before its predecessor ends, so every kernel it
+ *  launches calls this before touching memory (cu_gated_off() does). A no-op for a
+ *  kernel launched without the attribute, and below sm_90. */
+__device__ __forceinline__ void cu_pdl_sync(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/** Whether the node's gate says skip; every thread of every kernel asks first (after
+ *  cu_pdl_sync()). */
 __device__ __forceinline__ bool cu_gated_off(const float *gate)
 {
+    cu_pdl_sync();
     return gate != NULL && *gate == 0.0f;
 }
 
@@ -206,18 +242,69 @@ template <typename T> __device__ T cu_block_sum(T v, T *sh)
 __device__ __forceinline__ bool cu_last_block(unsigned *ticket)
 {
     __shared__ bool last;
-    __threadfence(); /* this block's writes before its ticket */
+    /* The barrier orders the block's writes before thread 0's fence, which makes them
+     * visible device-wide before the ticket (as cooperative groups' grid sync does): one
+     * fence a block, not one a thread. */
     __syncthreads();
     if (threadIdx.x == 0) {
+        __threadfence();
         unsigned blocks = gridDim.x * gridDim.y * gridDim.z;
         last = atomicAdd(ticket, 1u) == blocks - 1;
-        if (last)
+        if (last) {
             *ticket = 0;
+            __threadfence(); /* the others' writes before the block's reads */
+        }
     }
     __syncthreads();
-    if (last)
-        __threadfence(); /* the others' writes before ours reads */
     return last;
+}
+
+/* ---- warp rows: stride-1 stencils over planes at most 32 wide ----
+ * A warp holds 32 / S planes side by side (S, a power of two, at least as wide as every
+ * row the kernel touches): lane l holds column l % S of plane l / S, and the warp walks
+ * its planes a row at a time. A row is then one coalesced access, a window's columns come
+ * from neighbouring lanes by shuffles, and nothing is staged, divided or waited for at a
+ * barrier. Every lane of the warp runs the same loops (the shuffles need all of them);
+ * lanes past the last plane or the row's end only load and store nothing. */
+
+/** This lane's plane (warp-major) and column for segments of 2^seg_log2 lanes. */
+typedef struct cu_wrow {
+    int64_t plane;
+    int col;  /**< the column this lane holds */
+    int base; /**< the segment's first lane */
+} cu_wrow;
+
+__device__ __forceinline__ cu_wrow cu_wrow_of(int seg_log2)
+{
+    int lane = threadIdx.x & 31;
+    int64_t warp = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
+    cu_wrow r = {(warp << (5 - seg_log2)) + (lane >> seg_log2), lane & ((1 << seg_log2) - 1),
+                 lane & ~((1 << seg_log2) - 1)};
+    return r;
+}
+
+/** v of the lane holding column col of this lane's plane (any value where col is not a
+ *  column of the segment: callers test col first). */
+__device__ __forceinline__ float cu_wrow_get(const cu_wrow &r, float v, int col, int seg_log2)
+{
+    return __shfl_sync(0xffffffffu, v, r.base + (col & ((1 << seg_log2) - 1)));
+}
+
+/** The segment width's log2 for rows of up to `widest` columns, or -1 above 32. */
+static inline int cu_wrow_seg(int widest)
+{
+    int s = 0;
+    while ((1 << s) < widest)
+        s++;
+    return s <= 5 ? s : -1;
+}
+
+/** Blocks of CU_THREADS for planes planes in segments of 2^seg_log2 lanes. */
+static inline unsigned cu_wrow_blocks(int64_t planes, int seg_log2)
+{
+    int64_t per_block = (int64_t)(CU_THREADS / 32) << (5 - seg_log2);
+    int64_t b = (planes + per_block - 1) / per_block;
+    return (unsigned)(b < 1 ? 1 : b);
 }
 
 /** Maximum over the block, NaN winning; as cu_block_sum. */

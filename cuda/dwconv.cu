@@ -310,8 +310,17 @@ __device__ void dw_filter_sum(const dw_geo &g, const double *part, int groups, c
 {
     for (int i = threadIdx.x; i < g.c * K * K; i += blockDim.x) {
         int c = i / (K * K), t = i - c * (K * K);
-        double acc = 0.0;
-        for (int grp = 0; grp < groups; grp++)
+        double acc = 0.0, v[8];
+        int grp = 0;
+        for (; grp + 8 <= groups; grp += 8) { /* eight loads in flight, added in order */
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                v[u] = __ldcg(&part[((int64_t)(grp + u) * g.c + c) * (K * K) + t]);
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                acc += v[u];
+        }
+        for (; grp < groups; grp++)
             acc += __ldcg(&part[((int64_t)grp * g.c + c) * (K * K) + t]);
         ((float *)dw.p)[c * dw.st[0] + (t / K) * dw.st[2] + (t % K) * dw.st[3]] = (float)acc;
     }
@@ -496,38 +505,37 @@ static ex_status dw_launch(cu_exec *e, int which, const dw_geo &g, const cu_dw_a
         int d = g.dh == g.dw && (g.dh == 1 || g.dh == 2) ? g.dh : 0;
         double *part = (double *)ws;
         if (d == 1)
-            dw_filter_kernel<K, S, 1><<<grid, CU_THREADS, smem, e->stream>>>(
-                g, a->x, a->y, a->wt, part, e->ticket, e->gate);
+            cu_launch(e, dw_filter_kernel<K, S, 1>, grid, CU_THREADS, smem, g, a->x, a->y, a->wt,
+                      part, e->ticket, e->gate);
         else if (d == 2)
-            dw_filter_kernel<K, S, 2><<<grid, CU_THREADS, smem, e->stream>>>(
-                g, a->x, a->y, a->wt, part, e->ticket, e->gate);
+            cu_launch(e, dw_filter_kernel<K, S, 2>, grid, CU_THREADS, smem, g, a->x, a->y, a->wt,
+                      part, e->ticket, e->gate);
         else
-            dw_filter_kernel<K, S, 0><<<grid, CU_THREADS, smem, e->stream>>>(
-                g, a->x, a->y, a->wt, part, e->ticket, e->gate);
+            cu_launch(e, dw_filter_kernel<K, S, 0>, grid, CU_THREADS, smem, g, a->x, a->y, a->wt,
+                      part, e->ticket, e->gate);
         return cu_launched(e, name);
     }
     if (e->dry)
         return EX_OK;
     unsigned blocks = (unsigned)(g.items < (1 << 20) ? g.items : (1 << 20));
     int d = g.dh == g.dw && (g.dh == 1 || g.dh == 2) ? g.dh : 0; /* a strip kernel's dilation */
-    cudaStream_t st = e->stream;
     if (which == 0 && d == 1)
-        dw_fwd_strip_kernel<K, S, 1>
-            <<<blocks, CU_THREADS, smem, st>>>(g, a->x, a->wt, a->y, e->gate);
+        cu_launch(e, dw_fwd_strip_kernel<K, S, 1>, blocks, CU_THREADS, smem, g, a->x, a->wt, a->y,
+                  e->gate);
     else if (which == 0 && d == 2)
-        dw_fwd_strip_kernel<K, S, 2>
-            <<<blocks, CU_THREADS, smem, st>>>(g, a->x, a->wt, a->y, e->gate);
+        cu_launch(e, dw_fwd_strip_kernel<K, S, 2>, blocks, CU_THREADS, smem, g, a->x, a->wt, a->y,
+                  e->gate);
     else if (which == 0)
-        dw_fwd_kernel<K, S><<<blocks, CU_THREADS, smem, st>>>(g, a->x, a->wt, a->y, e->gate);
+        cu_launch(e, dw_fwd_kernel<K, S>, blocks, CU_THREADS, smem, g, a->x, a->wt, a->y, e->gate);
     else if (S == 1 && d == 1)
-        dw_bwd_data_strip_kernel<K, 1>
-            <<<blocks, CU_THREADS, smem, st>>>(g, a->y, a->wt, a->x, a->mask, e->gate);
+        cu_launch(e, dw_bwd_data_strip_kernel<K, 1>, blocks, CU_THREADS, smem, g, a->y, a->wt, a->x,
+                  a->mask, e->gate);
     else if (S == 1 && d == 2)
-        dw_bwd_data_strip_kernel<K, 2>
-            <<<blocks, CU_THREADS, smem, st>>>(g, a->y, a->wt, a->x, a->mask, e->gate);
+        cu_launch(e, dw_bwd_data_strip_kernel<K, 2>, blocks, CU_THREADS, smem, g, a->y, a->wt, a->x,
+                  a->mask, e->gate);
     else
-        dw_bwd_data_kernel<K, S>
-            <<<blocks, CU_THREADS, smem, st>>>(g, a->y, a->wt, a->x, a->mask, e->gate);
+        cu_launch(e, dw_bwd_data_kernel<K, S>, blocks, CU_THREADS, smem, g, a->y, a->wt, a->x,
+                  a->mask, e->gate);
     return cu_launched(e, name);
 }
 
@@ -539,8 +547,221 @@ static ex_status dw_launch_k(cu_exec *e, int which, const dw_geo &g, const cu_dw
                      : dw_launch<K, 2>(e, which, g, a, name);
 }
 
+/* ---- stride 1, rows of up to 32 columns: warp rows (cuda.h) ----
+ * An output (or, for the data gradient, an input) belongs to its column's lane: each
+ * filter row is one load of the source row, and its taps come from the neighbouring
+ * lanes. The taps run in the staged kernels' order, but taps outside the source are
+ * skipped, as on the CPU, rather than added as zeros. */
+
+/** The plane of this lane's (n, c) in t, c channels. */
+__device__ __forceinline__ float *dw_rows_plane(const cu_t4 &t, int64_t plane, int64_t c)
+{
+    return (float *)t.p + plane / c * t.st[0] + plane % c * t.st[1];
+}
+
+/* Destination rows a warp computes after one round of loads (see pool.cu). */
+#define DW_ROWS 4
+
+/* Source rows t = 0 .. DW_ROWS + (K-1)*D - 1 from row `first` on, zero outside [0, h)
+ * or for lanes that hold no column; relu: max(v, 0) (NaN stays). */
+template <int K, int D>
+__device__ __forceinline__ void dw_rows_load(float *v, const float *p, const cu_t4 &t, int first,
+                                             int h, int col, bool load, bool relu)
+{
+#pragma unroll
+    for (int i = 0; i < DW_ROWS + (K - 1) * D; i++) {
+        int row = first + i;
+        float x = load && row >= 0 && row < h ? p[row * t.st[2] + col * t.st[3]] : 0.0f;
+        v[i] = relu && x < 0.0f ? 0.0f : x;
+    }
+}
+
+/* which 0: y = x ⋆ w (x read as max(x, 0) with the fused ReLU). which 1: dx = dy ⋆ the
+ * flipped w, zero where the mask x is not above 0 with the fused ReLU. D: the dilation
+ * of both axes. */
+template <int K, int D, int WHICH>
+__global__ void dw_rows_kernel(cu_dw_args a, int seg, const float *gate)
+{
+    if (cu_gated_off(gate))
+        return;
+    cu_wrow r = cu_wrow_of(seg);
+    bool on = r.plane < a.n * a.c;
+    int64_t pl = on ? r.plane : 0;
+    const cu_t4 &src = WHICH ? a.y : a.x, &dst = WHICH ? a.x : a.y;
+    const float *sp = dw_rows_plane(src, pl, a.c);
+    float *dp = dw_rows_plane(dst, pl, a.c);
+    const float *mp = WHICH && a.relu ? dw_rows_plane(a.mask, pl, a.c) : NULL;
+    int sh = WHICH ? a.ho : a.h, sw = WHICH ? a.wo : a.w, dh = WHICH ? a.h : a.ho,
+        dw = WHICH ? a.w : a.wo;
+    float wk[K * K];
+    const float *wp = (const float *)a.wt.p + pl % a.c * a.wt.st[0];
+#pragma unroll
+    for (int t = 0; t < K * K; t++)
+        wk[t] = wp[(t / K) * a.wt.st[2] + (t % K) * a.wt.st[3]];
+    bool load = on && r.col < sw, store = on && r.col < dw;
+    /* tap (p, q) of destination (i, j) reads source (i - ph + p D, j - pw + q D) forward,
+       (i + ph - p D, j + pw - q D) for the data gradient: rows from i0 - ph, or from
+       i0 + ph - (K-1) D, on; the tap's row is u + p D, or u + (K-1-p) D */
+    for (int i0 = 0; i0 < dh; i0 += DW_ROWS) {
+        float v[DW_ROWS + (K - 1) * D];
+        int first = WHICH ? i0 + a.ph - (K - 1) * D : i0 - a.ph;
+        dw_rows_load<K, D>(v, sp, src, first, sh, r.col, load, !WHICH && a.relu);
+#pragma unroll
+        for (int u = 0; u < DW_ROWS; u++) {
+            int i = i0 + u;
+            if (i >= dh)
+                break;
+            float acc = 0.0f;
+#pragma unroll
+            for (int p = 0; p < K; p++) {
+                int t = WHICH ? u + (K - 1 - p) * D : u + p * D;
+                if (first + t < 0 || first + t >= sh)
+                    continue;
+#pragma unroll
+                for (int q = 0; q < K; q++) {
+                    int sj = WHICH ? r.col + a.pw - q * D : r.col - a.pw + q * D;
+                    float x = cu_wrow_get(r, v[t], sj, seg);
+                    if (sj >= 0 && sj < sw)
+                        acc += x * wk[p * K + q];
+                }
+            }
+            if (!store)
+                continue;
+            if (mp && !(mp[i * a.mask.st[2] + r.col * a.mask.st[3]] > 0.0f))
+                acc = 0.0f;
+            dp[i * dst.st[2] + r.col * dst.st[3]] = acc;
+        }
+    }
+}
+
+/* The filter gradient: block (channel c, group) has its warps hold 32 / S samples of c
+ * at once and sum dy · x for every tap in registers, then as dw_filter_kernel: warp
+ * sums, the warps in order into a double partial, the last block adds the groups. */
+template <int K, int D>
+__global__ void dw_rows_filter_kernel(cu_dw_args a, int seg, int per, double *part,
+                                      unsigned *ticket, const float *gate)
+{
+    __shared__ float red[(CU_THREADS / 32) * K * K];
+    if (cu_gated_off(gate))
+        return;
+    const int c = blockIdx.x, grp = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int spw = 32 >> seg, nw = blockDim.x >> 5; /* samples a warp holds at once */
+    const int64_t n1 = min((int64_t)(grp + 1) * per, a.n);
+    cu_wrow r = {0, lane & ((1 << seg) - 1), lane & ~((1 << seg) - 1)};
+    float acc[K * K];
+#pragma unroll
+    for (int t = 0; t < K * K; t++)
+        acc[t] = 0.0f;
+    for (int64_t s0 = (int64_t)grp * per + warp * spw; s0 < n1; s0 += nw * spw) {
+        int64_t nb = s0 + (lane >> seg);
+        bool on = nb < n1;
+        int64_t pl = (on ? nb : 0) * a.c + c;
+        const float *xp = dw_rows_plane(a.x, pl, a.c), *yp = dw_rows_plane(a.y, pl, a.c);
+        bool load = on && r.col < a.w, out = on && r.col < a.wo;
+        for (int i0 = 0; i0 < a.ho; i0 += DW_ROWS) {
+            float v[DW_ROWS + (K - 1) * D], d[DW_ROWS];
+            dw_rows_load<K, D>(v, xp, a.x, i0 - a.ph, a.h, r.col, load, a.relu);
+#pragma unroll
+            for (int u = 0; u < DW_ROWS; u++)
+                d[u] = out && i0 + u < a.ho ? yp[(i0 + u) * a.y.st[2] + r.col * a.y.st[3]] : 0.0f;
+#pragma unroll
+            for (int u = 0; u < DW_ROWS; u++) {
+                if (i0 + u >= a.ho)
+                    break;
+#pragma unroll
+                for (int p = 0; p < K; p++) {
+                    int si = i0 + u - a.ph + p * D;
+                    if (si < 0 || si >= a.h)
+                        continue;
+#pragma unroll
+                    for (int q = 0; q < K; q++) {
+                        int sj = r.col - a.pw + q * D;
+                        float x = cu_wrow_get(r, v[u + p * D], sj, seg);
+                        if (out && sj >= 0 && sj < a.w)
+                            acc[p * K + q] += d[u] * x;
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < K * K; t++) {
+        float v = cu_warp_sum(acc[t]);
+        if (lane == 0)
+            red[warp * K * K + t] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x < K * K) {
+        double v = 0.0;
+        for (int i = 0; i < nw; i++)
+            v += (double)red[i * K * K + threadIdx.x];
+        part[((int64_t)grp * a.c + c) * (K * K) + threadIdx.x] = v;
+    }
+    if (cu_last_block(ticket)) {
+        dw_geo g = {};
+        g.c = (int)a.c;
+        dw_filter_sum<K>(g, part, (int)gridDim.y, a.wt);
+    }
+}
+
+/** Blocks the filter gradient's grouping aims at. */
+#define DW_ROWS_FILTER_BLOCKS 1024
+
+template <int K, int D>
+static ex_status dw_rows_launch(cu_exec *e, int which, const cu_dw_args *a, int seg,
+                                const char *name)
+{
+    if (which == 2) {
+        int64_t step = (int64_t)(CU_THREADS / 32) << (5 - seg); /* samples a block holds */
+        int64_t groups = (DW_ROWS_FILTER_BLOCKS + a->c - 1) / a->c;
+        int64_t per = (a->n + groups - 1) / groups;
+        per = per < 1 ? step : (per + step - 1) / step * step;
+        groups = a->n > 0 ? (a->n + per - 1) / per : 1;
+        void *ws = NULL;
+        ex_status st = cu_scratch(e, sizeof(double) * (size_t)(groups * a->c * K * K), &ws);
+        if (st != EX_OK || e->dry)
+            return st;
+        cu_launch(e, dw_rows_filter_kernel<K, D>, dim3((unsigned)a->c, (unsigned)groups),
+                  CU_THREADS, 0, *a, seg, (int)per, (double *)ws, e->ticket, e->gate);
+        return cu_launched(e, name);
+    }
+    if (e->dry)
+        return EX_OK;
+    unsigned b = cu_wrow_blocks(a->n * a->c, seg);
+    if (which == 0)
+        cu_launch(e, dw_rows_kernel<K, D, 0>, b, CU_THREADS, 0, *a, seg, e->gate);
+    else
+        cu_launch(e, dw_rows_kernel<K, D, 1>, b, CU_THREADS, 0, *a, seg, e->gate);
+    return cu_launched(e, name);
+}
+
+template <int K>
+static ex_status dw_rows_launch_d(cu_exec *e, int which, const cu_dw_args *a, int seg,
+                                  const char *name)
+{
+    return a->dh == 1 ? dw_rows_launch<K, 1>(e, which, a, seg, name)
+                      : dw_rows_launch<K, 2>(e, which, a, seg, name);
+}
+
+/* Runs pass which on warp rows when they apply (stride 1, rows up to 32 wide, equal
+ * dilations of 1 or 2). */
+static int dw_rows(cu_exec *e, int which, const cu_dw_args *a, const char *name, ex_status *st)
+{
+    int seg = cu_wrow_seg(a->w > a->wo ? a->w : a->wo);
+    if (a->s != 1 || seg < 0 || (a->k != 3 && a->k != 5 && a->k != 7) || a->dh != a->dw ||
+        (a->dh != 1 && a->dh != 2) || a->n > 0x3fffffff || a->c > 65535 ||
+        cu_wrow_blocks(a->n * a->c, seg) > 0x7fffffffu)
+        return 0;
+    *st = a->k == 3   ? dw_rows_launch_d<3>(e, which, a, seg, name)
+          : a->k == 5 ? dw_rows_launch_d<5>(e, which, a, seg, name)
+                      : dw_rows_launch_d<7>(e, which, a, seg, name);
+    return 1;
+}
+
 int cu_dw_staged(cu_exec *e, int which, const cu_dw_args *a, const char *name, ex_status *st)
 {
+    if (dw_rows(e, which, a, name, st))
+        return 1;
     dw_geo g;
     if ((a->k != 3 && a->k != 5 && a->k != 7) || (a->s != 1 && a->s != 2) || a->n > 65535 ||
         a->c > 65535 || !dw_plan(a, which, &g))

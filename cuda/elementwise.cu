@@ -206,11 +206,10 @@ template <int K> static ex_status ew_launch(cu_exec *e, ew_args *o, const char *
     int64_t numel = o->ne[0] * o->ne[1] * o->ne[2] * o->ne[3];
     ew_collapse(o);
     if (ew_dense(o))
-        ew_dense_kernel<K><<<cu_blocks((numel + 3) / 4, CU_THREADS), CU_THREADS, 0, e->stream>>>(
-            *o, numel, e->gate);
+        cu_launch(e, ew_dense_kernel<K>, cu_blocks((numel + 3) / 4, CU_THREADS), CU_THREADS, 0, *o,
+                  numel, e->gate);
     else
-        ew_kernel<K>
-            <<<cu_blocks(numel, CU_THREADS), CU_THREADS, 0, e->stream>>>(*o, numel, e->gate);
+        cu_launch(e, ew_kernel<K>, cu_blocks(numel, CU_THREADS), CU_THREADS, 0, *o, numel, e->gate);
     return cu_launched(e, op);
 }
 
@@ -317,8 +316,8 @@ static ex_status copy_reshape(cu_exec *e, const ex_node_exec *n)
     if (e->dry)
         return EX_OK;
     int64_t m = ex_td_numel(&n->dst);
-    copy_reshape_kernel<<<cu_blocks(m, CU_THREADS), CU_THREADS, 0, e->stream>>>(
-        cu_t4_of(&n->dst), cu_t4_of(&n->src[0]), m, e->gate);
+    cu_launch(e, copy_reshape_kernel, cu_blocks(m, CU_THREADS), CU_THREADS, 0, cu_t4_of(&n->dst),
+              cu_t4_of(&n->src[0]), m, e->gate);
     return cu_launched(e, "copy");
 }
 
@@ -412,13 +411,14 @@ CU_OP(drop_path)
     ew_args flat = o;
     ew_collapse(&flat);
     r.vec4 = ew_dense(&flat) && span % 4 == 0;
-    drop_path_kernel<<<cu_blocks(r.vec4 ? numel / 4 : numel, CU_THREADS), CU_THREADS, 0,
-                       e->stream>>>(o, r, numel, e->gate);
+    cu_launch(e, drop_path_kernel, cu_blocks(r.vec4 ? numel / 4 : numel, CU_THREADS), CU_THREADS, 0,
+              o, r, numel, e->gate);
     return cu_launched(e, "drop_path");
 }
 
 __global__ void fill_words_kernel(uint32_t *p, uint64_t n, uint32_t pattern)
 {
+    cu_pdl_sync();
     for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
          i += (uint64_t)gridDim.x * blockDim.x)
         p[i] = pattern;
@@ -428,7 +428,7 @@ ex_status cu_fill_words(cu_exec *e, void *p, uint64_t n, uint32_t pattern)
 {
     if (n == 0)
         return EX_OK;
-    fill_words_kernel<<<cu_blocks((int64_t)n, CU_THREADS), CU_THREADS, 0, e->stream>>>(
-        (uint32_t *)p, n, pattern);
+    cu_launch(e, fill_words_kernel, cu_blocks((int64_t)n, CU_THREADS), CU_THREADS, 0, (uint32_t *)p,
+              n, pattern);
     return cu_launched(e, "fill");
 }

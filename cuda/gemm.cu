@@ -142,7 +142,7 @@ static ex_status gm_kernel_run(cu_exec *e, const gm_job *j)
         return cu_fail(e, EX_ERR_UNSUPPORTED, "gemm: a %lldx%lld product exceeds the grid",
                        (long long)j->c.rows, (long long)j->c.cols);
     dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)(j->batch < 65535 ? j->batch : 65535));
-    gm_kernel<<<grid, dim3(GT, GT), 0, e->stream>>>(*j, e->gate);
+    cu_launch(e, gm_kernel, grid, dim3(GT, GT), 0, *j, e->gate);
     return cu_launched(e, "gemm");
 }
 
@@ -289,8 +289,8 @@ CU_OP(pwconv)
         if (e->dry)
             return EX_OK;
         int64_t total = ex_td_numel(y);
-        pw_direct_kernel<<<cu_blocks(total, CU_THREADS), CU_THREADS, 0, e->stream>>>(
-            cu_t4_of(x), gm_mat2(w), cu_t4_of(y), e->gate);
+        cu_launch(e, pw_direct_kernel, cu_blocks(total, CU_THREADS), CU_THREADS, 0, cu_t4_of(x),
+                  gm_mat2(w), cu_t4_of(y), e->gate);
         return cu_launched(e, "pwconv");
     }
     cu_pw_args pa;
@@ -351,8 +351,8 @@ CU_OP(pwconv_bwd_filter)
             return EX_OK;
         if (dwm.rows * dwm.cols > 0x7fffffff)
             return cu_fail(e, EX_ERR_UNSUPPORTED, "pwconv_bwd_filter: too many weights");
-        pw_filter_direct_kernel<<<(unsigned)(dwm.rows * dwm.cols), CU_THREADS, 0, e->stream>>>(
-            cu_t4_of(x), cu_t4_of(dy), dwm, e->gate);
+        cu_launch(e, pw_filter_direct_kernel, (unsigned)(dwm.rows * dwm.cols), CU_THREADS, 0,
+                  cu_t4_of(x), cu_t4_of(dy), dwm, e->gate);
         return cu_launched(e, "pwconv_bwd_filter");
     }
     /* part[n] = dy_n x_n^T, dense [Co, Ci] per sample */
@@ -370,8 +370,8 @@ CU_OP(pwconv_bwd_filter)
     st = gm_run(e, &j);
     if (st != EX_OK || e->dry)
         return st;
-    pw_sum_kernel<<<cu_blocks(per, CU_THREADS), CU_THREADS, 0, e->stream>>>((const float *)ws,
-                                                                            x->ne[0], dwm, e->gate);
+    cu_launch(e, pw_sum_kernel, cu_blocks(per, CU_THREADS), CU_THREADS, 0, (const float *)ws,
+              x->ne[0], dwm, e->gate);
     return cu_launched(e, "pwconv_bwd_filter");
 }
 
@@ -432,7 +432,7 @@ CU_OP(linear)
     if (st != EX_OK || e->dry || n->nsrc != 3)
         return st;
     const ex_tdesc *b = &n->src[2];
-    bias_kernel<<<cu_blocks(y.rows * y.cols, CU_THREADS), CU_THREADS, 0, e->stream>>>(
-        y, cu_f32(b), b->st[0], e->gate);
+    cu_launch(e, bias_kernel, cu_blocks(y.rows * y.cols, CU_THREADS), CU_THREADS, 0, y, cu_f32(b),
+              b->st[0], e->gate);
     return cu_launched(e, "linear");
 }

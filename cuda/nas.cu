@@ -182,8 +182,8 @@ CU_OP(mixed_sum)
     m.p[0] = cu_f32(&n->dst);
     mix_align(n, &m);
     m.numel = m.ne[0] * m.ne[1] * m.ne[2] * m.ne[3];
-    mix_kernel<<<cu_blocks(m.vec4 ? m.numel / 4 : m.numel, CU_THREADS), CU_THREADS, 0, e->stream>>>(
-        m, e->status, (long long)e->node, e->gate);
+    cu_launch(e, mix_kernel, cu_blocks(m.vec4 ? m.numel / 4 : m.numel, CU_THREADS), CU_THREADS, 0,
+              m, e->status, (long long)e->node, e->gate);
     return cu_launched(e, "mixed_sum");
 }
 
@@ -294,9 +294,9 @@ CU_OP(mixed_sum_bwd_w)
     mix_align(n, &m);
     m.dw = cu_t4_of(d);
     if (m.nch > 0)
-        mix_dot_kernel<<<(unsigned)m.nch, CU_THREADS, 0, e->stream>>>(m, (double *)ws, e->status,
-                                                                      (long long)e->node, e->gate);
-    mix_dw_kernel<<<1, 1024, 0, e->stream>>>(m, (const double *)ws, e->gate);
+        cu_launch(e, mix_dot_kernel, (unsigned)m.nch, CU_THREADS, 0, m, (double *)ws, e->status,
+                  (long long)e->node, e->gate);
+    cu_launch(e, mix_dw_kernel, 1, 1024, 0, m, (const double *)ws, e->gate);
     return cu_launched(e, "mixed_sum_bwd_w");
 }
 
@@ -460,7 +460,7 @@ template <int K> static ex_status rows_run(cu_exec *e, const rows_args *o, const
     if (blocks > 0x7fffffff)
         return cu_fail(e, EX_ERR_UNSUPPORTED, "%s: %lld rows exceed the grid", op,
                        (long long)o->rows);
-    rows_kernel<K><<<(unsigned)blocks, CU_THREADS, 0, e->stream>>>(*o, e->gate);
+    cu_launch(e, rows_kernel<K>, (unsigned)blocks, CU_THREADS, 0, *o, e->gate);
     return cu_launched(e, op);
 }
 

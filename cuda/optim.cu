@@ -128,7 +128,7 @@ template <int K> static ex_status opt_launch(cu_exec *e, const opt_args *o, cons
 {
     if (e->dry)
         return EX_OK;
-    opt_kernel<K><<<cu_blocks(o->numel, CU_THREADS), CU_THREADS, 0, e->stream>>>(*o, e->gate);
+    cu_launch(e, opt_kernel<K>, cu_blocks(o->numel, CU_THREADS), CU_THREADS, 0, *o, e->gate);
     return cu_launched(e, op);
 }
 
@@ -246,10 +246,9 @@ CU_OP(grad_norm)
         if (cnt > 0x7fffffff)
             return cu_fail(e, EX_ERR_UNSUPPORTED, "grad_norm: too many chunks");
         if (cnt > 0)
-            norm_chunk_kernel<<<(unsigned)cnt, CU_THREADS, 0, e->stream>>>(a, (double *)ws,
-                                                                           e->gate);
+            cu_launch(e, norm_chunk_kernel, (unsigned)cnt, CU_THREADS, 0, a, (double *)ws, e->gate);
         base += cnt;
     }
-    norm_sum_kernel<<<1, 1024, 0, e->stream>>>((const double *)ws, base, cu_f32(&n->dst), e->gate);
+    cu_launch(e, norm_sum_kernel, 1, 1024, 0, (const double *)ws, base, cu_f32(&n->dst), e->gate);
     return cu_launched(e, "grad_norm");
 }

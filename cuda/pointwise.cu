@@ -69,7 +69,7 @@ int cu_pw_small(cu_exec *e, const cu_pw_args *a, const char *name, ex_status *st
     int threads = a->hw < 128 ? 64 : 128;
     dim3 grid((unsigned)((a->hw + threads - 1) / threads), (unsigned)a->n,
               (unsigned)((a->co + PW_CO - 1) / PW_CO));
-    pw_fwd_kernel<<<grid, threads, 0, e->stream>>>(*a, e->gate);
+    cu_launch(e, pw_fwd_kernel, grid, threads, 0, *a, e->gate);
     *st = cu_launched(e, name);
     return 1;
 }

@@ -7,7 +7,10 @@
  * one thread, which gathers from the outputs whose windows hold it, in output order:
  * the CPU backend scatters in that same order, so no atomics are needed and the sums
  * come out the same. Max pooling's backward first stores each window's first maximum, so
- * the gather compares indices instead of searching every window again. */
+ * the gather compares indices instead of searching every window again. Stride-1
+ * pooling of rows up to 32 wide (DARTS's 3x3 pools) runs on warp rows instead (cuda.h):
+ * no staging, and max pooling's backward in one pass; there averages sum by column
+ * first, so they may differ from the CPU's in the last bits. */
 #include "cuda/cuda.h"
 
 typedef struct pool_geom {
@@ -262,6 +265,223 @@ __global__ void pool_bwd_kernel(pool_g32 g, const int *at, cu_t4 dy, cu_t4 dx, c
     }
 }
 
+/* ---- stride 1, rows of up to 32 columns: warp rows (cuda.h) ----
+ * A warp loads the source rows of POOL_ROWS destination rows at once (loads in flight
+ * rather than one row's latency after another), then computes those rows. KR bounds the
+ * window's height and width at compile time, so the rows live in registers. Windows are
+ * taken apart by axis, so that a window costs kw shuffles, not kh·kw. */
+#define POOL_ROWS 8
+
+/* The forward: each output belongs to its column's lane, which combines its own
+ * column's rows (registers), then its neighbours' columns. Averages may differ from the
+ * CPU's row-major sums in the last bits; maxima are the same either way. */
+template <int MAX, int KR>
+__global__ void pool_rows_fwd_kernel(pool_g32 g, int seg, cu_t4 x, cu_t4 y, const float *gate)
+{
+    if (cu_gated_off(gate))
+        return;
+    cu_wrow r = cu_wrow_of(seg);
+    bool on = r.plane < g.planes;
+    pool_plane xp = plane_of(x, on ? r.plane : 0, g.c), yp = plane_of(y, on ? r.plane : 0, g.c);
+    bool load = on && r.col < g.w, store = on && r.col < g.wo;
+    int w0, w1;
+    pool_span(r.col, 1, g.pw, g.kw, g.w, &w0, &w1);
+    for (int oh0 = 0; oh0 < g.ho; oh0 += POOL_ROWS) {
+        float v[POOL_ROWS + KR - 1]; /* input rows oh0 - ph + t */
+#pragma unroll
+        for (int t = 0; t < POOL_ROWS + KR - 1; t++) {
+            int ih = oh0 - g.ph + t;
+            v[t] = load && ih >= 0 && ih < g.h ? xp.p[ih * xp.sr + r.col * xp.sc] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < POOL_ROWS; u++) {
+            int oh = oh0 + u, h0, h1;
+            if (oh >= g.ho)
+                break;
+            pool_span(oh, 1, g.ph, g.kh, g.h, &h0, &h1);
+            float col = MAX ? -INFINITY : 0.0f; /* this lane's column of the window */
+#pragma unroll
+            for (int k = 0; k < KR; k++) {
+                int ih = oh - g.ph + k;
+                if (ih >= h0 && ih < h1)
+                    col = MAX ? (pool_better(v[u + k], col) ? v[u + k] : col) : col + v[u + k];
+            }
+            float acc = MAX ? -INFINITY : 0.0f;
+#pragma unroll
+            for (int j = 0; j < KR; j++) {
+                int c = r.col - g.pw + j;
+                float t = cu_wrow_get(r, col, c, seg);
+                if (j < g.kw && c >= w0 && c < w1)
+                    acc = MAX ? (pool_better(t, acc) ? t : acc) : acc + t;
+            }
+            if (store)
+                yp.p[oh * yp.sr + r.col * yp.sc] = MAX ? acc : acc / (float)((h1 - h0) * (w1 - w0));
+        }
+    }
+}
+
+/* The row's first maximum among the window columns of output column `col` (value and
+ * column offset j): kw shuffles of the row, shared by every output row that reads it. */
+template <int KR>
+__device__ __forceinline__ void pool_row_max(const cu_wrow &r, int seg, const pool_g32 &g, float v,
+                                             int w0, int w1, float *best, int *at)
+{
+    *best = -INFINITY;
+    *at = w0 - (r.col - g.pw);
+#pragma unroll
+    for (int j = 0; j < KR; j++) {
+        int c = r.col - g.pw + j;
+        float t = cu_wrow_get(r, v, c, seg);
+        if (j < g.kw && c >= w0 && c < w1 && pool_better(t, *best)) {
+            *best = t;
+            *at = j;
+        }
+    }
+}
+
+/* The backward walks the output rows once, in order, and adds each output's gradient
+ * into a ring of the KR input rows its window reaches (registers); an input row is
+ * stored once no later output reaches it. An input lane takes from the outputs whose
+ * windows hold its column, in ascending order. Average pooling spreads dy / count over
+ * the window: each row first gathers the columns (kw shuffles), then goes to the rows.
+ * Max pooling finds each window's first maximum from its rows' first maxima (the top
+ * row wins a tie, as in the row-major scan) as one code k·8 + j (ring row, column
+ * offset) and routes the gradient there alone: one pass, no stored indices. */
+template <int KR, int MAX>
+__global__ void pool_rows_bwd_kernel(pool_g32 g, int seg, cu_t4 x, cu_t4 dy, cu_t4 dx,
+                                     const float *gate)
+{
+    if (cu_gated_off(gate))
+        return;
+    cu_wrow r = cu_wrow_of(seg);
+    bool on = r.plane < g.planes;
+    int64_t pl = on ? r.plane : 0;
+    pool_plane xp = plane_of(x, pl, g.c), dp = plane_of(dy, pl, g.c), op = plane_of(dx, pl, g.c);
+    bool in_col = on && r.col < g.w, out_col = on && r.col < g.wo;
+    int w0, w1;
+    pool_span(r.col, 1, g.pw, g.kw, g.w, &w0, &w1);
+    const unsigned full = 0xffffffffu;
+    const int ROWS = MAX ? POOL_ROWS / 2 : POOL_ROWS; /* fewer registers for the maxima */
+    const int NX = MAX ? ROWS + KR - 1 : 1;           /* x rows a batch reads */
+    float ring[KR];                                   /* ring[k]: dx row oh - ph + k */
+#pragma unroll
+    for (int k = 0; k < KR; k++)
+        ring[k] = 0.0f;
+    for (int oh0 = g.ph - g.kh + 1; oh0 < g.h + g.ph; oh0 += ROWS) {
+        float d[ROWS], hb[NX]; /* dy rows oh0 + u; x rows oh0 - ph + t, then their maxima */
+        int hj[NX];
+#pragma unroll
+        for (int u = 0; u < ROWS; u++) {
+            int oh = oh0 + u;
+            d[u] = out_col && oh >= 0 && oh < g.ho ? dp.p[oh * dp.sr + r.col * dp.sc] : 0.0f;
+        }
+#pragma unroll
+        for (int t = 0; MAX && t < NX; t++) {
+            int ih = oh0 - g.ph + t;
+            hb[t] = in_col && ih >= 0 && ih < g.h ? xp.p[ih * xp.sr + r.col * xp.sc] : 0.0f;
+        }
+#pragma unroll
+        for (int t = 0; MAX && t < NX; t++)
+            pool_row_max<KR>(r, seg, g, hb[t], w0, w1, &hb[t], &hj[t]);
+#pragma unroll
+        for (int u = 0; u < ROWS; u++) {
+            int oh = oh0 + u;
+            if (oh >= g.h + g.ph)
+                break;
+            if (oh >= 0 && oh < g.ho) {
+                int h0, h1;
+                pool_span(oh, 1, g.ph, g.kh, g.h, &h0, &h1);
+                float z = d[u], row = 0.0f;
+                int code = 0;
+                if (MAX) {
+                    float best = -INFINITY;
+                    int k0 = h0 - (oh - g.ph);
+                    code = k0 * 8 + w0 - (r.col - g.pw); /* all -inf: the first element */
+#pragma unroll
+                    for (int k = 0; k < KR; k++) {
+                        int ih = oh - g.ph + k;
+                        if (ih >= h0 && ih < h1 && pool_better(hb[MAX ? u + k : 0], best)) {
+                            best = hb[MAX ? u + k : 0];
+                            code = k * 8 + hj[MAX ? u + k : 0];
+                        }
+                    }
+                } else {
+                    z = z / (float)((h1 - h0) * (w1 - w0));
+                }
+#pragma unroll
+                for (int j = KR - 1; j >= 0; j--) { /* output columns ascending */
+                    int ow = r.col + g.pw - j, src = r.base + (ow & ((1 << seg) - 1));
+                    float got = __shfl_sync(full, z, src);
+                    int at = MAX ? __shfl_sync(full, code, src) : 0;
+                    if (j >= g.kw || ow < 0 || ow >= g.wo)
+                        continue;
+                    if (MAX) {
+#pragma unroll
+                        for (int k = 0; k < KR; k++)
+                            if (at == k * 8 + j)
+                                ring[k] += got;
+                    } else {
+                        row += got;
+                    }
+                }
+#pragma unroll
+                for (int k = 0; !MAX && k < KR; k++) {
+                    int ih = oh - g.ph + k;
+                    if (ih >= h0 && ih < h1)
+                        ring[k] += row;
+                }
+            }
+            int done = oh - g.ph; /* no later output reaches it */
+            if (done >= 0 && in_col)
+                op.p[done * op.sr + r.col * op.sc] = ring[0];
+#pragma unroll
+            for (int k = 0; k + 1 < KR; k++)
+                ring[k] = ring[k + 1];
+            ring[KR - 1] = 0.0f;
+        }
+    }
+}
+
+/* The warp-row segment for a stride-1 pooling whose rows fit 32 lanes and whose window
+ * fits 7 x 7, else -1. */
+static int pool_rows_seg(const pool_g32 &g)
+{
+    if (g.sh != 1 || g.sw != 1 || g.kh > 7 || g.kw > 7 ||
+        cu_wrow_blocks(g.planes, 0) > 0x7fffffffu / 32)
+        return -1;
+    return cu_wrow_seg(g.w > g.wo ? g.w : g.wo);
+}
+
+static void launch_rows_fwd(cu_exec *e, int max, int seg, const pool_g32 &g, const cu_t4 &x,
+                            const cu_t4 &y)
+{
+    unsigned b = cu_wrow_blocks(g.planes, seg);
+    bool small = g.kh <= 3 && g.kw <= 3;
+    if (small && max)
+        cu_launch(e, pool_rows_fwd_kernel<1, 3>, b, CU_THREADS, 0, g, seg, x, y, e->gate);
+    else if (small)
+        cu_launch(e, pool_rows_fwd_kernel<0, 3>, b, CU_THREADS, 0, g, seg, x, y, e->gate);
+    else if (max)
+        cu_launch(e, pool_rows_fwd_kernel<1, 7>, b, CU_THREADS, 0, g, seg, x, y, e->gate);
+    else
+        cu_launch(e, pool_rows_fwd_kernel<0, 7>, b, CU_THREADS, 0, g, seg, x, y, e->gate);
+}
+
+static void launch_rows_bwd(cu_exec *e, int max, int seg, const pool_g32 &g, const cu_t4 &x,
+                            const cu_t4 &dy, const cu_t4 &dx)
+{
+    unsigned b = cu_wrow_blocks(g.planes, seg);
+    bool small = g.kh <= 3 && g.kw <= 3;
+    if (small && max)
+        cu_launch(e, pool_rows_bwd_kernel<3, 1>, b, CU_THREADS, 0, g, seg, x, dy, dx, e->gate);
+    else if (small)
+        cu_launch(e, pool_rows_bwd_kernel<3, 0>, b, CU_THREADS, 0, g, seg, x, dy, dx, e->gate);
+    else if (max)
+        cu_launch(e, pool_rows_bwd_kernel<7, 1>, b, CU_THREADS, 0, g, seg, x, dy, dx, e->gate);
+    else
+        cu_launch(e, pool_rows_bwd_kernel<7, 0>, b, CU_THREADS, 0, g, seg, x, dy, dx, e->gate);
+}
+
 /* Launch helpers: the staged kernel when a plane fits POOL_STAGE_BYTES. */
 static dim3 pool_grid(int64_t planes, int64_t positions, bool stage)
 {
@@ -270,18 +490,21 @@ static dim3 pool_grid(int64_t planes, int64_t positions, bool stage)
 
 static void launch_fwd(cu_exec *e, int max, const pool_g32 &g, const cu_t4 &x, const cu_t4 &y)
 {
+    int seg = pool_rows_seg(g);
+    if (seg >= 0)
+        return launch_rows_fwd(e, max, seg, g, x, y);
     size_t sm = sizeof(float) * (size_t)g.h * g.w;
     bool stage = sm <= POOL_STAGE_BYTES;
     dim3 grid = pool_grid(g.planes, (int64_t)g.ho * g.wo, stage);
     size_t bytes = stage ? sm : 0;
     if (max && stage)
-        pool_fwd_kernel<1, 1><<<grid, CU_THREADS, bytes, e->stream>>>(g, x, y, e->gate);
+        cu_launch(e, pool_fwd_kernel<1, 1>, grid, CU_THREADS, bytes, g, x, y, e->gate);
     else if (max)
-        pool_fwd_kernel<1, 0><<<grid, CU_THREADS, 0, e->stream>>>(g, x, y, e->gate);
+        cu_launch(e, pool_fwd_kernel<1, 0>, grid, CU_THREADS, 0, g, x, y, e->gate);
     else if (stage)
-        pool_fwd_kernel<0, 1><<<grid, CU_THREADS, bytes, e->stream>>>(g, x, y, e->gate);
+        cu_launch(e, pool_fwd_kernel<0, 1>, grid, CU_THREADS, bytes, g, x, y, e->gate);
     else
-        pool_fwd_kernel<0, 0><<<grid, CU_THREADS, 0, e->stream>>>(g, x, y, e->gate);
+        cu_launch(e, pool_fwd_kernel<0, 0>, grid, CU_THREADS, 0, g, x, y, e->gate);
 }
 
 static void launch_max_at(cu_exec *e, const pool_g32 &g, const cu_t4 &x, int *at)
@@ -290,9 +513,9 @@ static void launch_max_at(cu_exec *e, const pool_g32 &g, const cu_t4 &x, int *at
     bool stage = sm <= POOL_STAGE_BYTES;
     dim3 grid = pool_grid(g.planes, (int64_t)g.ho * g.wo, stage);
     if (stage)
-        max_at_kernel<1><<<grid, CU_THREADS, sm, e->stream>>>(g, x, at, e->gate);
+        cu_launch(e, max_at_kernel<1>, grid, CU_THREADS, sm, g, x, at, e->gate);
     else
-        max_at_kernel<0><<<grid, CU_THREADS, 0, e->stream>>>(g, x, at, e->gate);
+        cu_launch(e, max_at_kernel<0>, grid, CU_THREADS, 0, g, x, at, e->gate);
 }
 
 static void launch_bwd(cu_exec *e, const pool_g32 &g, const int *at, const cu_t4 &dy,
@@ -302,9 +525,9 @@ static void launch_bwd(cu_exec *e, const pool_g32 &g, const int *at, const cu_t4
     bool stage = sm <= POOL_STAGE_BYTES;
     dim3 grid = pool_grid(g.planes, (int64_t)g.h * g.w, stage);
     if (stage)
-        pool_bwd_kernel<1><<<grid, CU_THREADS, sm, e->stream>>>(g, at, dy, dx, e->gate);
+        cu_launch(e, pool_bwd_kernel<1>, grid, CU_THREADS, sm, g, at, dy, dx, e->gate);
     else
-        pool_bwd_kernel<0><<<grid, CU_THREADS, 0, e->stream>>>(g, at, dy, dx, e->gate);
+        cu_launch(e, pool_bwd_kernel<0>, grid, CU_THREADS, 0, g, at, dy, dx, e->gate);
 }
 
 static ex_status pool_fwd(cu_exec *e, const ex_node_exec *n, int max, const char *name)
@@ -343,7 +566,11 @@ CU_OP(avg_pool_bwd)
         st = pool_g32_of(e, &g, "avg_pool_bwd", &g32);
     if (st != EX_OK || e->dry)
         return st;
-    launch_bwd(e, g32, NULL, cu_t4_of(&n->src[0]), cu_t4_of(&n->dst));
+    int seg = pool_rows_seg(g32);
+    if (seg >= 0)
+        launch_rows_bwd(e, 0, seg, g32, cu_t4_of(&n->dst), cu_t4_of(&n->src[0]), cu_t4_of(&n->dst));
+    else
+        launch_bwd(e, g32, NULL, cu_t4_of(&n->src[0]), cu_t4_of(&n->dst));
     return cu_launched(e, "avg_pool_bwd");
 }
 
@@ -358,6 +585,13 @@ CU_OP(max_pool_bwd)
         st = pool_same_shape(e, &n->src[0], &n->dst, "max_pool_bwd");
     if (st == EX_OK)
         st = pool_g32_of(e, &g, "max_pool_bwd", &g32);
+    int seg = st == EX_OK ? pool_rows_seg(g32) : -1;
+    if (seg >= 0) {
+        if (!e->dry)
+            launch_rows_bwd(e, 1, seg, g32, cu_t4_of(&n->src[0]), cu_t4_of(&n->src[1]),
+                            cu_t4_of(&n->dst));
+        return e->dry ? EX_OK : cu_launched(e, "max_pool_bwd");
+    }
     void *ws = NULL;
     if (st == EX_OK)
         st = cu_scratch(e, sizeof(int) * (size_t)(g32.planes * g32.ho * g32.wo), &ws);
@@ -368,7 +602,10 @@ CU_OP(max_pool_bwd)
     return cu_launched(e, "max_pool_bwd");
 }
 
-/* One warp per (n, c) plane: Σ in double through a fixed tree, times 1 / (H W). */
+/* One warp per (n, c) plane: Σ in double through a fixed tree, times 1 / (H W). Dense
+ * planes (rows back to back, columns adjacent) are read as one run, four loads in
+ * flight a lane; others by row and column, in 32 bits (the host checks H·W < 2^31). */
+#define GAP_UNROLL 4
 __global__ void gap_kernel(cu_t4 x, cu_t4 y, int64_t planes, double inv, const float *gate)
 {
     if (cu_gated_off(gate))
@@ -378,10 +615,25 @@ __global__ void gap_kernel(cu_t4 x, cu_t4 y, int64_t planes, double inv, const f
     if (p >= planes)
         return;
     pool_plane xp = plane_of(x, p, x.ne[1]), yp = plane_of(y, p, x.ne[1]);
-    int64_t hw = x.ne[2] * x.ne[3];
+    int w = (int)x.ne[3], hw = (int)(x.ne[2] * x.ne[3]);
     double acc = 0.0;
-    for (int64_t i = lane; i < hw; i += 32)
-        acc += xp.p[i / x.ne[3] * xp.sr + i % x.ne[3] * xp.sc];
+    if (xp.sc == 1 && xp.sr == w) {
+        int i = lane;
+        for (; i + 32 * (GAP_UNROLL - 1) < hw; i += 32 * GAP_UNROLL) {
+            float v[GAP_UNROLL];
+#pragma unroll
+            for (int u = 0; u < GAP_UNROLL; u++)
+                v[u] = xp.p[i + 32 * u];
+#pragma unroll
+            for (int u = 0; u < GAP_UNROLL; u++)
+                acc += v[u];
+        }
+        for (; i < hw; i += 32)
+            acc += xp.p[i];
+    } else {
+        for (int i = lane; i < hw; i += 32)
+            acc += xp.p[(i / w) * xp.sr + (i % w) * xp.sc];
+    }
     acc = cu_warp_sum(acc);
     if (lane == 0)
         *yp.p = (float)(acc * inv);
@@ -399,12 +651,14 @@ CU_OP(global_avg_pool)
             e, EX_ERR_SHAPE, "global_avg_pool: x [%lld,%lld,%lld,%lld] -> y [%lld,%lld,%lld,%lld]",
             (long long)x->ne[0], (long long)x->ne[1], (long long)x->ne[2], (long long)x->ne[3],
             (long long)y->ne[0], (long long)y->ne[1], (long long)y->ne[2], (long long)y->ne[3]);
+    if (x->ne[2] * x->ne[3] > 0x7fffffff)
+        return cu_fail(e, EX_ERR_UNSUPPORTED, "global_avg_pool: planes of 2^31 elements or more");
     if (e->dry)
         return EX_OK;
     int64_t planes = x->ne[0] * x->ne[1], per = CU_THREADS / 32;
     double inv = 1.0 / (double)(x->ne[2] * x->ne[3]);
     unsigned blocks = (unsigned)((planes + per - 1) / per);
-    gap_kernel<<<blocks ? blocks : 1, CU_THREADS, 0, e->stream>>>(cu_t4_of(x), cu_t4_of(y), planes,
-                                                                  inv, e->gate);
+    cu_launch(e, gap_kernel, blocks ? blocks : 1, CU_THREADS, 0, cu_t4_of(x), cu_t4_of(y), planes,
+              inv, e->gate);
     return cu_launched(e, "global_avg_pool");
 }

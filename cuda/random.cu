@@ -63,7 +63,7 @@ static ex_status rnd_fill(cu_exec *e, const ex_node_exec *n, const char *op, int
     r.dense = rnd_contiguous(d);
     r.normal = normal;
     int64_t m = ex_td_numel(d);
-    rnd_kernel<<<cu_blocks(m, CU_THREADS), CU_THREADS, 0, e->stream>>>(r, m, e->gate);
+    cu_launch(e, rnd_kernel, cu_blocks(m, CU_THREADS), CU_THREADS, 0, r, m, e->gate);
     return cu_launched(e, op);
 }
 

@@ -183,17 +183,17 @@ static ex_status red_exec(cu_exec *e, const ex_node_exec *n, const char *op, red
     if (st != EX_OK || e->dry)
         return st;
     if (g.m <= RED_SHORT) {
-        red_short_kernel<<<cu_blocks(g.nout, CU_THREADS), CU_THREADS, 0, e->stream>>>(g, e->gate);
+        cu_launch(e, red_short_kernel, cu_blocks(g.nout, CU_THREADS), CU_THREADS, 0, g, e->gate);
         return cu_launched(e, op);
     }
     int64_t blocks = g.nout * g.nch;
     if (blocks > 0x7fffffff)
         return cu_fail(e, EX_ERR_UNSUPPORTED, "%s: %lld blocks exceed the grid", op,
                        (long long)blocks);
-    red_chunk_kernel<<<(unsigned)blocks, CU_THREADS, 0, e->stream>>>(g, (double *)ws, e->gate);
+    cu_launch(e, red_chunk_kernel, (unsigned)blocks, CU_THREADS, 0, g, (double *)ws, e->gate);
     if (g.nch > 1)
-        red_combine_kernel<<<cu_blocks(g.nout, CU_THREADS), CU_THREADS, 0, e->stream>>>(
-            g, (const double *)ws, e->gate);
+        cu_launch(e, red_combine_kernel, cu_blocks(g.nout, CU_THREADS), CU_THREADS, 0, g,
+                  (const double *)ws, e->gate);
     return cu_launched(e, op);
 }
 
@@ -250,6 +250,6 @@ CU_OP(max_bwd)
     if (e->dry)
         return EX_OK;
     int64_t numel = a.ne[0] * a.ne[1] * a.ne[2] * a.ne[3];
-    max_bwd_kernel<<<cu_blocks(numel, CU_THREADS), CU_THREADS, 0, e->stream>>>(a, numel, e->gate);
+    cu_launch(e, max_bwd_kernel, cu_blocks(numel, CU_THREADS), CU_THREADS, 0, a, numel, e->gate);
     return cu_launched(e, "max_bwd");
 }

@@ -119,7 +119,7 @@ static ex_status sm_run(cu_exec *e, const ex_node_exec *n, const char *op, int n
     if (st != EX_OK || e->dry)
         return st;
     int64_t rows = o.ne[0] * o.ne[1] * o.ne[2];
-    sm_kernel<K><<<row_blocks(rows), CU_THREADS, 0, e->stream>>>(o, rows, e->gate);
+    cu_launch(e, sm_kernel<K>, row_blocks(rows), CU_THREADS, 0, o, rows, e->gate);
     return cu_launched(e, op);
 }
 
@@ -226,7 +226,7 @@ __global__ void ce_check_kernel(ce_args c, long long *status, long long node, co
 
 static ex_status ce_check(cu_exec *e, const ce_args *c)
 {
-    ce_check_kernel<<<1, CU_THREADS, 0, e->stream>>>(*c, e->status, (long long)e->node, e->gate);
+    cu_launch(e, ce_check_kernel, 1, CU_THREADS, 0, *c, e->status, (long long)e->node, e->gate);
     return cu_launched(e, "label check");
 }
 
@@ -275,8 +275,8 @@ CU_OP(cross_entropy)
         return st;
     if ((st = ce_check(e, &c)) != EX_OK)
         return st;
-    ce_rows_kernel<<<row_blocks(c.rows), CU_THREADS, 0, e->stream>>>(c, (double *)ws, e->gate);
-    ce_mean_kernel<<<1, 1024, 0, e->stream>>>(c, (const double *)ws, cu_f32(&n->dst), e->gate);
+    cu_launch(e, ce_rows_kernel, row_blocks(c.rows), CU_THREADS, 0, c, (double *)ws, e->gate);
+    cu_launch(e, ce_mean_kernel, 1, 1024, 0, c, (const double *)ws, cu_f32(&n->dst), e->gate);
     return cu_launched(e, "cross_entropy");
 }
 
@@ -322,7 +322,7 @@ CU_OP(cross_entropy_bwd)
     c.dloss = cu_f32(dl);
     if ((st = ce_check(e, &c)) != EX_OK)
         return st;
-    ce_bwd_kernel<<<row_blocks(c.rows), CU_THREADS, 0, e->stream>>>(c, e->gate);
+    cu_launch(e, ce_bwd_kernel, row_blocks(c.rows), CU_THREADS, 0, c, e->gate);
     return cu_launched(e, "cross_entropy_bwd");
 }
 
@@ -363,7 +363,7 @@ CU_OP(accuracy)
         st = cu_scratch(e, sizeof(int) * (size_t)c.rows, &ws);
     if (st != EX_OK || e->dry)
         return st;
-    acc_rows_kernel<<<row_blocks(c.rows), CU_THREADS, 0, e->stream>>>(c, (int *)ws, e->gate);
-    acc_count_kernel<<<1, 1024, 0, e->stream>>>(c, (const int *)ws, cu_f32(&n->dst), e->gate);
+    cu_launch(e, acc_rows_kernel, row_blocks(c.rows), CU_THREADS, 0, c, (int *)ws, e->gate);
+    cu_launch(e, acc_count_kernel, 1, 1024, 0, c, (const int *)ws, cu_f32(&n->dst), e->gate);
     return cu_launched(e, "accuracy");
 }
