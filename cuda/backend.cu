@@ -99,6 +99,7 @@ static cu_exec exec_of(cu_backend *b)
     e.msg = b->msg;
     e.msg_len = sizeof b->msg;
     e.pdl = b->pdl;
+    e.cc_major = b->cc_major;
     return e;
 }
 

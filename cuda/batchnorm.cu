@@ -366,6 +366,8 @@ CU_OP(bn_stats)
     a.eps = n->fp[0];
     a.mom = n->fp[1];
     a.vec4 = bn_dense4(a.x, g);
+    if (train && cu_bn_stats_cluster(e, n, &st))
+        return st;
     if (train)
         return bn_groups(e, a, 1, "bn_stats");
     if (e->dry)

@@ -10,7 +10,9 @@
  * The hardware schedules a cluster's blocks together, so the barrier cannot deadlock
  * whatever else runs. The second node's work, outputs and arithmetic are those of
  * batchnorm.cu's kernels; only the grouping of the sums differs. capture() asks
- * cu_bn_pair() which node pairs qualify and launches them here as one node. */
+ * cu_bn_pair() which node pairs qualify and launches them here as one node. A training
+ * BN_STATS without its BN_APPLY runs here too (the first half alone): each channel
+ * finishes in its own cluster, with no grid-wide last block to wait for. */
 #include <cooperative_groups.h>
 
 #include "cuda/cuda.h"
@@ -143,7 +145,7 @@ __device__ __forceinline__ void bnc_forward_sums(const bnc_args &a, int c, doubl
 
 /* BN_STATS (training) and BN_APPLY: statistics and running statistics as bn_stats_one(),
  * y = x·k + b with k = invstd·gamma, b = beta − mean·k, all as batchnorm.cu computes
- * them. */
+ * them. With out NULL, BN_STATS alone. */
 __global__ void bnc_forward_kernel(bnc_args a, const float *gate)
 {
     __shared__ double sh[32], part[2];
@@ -171,6 +173,8 @@ __global__ void bnc_forward_kernel(bnc_args a, const float *gate)
         }
     }
     __syncthreads();
+    if (a.out.p == NULL) /* BN_STATS alone */
+        return;
     const float k = kb[0], b = kb[1];
     int q0, q1;
     bnc_share(a.m, &q0, &q1);
@@ -299,17 +303,29 @@ static bnc_vec bnc_vec_of(const ex_tdesc *t)
     return v;
 }
 
+/* Whether x fits a cluster launch: channels along the grid, a channel's N*H*W within
+ * BNC_MAX_M and above 1; and BN_STATS node a's own form (training, 3 sources). */
+static int bnc_fits(const ex_tdesc *x, int cc_major)
+{
+    return cc_major >= 9 && x->ndim == 4 && x->dtype == EX_F32 && x->ne[1] >= 1 &&
+           x->ne[1] <= 65535 && x->ne[0] * x->ne[2] * x->ne[3] < BNC_MAX_M &&
+           x->ne[0] * x->ne[2] * x->ne[3] >= 2;
+}
+
+/* Whether a is a training BN_STATS node of the usual form (3 sources). */
+static int bnc_stats_node(const ex_node_exec *a)
+{
+    return a->op == EX_OP_BN_STATS && a->nsrc == 3 && a->ip[0] != 0;
+}
+
 int cu_bn_pair(const ex_node_exec *a, const ex_node_exec *b, int cc_major)
 {
-    if (cc_major < 9 || a->gate != b->gate || a->gate_index != b->gate_index)
+    if (a->gate != b->gate || a->gate_index != b->gate_index || !bnc_fits(&a->src[0], cc_major))
         return 0;
     const ex_tdesc *x = &a->src[0];
-    if (x->ndim != 4 || x->dtype != EX_F32 || x->ne[1] < 1 || x->ne[1] > 65535 ||
-        x->ne[0] * x->ne[2] * x->ne[3] >= BNC_MAX_M || x->ne[0] * x->ne[2] * x->ne[3] < 2)
-        return 0;
-    if (a->op == EX_OP_BN_STATS && b->op == EX_OP_BN_APPLY)
-        return a->nsrc == 3 && a->ip[0] != 0 && (b->nsrc == 2 || b->nsrc == 4) &&
-               same_desc(&b->src[0], x) && same_desc(&b->src[1], &a->dst);
+    if (bnc_stats_node(a) && b->op == EX_OP_BN_APPLY)
+        return (b->nsrc == 2 || b->nsrc == 4) && same_desc(&b->src[0], x) &&
+               same_desc(&b->src[1], &a->dst);
     if (a->op == EX_OP_BN_BWD_REDUCE && b->op == EX_OP_BN_BWD_DATA)
         return a->nsrc == 3 && (b->nsrc == 4 || b->nsrc == 5) && same_desc(&b->src[0], x) &&
                same_desc(&b->src[1], &a->src[1]) && same_desc(&b->src[2], &a->src[2]) &&
@@ -317,17 +333,34 @@ int cu_bn_pair(const ex_node_exec *a, const ex_node_exec *b, int cc_major)
     return 0;
 }
 
-ex_status cu_bn_pair_run(cu_exec *e, const ex_node_exec *a, const ex_node_exec *b)
+/* The geometry of x for the cluster kernels. */
+static bnc_args bnc_geometry(const ex_tdesc *x)
 {
-    const ex_tdesc *x = &a->src[0];
     bnc_args g = {};
     g.x = cu_t4_of(x);
-    g.out = cu_t4_of(&b->dst);
     g.n = (int)x->ne[0];
     g.c = (int)x->ne[1];
     g.w = (int)x->ne[3];
     g.hw = (int)(x->ne[2] * x->ne[3]);
     g.m = g.n * g.hw;
+    return g;
+}
+
+/* BN_STATS node a's operands into g: running statistics, dst rows, eps and momentum. */
+static void bnc_stats_args(const ex_node_exec *a, bnc_args *g)
+{
+    g->rm = bnc_vec_of(&a->src[1]);
+    g->rv = bnc_vec_of(&a->src[2]);
+    g->mean = bnc_row(&a->dst, 0);
+    g->inv = bnc_row(&a->dst, 1);
+    g->eps = a->fp[0];
+    g->mom = a->fp[1];
+}
+
+/* One cluster of BNC_BLOCKS blocks per channel. */
+static ex_status bnc_launch(cu_exec *e, void (*k)(bnc_args, const float *), const bnc_args &g,
+                            const char *name)
+{
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -339,29 +372,44 @@ ex_status cu_bn_pair_run(cu_exec *e, const ex_node_exec *a, const ex_node_exec *
     cfg.stream = e->stream;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    cudaError_t err;
+    ex_status st =
+        cu_check(e, cudaLaunchKernelEx(&cfg, k, g, e->gate), "batch norm cluster launch");
+    return st != EX_OK ? st : cu_launched(e, name);
+}
+
+ex_status cu_bn_pair_run(cu_exec *e, const ex_node_exec *a, const ex_node_exec *b)
+{
+    const ex_tdesc *x = &a->src[0];
+    bnc_args g = bnc_geometry(x);
+    g.out = cu_t4_of(&b->dst);
     if (a->op == EX_OP_BN_STATS) {
-        g.rm = bnc_vec_of(&a->src[1]);
-        g.rv = bnc_vec_of(&a->src[2]);
-        g.mean = bnc_row(&a->dst, 0);
-        g.inv = bnc_row(&a->dst, 1);
+        bnc_stats_args(a, &g);
         g.gamma = b->nsrc == 4 ? bnc_vec_of(&b->src[2]) : bnc_vec{NULL, 0};
         g.beta = b->nsrc == 4 ? bnc_vec_of(&b->src[3]) : bnc_vec{NULL, 0};
-        g.eps = a->fp[0];
-        g.mom = a->fp[1];
         g.v4 = bnc_dense4(g.x, g) && bnc_dense4(g.out, g);
-        err = cudaLaunchKernelEx(&cfg, bnc_forward_kernel, g, e->gate);
-    } else {
-        g.dy = cu_t4_of(&a->src[2]);
-        g.mean = bnc_row(&a->src[1], 0);
-        g.inv = bnc_row(&a->src[1], 1);
-        g.red0 = bnc_row(&a->dst, 0);
-        g.red1 = bnc_row(&a->dst, 1);
-        g.gamma = b->nsrc == 5 ? bnc_vec_of(&b->src[4]) : bnc_vec{NULL, 0};
-        g.train = b->ip[0] != 0;
-        g.v4 = bnc_dense4(g.x, g) && bnc_dense4(g.dy, g) && bnc_dense4(g.out, g);
-        err = cudaLaunchKernelEx(&cfg, bnc_backward_kernel, g, e->gate);
+        return bnc_launch(e, bnc_forward_kernel, g, ex_op_name(b->op));
     }
-    ex_status st = cu_check(e, err, "batch norm cluster launch");
-    return st != EX_OK ? st : cu_launched(e, ex_op_name(b->op));
+    g.dy = cu_t4_of(&a->src[2]);
+    g.mean = bnc_row(&a->src[1], 0);
+    g.inv = bnc_row(&a->src[1], 1);
+    g.red0 = bnc_row(&a->dst, 0);
+    g.red1 = bnc_row(&a->dst, 1);
+    g.gamma = b->nsrc == 5 ? bnc_vec_of(&b->src[4]) : bnc_vec{NULL, 0};
+    g.train = b->ip[0] != 0;
+    g.v4 = bnc_dense4(g.x, g) && bnc_dense4(g.dy, g) && bnc_dense4(g.out, g);
+    return bnc_launch(e, bnc_backward_kernel, g, ex_op_name(b->op));
+}
+
+int cu_bn_stats_cluster(cu_exec *e, const ex_node_exec *n, ex_status *st)
+{
+    if (!bnc_stats_node(n) || !bnc_fits(&n->src[0], e->cc_major))
+        return 0;
+    *st = EX_OK;
+    if (e->dry)
+        return 1;
+    bnc_args g = bnc_geometry(&n->src[0]);
+    bnc_stats_args(n, &g);
+    g.v4 = bnc_dense4(g.x, g);
+    *st = bnc_launch(e, bnc_forward_kernel, g, "bn_stats");
+    return 1;
 }

@@ -54,7 +54,8 @@ typedef struct cu_exec {
     size_t need; /**< the most scratch any node asked for (sizing pass) */
     char *msg;   /**< where a failure's message goes */
     size_t msg_len;
-    int pdl; /**< launch kernels with programmatic stream serialization (cu_launch) */
+    int pdl;      /**< launch kernels with programmatic stream serialization (cu_launch) */
+    int cc_major; /**< the device's compute capability */
 } cu_exec;
 
 /** A tensor as kernels take it: element 0 and the shape padded on the left to 4 dims
@@ -460,6 +461,11 @@ int cu_bn_pair(const ex_node_exec *a, const ex_node_exec *b, int cc_major);
 
 /** Launches a pair that cu_bn_pair() accepted: one cluster of blocks per channel. */
 ex_status cu_bn_pair_run(cu_exec *e, const ex_node_exec *a, const ex_node_exec *b);
+
+/** A training BN_STATS node alone as the pair's first half (clusters, no global finish):
+ *  returns 1 and sets *st when it takes the node (sm_90, the pair's shape limits), 0 when
+ *  the caller must use batchnorm.cu's kernels. */
+int cu_bn_stats_cluster(cu_exec *e, const ex_node_exec *n, ex_status *st);
 
 /** Whether node n's launch pass calls cuBLAS (gemm.cu), so a gated one needs a
  *  conditional graph node around it. */

@@ -601,35 +601,54 @@ __global__ void dw_rows_kernel(cu_dw_args a, int seg, const float *gate)
     bool load = on && r.col < sw, store = on && r.col < dw;
     /* tap (p, q) of destination (i, j) reads source (i - ph + p D, j - pw + q D) forward,
        (i + ph - p D, j + pw - q D) for the data gradient: rows from i0 - ph, or from
-       i0 + ph - (K-1) D, on; the tap's row is u + p D, or u + (K-1-p) D */
+       i0 + ph - (K-1) D, on; the tap's row is u + p D, or u + (K-1-p) D. A source row's
+       K column shifts are taken once and go to every destination row that reads it, in
+       tap order (p ascending: source rows ascending forward, descending backward). */
+    const int NR = DW_ROWS + (K - 1) * D;
+    bool col_ok[K];
+#pragma unroll
+    for (int q = 0; q < K; q++) {
+        int sj = WHICH ? r.col + a.pw - q * D : r.col - a.pw + q * D;
+        col_ok[q] = sj >= 0 && sj < sw;
+    }
     for (int i0 = 0; i0 < dh; i0 += DW_ROWS) {
-        float v[DW_ROWS + (K - 1) * D];
+        float v[NR], acc[DW_ROWS];
         int first = WHICH ? i0 + a.ph - (K - 1) * D : i0 - a.ph;
         dw_rows_load<K, D>(v, sp, src, first, sh, r.col, load, !WHICH && a.relu);
 #pragma unroll
+        for (int u = 0; u < DW_ROWS; u++)
+            acc[u] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < NR; k++) {
+            int t = WHICH ? NR - 1 - k : k;
+            if (first + t < 0 || first + t >= sh)
+                continue;
+            float x[K];
+#pragma unroll
+            for (int q = 0; q < K; q++)
+                x[q] =
+                    cu_wrow_get(r, v[t], WHICH ? r.col + a.pw - q * D : r.col - a.pw + q * D, seg);
+#pragma unroll
+            for (int u = 0; u < DW_ROWS; u++) {
+                int off = t - u; /* (K-1-p) D backward, p D forward */
+                if (off < 0 || off % D != 0 || off / D >= K)
+                    continue;
+                int p = WHICH ? K - 1 - off / D : off / D;
+#pragma unroll
+                for (int q = 0; q < K; q++)
+                    if (col_ok[q])
+                        acc[u] += x[q] * wk[p * K + q];
+            }
+        }
+#pragma unroll
         for (int u = 0; u < DW_ROWS; u++) {
             int i = i0 + u;
-            if (i >= dh)
-                break;
-            float acc = 0.0f;
-#pragma unroll
-            for (int p = 0; p < K; p++) {
-                int t = WHICH ? u + (K - 1 - p) * D : u + p * D;
-                if (first + t < 0 || first + t >= sh)
-                    continue;
-#pragma unroll
-                for (int q = 0; q < K; q++) {
-                    int sj = WHICH ? r.col + a.pw - q * D : r.col - a.pw + q * D;
-                    float x = cu_wrow_get(r, v[t], sj, seg);
-                    if (sj >= 0 && sj < sw)
-                        acc += x * wk[p * K + q];
-                }
-            }
-            if (!store)
+            if (!store || i >= dh)
                 continue;
+            float y = acc[u];
             if (mp && !(mp[i * a.mask.st[2] + r.col * a.mask.st[3]] > 0.0f))
-                acc = 0.0f;
-            dp[i * dst.st[2] + r.col * dst.st[3]] = acc;
+                y = 0.0f;
+            dp[i * dst.st[2] + r.col * dst.st[3]] = y;
         }
     }
 }
