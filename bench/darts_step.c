@@ -51,6 +51,7 @@ typedef struct timing {
     double syncs_per_step;
     double setup_ms, first_ms; /* building and planning the search; its first step (the
                                   backend records, or captures, the step there) */
+    ex_search_setup phases;    /* setup_ms by phase */
 } timing;
 
 static void usage(FILE *f)
@@ -442,10 +443,11 @@ static json_t *timing_json(const timing *t, int iters)
     json_t *all = json_array();
     for (int i = 0; i < iters; i++)
         json_array_append_new(all, json_real(t->ms[i]));
-    return json_pack("{s:i, s:i, s:f, s:f, s:f, s:f, s:o, s:f, s:f}", "warmup", WARMUP, "iters",
-                     iters, "ms_median", t->median, "ms_min", t->min, "ms_mean", t->mean,
-                     "host_syncs_per_step", t->syncs_per_step, "ms_all", all, "setup_ms",
-                     t->setup_ms, "first_step_ms", t->first_ms);
+    return json_pack("{s:i, s:i, s:f, s:f, s:f, s:f, s:o, s:f, s:f, s:f, s:f, s:f}", "warmup",
+                     WARMUP, "iters", iters, "ms_median", t->median, "ms_min", t->min, "ms_mean",
+                     t->mean, "host_syncs_per_step", t->syncs_per_step, "ms_all", all, "setup_ms",
+                     t->setup_ms, "build_ms", t->phases.build_ms, "plan_ms", t->phases.plan_ms,
+                     "init_ms", t->phases.init_ms, "first_step_ms", t->first_ms);
 }
 
 static json_t *memory_json(ex_search *s)
@@ -571,14 +573,17 @@ static int run(const opts *o, ex_backend *be, const char *date, const char *comm
         fprintf(stderr, "bench_darts_step: out of host memory\n");
     } else if (t0 = now_ms(), ex_search_new(&c, be, &s, msg, sizeof msg) != EX_OK) {
         fprintf(stderr, "bench_darts_step: %s\n", msg);
-    } else if ((t.setup_ms = now_ms() - t0, !batch_write(o->out, &b)) &&
+    } else if ((t.setup_ms = now_ms() - t0, t.phases = ex_search_setup_times(s),
+                !batch_write(o->out, &b)) &&
                !first_step(s, &b, o->out, &t.first_ms) && !time_steps(s, be, &b, o->iters, &t) &&
                !profile_run(o, be, s, &b, &prof) &&
                !report(o, &c, be, s, &t, prof, date, command)) {
         printf("exapt %s %s %s, %d candidates: %.3f ms/step median (min %.3f), %.1f host "
-               "syncs/step; setup %.1f ms, first step %.1f ms\n",
+               "syncs/step; setup %.1f ms (build %.1f, plan %.1f, initialise %.1f), first "
+               "step %.1f ms\n",
                ex_backend_get_caps(be)->name, o->input, ex_search_mode_name(c.mode), c.ncand,
-               t.median, t.min, t.syncs_per_step, t.setup_ms, t.first_ms);
+               t.median, t.min, t.syncs_per_step, t.setup_ms, t.phases.build_ms, t.phases.plan_ms,
+               t.phases.init_ms, t.first_ms);
         rc = 0;
     }
     json_decref(prof);

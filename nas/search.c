@@ -30,7 +30,8 @@ struct ex_search {
     ex_tensor *mask[2];           /* masks of the weight step, kept */
     ex_tensor *gnorm_w, *gnorm_a; /* gradient norms of the weights and alpha: finite or not */
     int64_t steps_done;
-    int nonfinite_run; /* steps skipped in a row */
+    int nonfinite_run;     /* steps skipped in a row */
+    ex_search_setup setup; /* what ex_search_new spent, by phase */
     char msg[512];
 };
 
@@ -447,6 +448,8 @@ static ex_status initialise(ex_search *s)
     return st;
 }
 
+static double now_ms(void);
+
 ex_status ex_search_new(const ex_search_config *c, ex_backend *be, ex_search **out, char *msg,
                         size_t msg_len)
 {
@@ -476,11 +479,16 @@ ex_status ex_search_new(const ex_search_config *c, ex_backend *be, ex_search **o
     s->be = be;
     s->edges = nas_cell_edges(c->steps);
     ex_ctx_set_seed(s->ctx, c->seed);
+    double t0 = now_ms();
     st = build(s);
+    double t1 = now_ms();
     /* the snapshot lets a step with non-finite values be undone on the device */
     ex_plan_opts po = {.snapshot = true};
     if (st == EX_OK)
         st = ex_graph_plan(s->ctx, be, &po, &s->plan);
+    double t2 = now_ms();
+    s->setup.build_ms = t1 - t0;
+    s->setup.plan_ms = t2 - t1;
     if (st != EX_OK) {
         if (msg && msg_len)
             snprintf(msg, msg_len, "search: %s", ex_ctx_error(s->ctx));
@@ -488,6 +496,7 @@ ex_status ex_search_new(const ex_search_config *c, ex_backend *be, ex_search **o
         return st;
     }
     st = initialise(s);
+    s->setup.init_ms = now_ms() - t2;
     if (st != EX_OK) {
         if (msg && msg_len)
             snprintf(msg, msg_len, "search: initialising: %s", ex_plan_error(s->plan));
@@ -496,6 +505,12 @@ ex_status ex_search_new(const ex_search_config *c, ex_backend *be, ex_search **o
     }
     *out = s;
     return EX_OK;
+}
+
+ex_search_setup ex_search_setup_times(const ex_search *s)
+{
+    ex_search_setup none = {0.0, 0.0, 0.0};
+    return s ? s->setup : none;
 }
 
 void ex_search_free(ex_search *s)

@@ -378,6 +378,8 @@ static void searches_and_networks(void **state)
     assert_int_equal(ex_search_step(NULL, buf, NULL, buf, NULL, 0.1f, 1, NULL), EX_ERR_ARG);
     assert_int_equal(ex_search_eval(NULL, buf, NULL, NULL, NULL), EX_ERR_ARG);
     assert_int_equal(ex_search_alloc_count(NULL), 0);
+    ex_search_setup none = ex_search_setup_times(NULL);
+    assert_true(none.build_ms == 0.0 && none.plan_ms == 0.0 && none.init_ms == 0.0);
     ex_backend *be = cpu();
     ex_search_config c;
     ex_search_config_default(&c);

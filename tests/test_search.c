@@ -59,6 +59,9 @@ static ex_search *make(const ex_search_config *c, ex_backend *be)
     char msg[512];
     if (ex_search_new(c, be, &s, msg, sizeof msg) != EX_OK)
         fail_msg("search: %s", msg);
+    /* every phase of the setup took some time */
+    ex_search_setup t = ex_search_setup_times(s);
+    assert_true(t.build_ms > 0.0 && t.plan_ms > 0.0 && t.init_ms > 0.0);
     return s;
 }
 

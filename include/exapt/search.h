@@ -137,6 +137,18 @@ uint64_t ex_search_alloc_count(const ex_search *s);
 /** The plan behind the search (for profiling). */
 struct ex_plan *ex_search_plan(ex_search *s);
 
+/** Wall-clock milliseconds ex_search_new() spent by phase: building the step's graph
+ *  (the supernet, both passes, their gradients and updates), planning it on the backend
+ *  (memory, node list), and initialising the state (weights, α, optimizer states written
+ *  to the device). What re-planning for another set of candidates would cost is the first
+ *  two plus the backend's recording of the new step. */
+typedef struct ex_search_setup {
+    double build_ms, plan_ms, init_ms;
+} ex_search_setup;
+
+/** The setup times of s (all 0 for NULL). */
+ex_search_setup ex_search_setup_times(const ex_search *s);
+
 #ifdef __cplusplus
 }
 #endif
