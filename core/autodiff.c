@@ -2,7 +2,9 @@
  *
  * Gradients accumulate per tensor as a list of contributions. A view passes its
  * gradient to its storage root with its geometry; a root sums its contributions, adding
- * view-shaped ones into a private accumulator in place. A contribution made under a gate
+ * view-shaped ones into a private accumulator in place. A view that is its whole root
+ * reshaped passes a reshape of its gradient as a full contribution instead, so a weight
+ * used through a reshape needs no accumulator. A contribution made under a gate
  * (a candidate's subgraph) is added by a node with the same gate, so a skipped candidate
  * leaves the sum as it was. */
 #include <stdint.h>
@@ -72,6 +74,14 @@ static bool is_full(const ex_tensor *target, const ex_tensor *geom)
     ex__contiguous_strides(target->ndim, target->ne, st);
     return geom->offset == 0 && ex__same_shape(geom, target) &&
            !memcmp(geom->st, st, (size_t)target->ndim * sizeof st[0]);
+}
+
+/* Whether view v is its whole storage root in the root's element order, only shaped
+ * otherwise (a reshape): its gradient is the root's, reshaped, with no accumulator. */
+static bool is_reshape_of_root(const ex_tensor *v)
+{
+    const ex_tensor *r = v->storage;
+    return v->offset == 0 && ex__numel(v) == ex__numel(r) && ex__contiguous(v) && ex__contiguous(r);
 }
 
 /* Sums a broadcast view's gradient over its stride-0 dims; returns the geometry left. */
@@ -277,7 +287,13 @@ static void visit(grad_state *s, ex_tensor *t)
     if (t->kind == EX_K_VIEW) {
         ctx->gate = NULL;
         ex_tensor *g = collapse(s, t);
-        if (g && s->needs[t->storage->id])
+        if (!g || !s->needs[t->storage->id])
+            return;
+        /* a reshaped weight (a pointwise filter seen as a matrix) passes its gradient on
+           as a full one: no zero-filled accumulator and add per weight */
+        if (is_reshape_of_root(t) && ex__contiguous(g))
+            add_contrib(s, t->storage, ex_reshape(ctx, g, t->storage->ndim, t->storage->ne), NULL);
+        else
             add_contrib(s, t->storage, g, t);
         return;
     }

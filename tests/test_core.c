@@ -88,6 +88,54 @@ static float value(int i)
     return (float)((i * 37 % 23) - 11) / 7.0f; /* no zeros, mixed signs */
 }
 
+/* A pointwise filter stored as [CO, CI, 1, 1] and used as its [CO, CI] reshape (as the
+ * NAS cells do): its gradient is the filter gradient itself, with no zero-filled
+ * accumulator and no add, and its value is dy·xᵀ. */
+static void reshaped_weight_gradient(void **state)
+{
+    (void)state;
+    fixture f = {0};
+    open_cpu(&f);
+    int64_t xs[4] = {2, 3, 2, 2}, ws[4] = {4, 3, 1, 1}, w2[2] = {4, 3}, ys[4] = {2, 4, 2, 2};
+    ex_tensor *x = ex_input(f.ctx, EX_F32, 4, xs, "x");
+    ex_tensor *r = ex_input(f.ctx, EX_F32, 4, ys, "r");
+    ex_tensor *w = ex_param(f.ctx, 4, ws, "w");
+    ex_tensor *y = ex_pwconv(f.ctx, x, ex_reshape(f.ctx, w, 2, w2));
+    ex_tensor *loss = ex_sum(f.ctx, ex_mul(f.ctx, y, r), 0xf);
+    assert_int_equal(ex_graph_backward(f.ctx, loss), EX_OK);
+    plan(&f, false);
+    int fills = 0, adds = 0; /* one fill: the loss's seed of 1 */
+    for (int64_t i = 0; i < ex_plan_node_count(f.plan); i++) {
+        ex_node_info info;
+        assert_int_equal(ex_plan_node_info(f.plan, i, &info), EX_OK);
+        fills += info.op == EX_OP_FILL;
+        adds += info.op == EX_OP_ADD;
+    }
+    assert_int_equal(fills, 1);
+    assert_int_equal(adds, 0);
+    float xv[NX], rv[32], wv[12], gw[12];
+    for (int i = 0; i < NX; i++)
+        xv[i] = value(i);
+    for (int i = 0; i < 32; i++)
+        rv[i] = value(i + 3);
+    for (int i = 0; i < 12; i++)
+        wv[i] = value(i + 7);
+    put(&f, x, xv, NX);
+    put(&f, r, rv, 32);
+    put(&f, w, wv, 12);
+    run(&f);
+    get(&f, ex_grad(f.ctx, w), gw, 12);
+    for (int co = 0; co < 4; co++)
+        for (int ci = 0; ci < 3; ci++) {
+            double want = 0.0; /* dL/dw[co, ci] = sum over n, p of r[n, co, p] x[n, ci, p] */
+            for (int n = 0; n < 2; n++)
+                for (int p = 0; p < 4; p++)
+                    want += (double)rv[(n * 4 + co) * 4 + p] * xv[(n * 3 + ci) * 4 + p];
+            assert_float_equal(gw[co * 3 + ci], want, 1e-5);
+        }
+    close_all(&f);
+}
+
 /* y = sum_j active_j w_j c_j(x), c = {relu(x), 2x, x*x}, each candidate built under its
  * gate; loss = sum(y * r). Checks values, gradients and which nodes ran. */
 static void gated_candidates(void **state)
@@ -337,11 +385,9 @@ static void gradients_per_loss(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(philox_known_answers),
-        cmocka_unit_test(gated_candidates),
-        cmocka_unit_test(concat_into_views),
-        cmocka_unit_test(profile_figures),
-        cmocka_unit_test(stages_share_parameters),
+        cmocka_unit_test(philox_known_answers),     cmocka_unit_test(gated_candidates),
+        cmocka_unit_test(reshaped_weight_gradient), cmocka_unit_test(concat_into_views),
+        cmocka_unit_test(profile_figures),          cmocka_unit_test(stages_share_parameters),
         cmocka_unit_test(gradients_per_loss),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
