@@ -2,11 +2,12 @@
  *
  * Gradients accumulate per tensor as a list of contributions. A view passes its
  * gradient to its storage root with its geometry; a root sums its contributions, adding
- * view-shaped ones into a private accumulator in place. A view that is its whole root
- * reshaped passes a reshape of its gradient as a full contribution instead, so a weight
- * used through a reshape needs no accumulator. A contribution made under a gate
- * (a candidate's subgraph) is added by a node with the same gate, so a skipped candidate
- * leaves the sum as it was. */
+ * view-shaped ones into a private accumulator in place; full ones are summed by
+ * mixed-sum nodes of up to EX_MAX_CANDIDATES sources rather than chains of adds. A view
+ * that is its whole root reshaped passes a reshape of its gradient as a full
+ * contribution instead, so a weight used through a reshape needs no accumulator. A
+ * contribution made under a gate (a candidate's subgraph) is added by a node with the
+ * same gate, so a skipped candidate leaves the sum as it was. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +29,8 @@ typedef struct grad_state {
     int64_t *head; /* per tensor: first contribution, -1 none */
     contrib *items;
     int64_t n, cap;
-    ex_tensor *ones; /* weights of 1 for sum_gated, made once per walk */
+    ex_tensor *ones;      /* weights of 1 for sum_gated, made once per walk */
+    ex_tensor *ones_full; /* weights and mask of 1 for sum_full, made once per walk */
     bool oom;
 } grad_state;
 
@@ -197,6 +199,50 @@ static ex_tensor *sum_gated(grad_state *s, ex_tensor *t, int64_t h, ex_tensor *a
     return acc;
 }
 
+/* The sum of n full, ungated contributions x (2 <= n <= EX_MAX_CANDIDATES) as one
+ * mixed sum with weights and mask of 1: it reads each once, where a chain of adds reads
+ * and writes the running sum n - 1 times and costs n - 1 nodes. */
+static ex_tensor *sum_full(grad_state *s, int n, ex_tensor *const *x)
+{
+    ex_ctx *ctx = s->ctx;
+    if (!s->ones_full) {
+        ex_tensor *gate = ctx->gate;
+        int64_t index = ctx->gate_index, len = EX_MAX_CANDIDATES;
+        ctx->gate = NULL;
+        s->ones_full = ex_fill(ctx, 1, &len, 1.0f);
+        ctx->gate = gate;
+        ctx->gate_index = index;
+    }
+    int idx[EX_MAX_CANDIDATES];
+    for (int j = 0; j < n; j++)
+        idx[j] = j;
+    return ex_mixed_sum(ctx, s->ones_full, s->ones_full, n, x, idx);
+}
+
+/* Adds the full, ungated contributions to t from the list at h into acc, up to
+ * EX_MAX_CANDIDATES a node. */
+static ex_tensor *sum_ungated(grad_state *s, ex_tensor *t, int64_t h, ex_tensor *acc, bool *own)
+{
+    ex_tensor *x[EX_MAX_CANDIDATES];
+    int n = 0;
+    for (int64_t i = h; i >= 0; i = s->items[i].next) {
+        contrib *c = &s->items[i];
+        if (c->gate || !is_full(t, c->geom))
+            continue;
+        x[n++] = c->g;
+        bool last = true; /* whether no ungated full contribution follows */
+        for (int64_t k = c->next; k >= 0 && last; k = s->items[k].next)
+            last = s->items[k].gate || !is_full(t, s->items[k].geom);
+        if (n < EX_MAX_CANDIDATES && !last)
+            continue;
+        ex_tensor *part = n == 1 ? x[0] : sum_full(s, n, x);
+        acc = acc ? ex_add(s->ctx, acc, part) : part;
+        *own = acc != x[0] || n > 1;
+        n = 0;
+    }
+    return acc;
+}
+
 /* Sums the contributions to t into one tensor (NULL if none) and leaves that alone as
  * t's contribution list, so later contributions add to it. */
 static ex_tensor *collapse(grad_state *s, ex_tensor *t)
@@ -219,13 +265,7 @@ static ex_tensor *collapse(grad_state *s, ex_tensor *t)
     bool own = false; /* whether acc is a tensor this function made (safe to add into) */
     ctx->gate = base_gate;
     ctx->gate_index = base_index;
-    for (int64_t i = h; i >= 0; i = s->items[i].next) {
-        contrib *c = &s->items[i];
-        if (c->gate || !is_full(t, c->geom))
-            continue;
-        acc = acc ? ex_add(ctx, acc, c->g) : c->g;
-        own = acc != c->g;
-    }
+    acc = sum_ungated(s, t, h, acc, &own);
     acc = sum_gated(s, t, h, acc, &own);
     for (int64_t i = h; i >= 0; i = s->items[i].next) {
         contrib *c = &s->items[i];
