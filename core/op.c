@@ -22,6 +22,11 @@ static uint64_t f_out5(const ex_tensor *n)
 {
     return 5 * numel_of(n);
 }
+/* SGD: 5 per element, one more for the folded clip's scaling (a 5th source, the norm) */
+static uint64_t f_sgd(const ex_tensor *n)
+{
+    return (n->nsrc == 5 ? 6 : 5) * numel_of(n);
+}
 static uint64_t f_src0(const ex_tensor *n)
 {
     return numel_of(n->src[0]);
@@ -148,7 +153,7 @@ static const ex_op_info table[] = {
     E(EX_OP_ENTROPY, "entropy", 1e-10, true, false, f_src0x4),
     E(EX_OP_ENTROPY_BWD, "entropy_bwd", 1e-10, false, true, f_out2),
     E(EX_OP_TOPK_MASK, "topk_mask", 1e-12, false, false, f_src0x4),
-    E(EX_OP_SGD, "sgd", 1e-11, false, false, f_out5),
+    E(EX_OP_SGD, "sgd", 1e-11, false, false, f_sgd),
     E(EX_OP_ADAM, "adam", 1e-10, false, false, f_out5),
     E(EX_OP_GRAD_NORM, "grad_norm", 1e-10, false, false, f_sum_srcs),
     E(EX_OP_CLIP, "clip", 1e-12, false, false, f_out1),

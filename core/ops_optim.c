@@ -37,26 +37,48 @@ static bool scalars(ex_ctx *ctx, const char *op, ex_tensor *t, int64_t n, const 
     return false;
 }
 
-ex_tensor *ex_sgd(ex_ctx *ctx, ex_tensor *param, ex_tensor *grad, ex_tensor *mom, ex_tensor *lr,
-                  float momentum, float weight_decay, bool nesterov)
+/* SGD's node: sources param, grad, mom, lr and, clipped, the gradient norm as a fifth
+ * (fp2 = max_norm). */
+static ex_tensor *sgd_node(ex_ctx *ctx, bool clipped, ex_tensor *param, ex_tensor *grad,
+                           ex_tensor *mom, ex_tensor *lr, ex_tensor *norm, float max_norm,
+                           float momentum, float weight_decay, bool nesterov)
 {
-    ex_tensor *s[4] = {param, grad, mom, lr};
-    if (!ex__check(ctx, "sgd", 4, s))
+    ex_tensor *s[5] = {param, grad, mom, lr, norm};
+    const char *op = clipped ? "sgd_clip" : "sgd";
+    int nsrc = clipped ? 5 : 4;
+    if (!ex__check(ctx, op, nsrc, s))
         return INERT(ctx);
-    if (!like(ctx, "sgd", param, param, "param", true) ||
-        !like(ctx, "sgd", param, grad, "grad", false) ||
-        !like(ctx, "sgd", param, mom, "momentum buffer", true) || !scalars(ctx, "sgd", lr, 1, "lr"))
+    if (!like(ctx, op, param, param, "param", true) || !like(ctx, op, param, grad, "grad", false) ||
+        !like(ctx, op, param, mom, "momentum buffer", true) || !scalars(ctx, op, lr, 1, "lr") ||
+        (nsrc == 5 && !scalars(ctx, op, norm, 1, "norm")))
         return &ctx->inert;
     if (!(momentum >= 0.0f) || !(weight_decay >= 0.0f))
-        return ex__fail(ctx, EX_ERR_ARG, "sgd: momentum %g and weight decay %g must be >= 0",
+        return ex__fail(ctx, EX_ERR_ARG, "%s: momentum %g and weight decay %g must be >= 0", op,
                         (double)momentum, (double)weight_decay);
-    ex_tensor *r = ex__node_into(ctx, EX_OP_SGD, param, 4, s);
+    if (nsrc == 5 && !(max_norm > 0.0f))
+        return ex__fail(ctx, EX_ERR_ARG, "%s: max_norm %g must be > 0", op, (double)max_norm);
+    ex_tensor *r = ex__node_into(ctx, EX_OP_SGD, param, nsrc, s);
     if (!ex__is_inert(r)) {
         r->fp[0] = momentum;
         r->fp[1] = weight_decay;
+        r->fp[2] = nsrc == 5 ? max_norm : 0.0f;
         r->ip[0] = nesterov;
     }
     return r;
+}
+
+ex_tensor *ex_sgd(ex_ctx *ctx, ex_tensor *param, ex_tensor *grad, ex_tensor *mom, ex_tensor *lr,
+                  float momentum, float weight_decay, bool nesterov)
+{
+    return sgd_node(ctx, false, param, grad, mom, lr, NULL, 0.0f, momentum, weight_decay, nesterov);
+}
+
+ex_tensor *ex_sgd_clip(ex_ctx *ctx, ex_tensor *param, ex_tensor *grad, ex_tensor *mom,
+                       ex_tensor *lr, ex_tensor *norm, float max_norm, float momentum,
+                       float weight_decay, bool nesterov)
+{
+    return sgd_node(ctx, true, param, grad, mom, lr, norm, max_norm, momentum, weight_decay,
+                    nesterov);
 }
 
 ex_tensor *ex_adam(ex_ctx *ctx, ex_tensor *param, ex_tensor *grad, ex_tensor *m, ex_tensor *v,

@@ -1,4 +1,5 @@
-/* Optimizer kernels: SGD, ADAM, GRAD_NORM, CLIP.
+/* Optimizer kernels: SGD (with CLIP's scaling folded in when it has the norm as a 5th
+ * source), ADAM, GRAD_NORM, CLIP.
  *
  * SGD and ADAM write the parameter through dst (which is src[0]) and their moments through
  * their own source descriptors: those sources are persistent state the op owns. Each
@@ -116,13 +117,38 @@ static ex_status opt_scalars(const cpu_exec *e, const char *op, const ex_tdesc *
     return EX_OK;
 }
 
+/* The scaling of a clipped SGD's gradient (5 sources: src[4] the norm, fp2 max_norm):
+ * CLIP's coefficient, computed as CLIP computes it, so the fused update is bitwise the
+ * unfused one. 4 sources: no clip, *c = 1. */
+static ex_status sgd_clip_coef(const cpu_exec *e, const ex_node_exec *n, float *c)
+{
+    *c = 1.0f;
+    if (n->nsrc != 5)
+        return EX_OK;
+    const ex_tdesc *t = &n->src[4];
+    if (!opt_valid(t) || ex_td_numel(t) != 1)
+        return cpu_fail(e, EX_ERR_SHAPE, "sgd: the clip's norm (source 4) must be one f32 element");
+    float norm = cpu_f32(t)[ex_td_at(t, 0)];
+    if (!(n->fp[2] > 0.0f))
+        return cpu_fail(e, EX_ERR_ARG, "sgd: max_norm %g of the clip must be > 0",
+                        (double)n->fp[2]);
+    *c = fminf(1.0f, n->fp[2] / (norm + 1e-6f));
+    return EX_OK;
+}
+
 CPU_OP(sgd)
 {
     opt_ops o;
-    float lr = 0.0f;
-    ex_status st = opt_setup(e, n, "sgd", 4, 3, 1u | 1u << 3, &o);
+    float lr = 0.0f, c = 1.0f;
+    int clipped = n->nsrc == 5;
+    if (n->nsrc != 4 && !clipped)
+        return cpu_fail(e, EX_ERR_ARG, "sgd: %d sources, expected 4 (5 with the clip's norm)",
+                        n->nsrc);
+    ex_status st = opt_setup(e, n, "sgd", n->nsrc, 3, 1u | 1u << 3, &o);
     if (st == EX_OK)
         st = opt_scalars(e, "sgd", &n->src[3], 1, &lr);
+    if (st == EX_OK)
+        st = sgd_clip_coef(e, n, &c);
     if (st != EX_OK)
         return st;
     float mu = n->fp[0], wd = n->fp[1];
@@ -131,7 +157,9 @@ CPU_OP(sgd)
     for (int64_t i = 0; i < o.numel; i++) {
         int64_t f[OPT_MAX_OPS];
         opt_offsets(&o, i, f);
-        float p = o.p[1][f[1]], g = o.p[2][f[2]] + wd * p;
+        /* the clipped gradient rounded to f32 on its own, as CLIP stores it */
+        float gc = clipped ? o.p[2][f[2]] * c : o.p[2][f[2]];
+        float p = o.p[1][f[1]], g = gc + wd * p;
         float m = mu * o.p[3][f[3]] + g;
         o.p[3][f[3]] = m;
         o.p[0][f[0]] = p - lr * (nesterov ? g + mu * m : m);

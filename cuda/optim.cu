@@ -1,4 +1,5 @@
-/* Optimizer kernels: SGD, ADAM, GRAD_NORM, CLIP.
+/* Optimizer kernels: SGD (with CLIP's scaling folded in when it has the norm as a 5th
+ * source), ADAM, GRAD_NORM, CLIP.
  *
  * SGD and ADAM write the parameter through dst (which is src[0]) and their moments through
  * their own source descriptors; each thread reads its element of every operand before it
@@ -19,7 +20,8 @@ typedef struct opt_args {
     int64_t ne[4], numel;
     int64_t st[OPT_MAX_OPS][4];
     float *p[OPT_MAX_OPS];
-    const float *s0, *s1; /**< scalars: lr (SGD), lr and t (ADAM), norm (CLIP) */
+    const float *s0, *s1; /**< scalars: lr (SGD), lr and t (ADAM), norm (CLIP); s1 is
+                               the norm of a clipped SGD */
     float f[4];           /**< the node's float parameters */
     int nesterov;
 } opt_args;
@@ -84,7 +86,14 @@ static ex_status opt_scalars(cu_exec *e, const char *op, const ex_tdesc *t, int 
     return EX_OK;
 }
 
-enum opt_kind { OPT_SGD, OPT_ADAM, OPT_CLIP };
+enum opt_kind { OPT_SGD, OPT_SGD_CLIP, OPT_ADAM, OPT_CLIP };
+
+/* CLIP's coefficient min(1, max_norm / (norm + 1e-6)), one expression for CLIP and the
+ * clipped SGD, so both scale by the same f32 number. */
+__device__ __forceinline__ float opt_clip_coef(float max_norm, float norm)
+{
+    return fminf(1.0f, max_norm / (norm + 1e-6f));
+}
 
 template <int K> __global__ void opt_kernel(opt_args a, const float *gate)
 {
@@ -98,14 +107,18 @@ template <int K> __global__ void opt_kernel(opt_args a, const float *gate)
         bc[1] = (float)(1.0 - pow((double)a.f[1], t));
     }
     __syncthreads();
+    const float c = K == OPT_SGD_CLIP ? opt_clip_coef(a.f[2], *a.s1) : 1.0f;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < a.numel;
          i += (int64_t)gridDim.x * blockDim.x) {
         int64_t f[OPT_MAX_OPS];
         for (int k = 0; k < OPT_MAX_OPS; k++)
             f[k] = a.dense ? i : k < a.nop ? cu_off4(a.ne, a.st[k], i) : 0;
-        if (K == OPT_SGD) {
+        if (K == OPT_SGD || K == OPT_SGD_CLIP) {
             float lr = *a.s0, mu = a.f[0], wd = a.f[1];
-            float p = a.p[1][f[1]], g = a.p[2][f[2]] + wd * p;
+            /* the clipped gradient rounded on its own (no fused multiply-add), as CLIP
+             * stores it */
+            float gc = K == OPT_SGD_CLIP ? __fmul_rn(a.p[2][f[2]], c) : a.p[2][f[2]];
+            float p = a.p[1][f[1]], g = gc + wd * p;
             float m = mu * a.p[3][f[3]] + g;
             a.p[3][f[3]] = m;
             a.p[0][f[0]] = p - lr * (a.nesterov ? g + mu * m : m);
@@ -118,8 +131,7 @@ template <int K> __global__ void opt_kernel(opt_args a, const float *gate)
             a.p[4][f[4]] = v;
             a.p[0][f[0]] = p - lr * (m / bc[0]) / (sqrtf(v / bc[1]) + eps);
         } else {
-            float c = fminf(1.0f, a.f[0] / (*a.s0 + 1e-6f));
-            a.p[0][f[0]] = a.p[1][f[1]] * c;
+            a.p[0][f[0]] = a.p[1][f[1]] * opt_clip_coef(a.f[0], *a.s0);
         }
     }
 }
@@ -135,13 +147,27 @@ template <int K> static ex_status opt_launch(cu_exec *e, const opt_args *o, cons
 CU_OP(sgd)
 {
     opt_args o;
-    ex_status st = opt_setup(e, n, "sgd", 4, 3, 1u | 1u << 3, &o);
+    int clipped = n->nsrc == 5;
+    if (n->nsrc != 4 && !clipped)
+        return cu_fail(e, EX_ERR_ARG, "sgd: %d sources, expected 4 (5 with the clip's norm)",
+                       n->nsrc);
+    ex_status st = opt_setup(e, n, "sgd", n->nsrc, 3, 1u | 1u << 3, &o);
     if (st == EX_OK)
         st = opt_scalars(e, "sgd", &n->src[3], 1, &o.s0, NULL);
+    if (st == EX_OK && clipped) {
+        const ex_tdesc *t = &n->src[4];
+        if (!ex_td_valid(t, EX_F32) || ex_td_numel(t) != 1)
+            st =
+                cu_fail(e, EX_ERR_SHAPE, "sgd: the clip's norm (source 4) must be one f32 element");
+        else
+            o.s1 = cu_f32(t) + ex_td_at(t, 0);
+    }
+    if (st == EX_OK && clipped && !(n->fp[2] > 0.0f))
+        st = cu_fail(e, EX_ERR_ARG, "sgd: max_norm %g of the clip must be > 0", (double)n->fp[2]);
     if (st != EX_OK)
         return st;
     o.nesterov = n->ip[0] != 0;
-    return opt_launch<OPT_SGD>(e, &o, "sgd");
+    return clipped ? opt_launch<OPT_SGD_CLIP>(e, &o, "sgd") : opt_launch<OPT_SGD>(e, &o, "sgd");
 }
 
 CU_OP(adam)

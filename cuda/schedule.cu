@@ -128,10 +128,17 @@ bool range_of(const ex_tdesc *t, bool write, access *a)
     return true;
 }
 
-/* Ops that also write some of their sources (optimizer states, running statistics). */
-bool writes_sources(ex_op op)
+/* Whether node n writes its source s besides dst: SGD's parameter and momentum (not the
+ * gradient, lr or a clip's norm, which every SGD of a step reads), Adam's parameter and
+ * moments; BN_STATS conservatively every source (it writes the running statistics). */
+bool writes_source(const ex_node_exec *n, int s)
 {
-    return op == EX_OP_SGD || op == EX_OP_ADAM || op == EX_OP_BN_STATS;
+    switch (n->op) {
+    case EX_OP_SGD: return s == 0 || s == 2;
+    case EX_OP_ADAM: return s == 0 || s == 2 || s == 3;
+    case EX_OP_BN_STATS: return true;
+    default: return false;
+    }
 }
 
 /* Ops whose kernels may write the status words. */
@@ -146,7 +153,7 @@ void accesses(const ex_node_exec *n, int64_t i, const cu_sched_node &sn, bool co
 {
     access a;
     for (int s = 0; s < n->nsrc; s++)
-        if (range_of(&n->src[s], writes_sources(n->op), &a))
+        if (range_of(&n->src[s], writes_source(n, s), &a))
             out.push_back(a);
     if (range_of(n->gate, false, &a))
         out.push_back(a);

@@ -86,8 +86,8 @@ static void train_step(ex_network *n)
         ex_tensor *norm = nl ? ex_grad_norm(ctx, nl, live) : NULL;
         for (int i = 0; i < count; i++)
             if (g[i])
-                ex_sgd(ctx, w[i], ex_clip(ctx, g[i], norm, n->cfg.grad_clip), n->mom[i], n->lr,
-                       n->cfg.momentum, n->cfg.weight_decay, false);
+                ex_sgd_clip(ctx, w[i], g[i], n->mom[i], n->lr, norm, n->cfg.grad_clip,
+                            n->cfg.momentum, n->cfg.weight_decay, false);
     }
     free(w);
     free(g);

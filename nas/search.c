@@ -318,8 +318,9 @@ static void weight_step(ex_search *s)
         for (int i = 0; i < n; i++) {
             if (!g[i])
                 continue; /* a weight the loss does not reach (a pruned-only path) */
-            ex_tensor *c = ex_clip(ctx, g[i], norm, s->cfg.grad_clip);
-            ex_sgd(ctx, w[i], c, s->mom[i], s->lr, s->cfg.momentum, s->cfg.weight_decay, false);
+            /* the clip folded into the update: one node per weight, g[i] left unscaled */
+            ex_sgd_clip(ctx, w[i], g[i], s->mom[i], s->lr, norm, s->cfg.grad_clip, s->cfg.momentum,
+                        s->cfg.weight_decay, false);
         }
     }
     free(w);

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,17 +35,33 @@ static void check_step(env *e, const char *what, const double *p0, const double 
     free(dr);
 }
 
-/* sgd: roots p, g, mom, lr; fp0 = momentum, fp1 = weight decay, ip0 = nesterov */
+/* How an sgd case clips (ip1): not at all, by the norm given as root 4, or by the norm of
+ * g taken in the graph (as the search does). */
+enum { SGD_PLAIN, SGD_CLIP_ROOT, SGD_CLIP_NORM };
+
+/* sgd: roots p, g, mom, lr (and norm); fp0 = momentum, fp1 = weight decay, fp2 = max_norm,
+ * ip0 = nesterov, ip1 = the clip */
 static ex_tensor *b_sgd(env *e, ex_tensor *const *x)
 {
-    return ex_sgd(e->ctx, x[0], x[1], x[2], x[3], (float)e->c->fp[0], (float)e->c->fp[1],
-                  e->c->ip[0] != 0);
+    const tcase *c = e->c;
+    float mu = (float)c->fp[0], wd = (float)c->fp[1], max_norm = (float)c->fp[2];
+    if (c->ip[1] == SGD_PLAIN)
+        return ex_sgd(e->ctx, x[0], x[1], x[2], x[3], mu, wd, c->ip[0] != 0);
+    ex_tensor *norm = c->ip[1] == SGD_CLIP_ROOT ? x[4] : ex_grad_norm(e->ctx, 1, &x[1]);
+    return ex_sgd_clip(e->ctx, x[0], x[1], x[2], x[3], norm, max_norm, mu, wd, c->ip[0] != 0);
 }
 
+/* One reference step on gradient g (the clip's norm taken from root 4 or from g). */
 static void sgd_step(const env *e, double *p, const double *g, double *mom)
 {
-    ref_sgd(p, g, mom, e->on[0], e->od[3][0], (double)(float)e->c->fp[0],
-            (double)(float)e->c->fp[1], e->c->ip[0]);
+    const tcase *c = e->c;
+    double clip = 1;
+    if (c->ip[1] != SGD_PLAIN) {
+        double norm = c->ip[1] == SGD_CLIP_ROOT ? e->od[4][0] : ref_grad_norm(1, &g, e->on);
+        clip = ref_clip_coef(norm, (double)(float)c->fp[2]);
+    }
+    ref_sgd(p, g, mom, e->on[0], e->od[3][0], (double)(float)c->fp[0], (double)(float)c->fp[1],
+            c->ip[0], clip);
 }
 
 static void r_sgd(const env *e, double *y)
@@ -117,7 +134,7 @@ static void a_optim(env *e)
     ref_step(e, p, e->od[1], mom, 1);
     check_step(e, "parameter step 1", e->od[0], e->yv, p, n);
     for (int k = 0; k < nst; k++)
-        if (read_f(e, e->root[2 + k], got, n))
+        if (read_f(e, e->opnd[2 + k], got, n))
             check_nmse(e, k ? "second moment, step 1" : "moment, step 1", got, mom[k], n,
                        ex_op_tolerance(e->c->op));
     for (int64_t i = 0; i < n; i++)
@@ -134,7 +151,7 @@ static void a_optim(env *e)
     if (ok && read_f(e, e->y, got, n))
         check_step(e, "parameter step 2", p1, got, p, n);
     for (int k = 0; k < nst && ok; k++)
-        if (read_f(e, e->root[2 + k], got, n))
+        if (read_f(e, e->opnd[2 + k], got, n))
             check_nmse(e, k ? "second moment, step 2" : "moment, step 2", got, mom[k], n,
                        ex_op_tolerance(e->c->op));
     free(p);
@@ -183,6 +200,38 @@ static void r_clip(const env *e, double *y)
                   {IN("lr"), SHAPE(1), CONST(0.1)}},                                               \
             .ip = {nesterov}, .fp = {momentum, wd}, .after = a_optim, .flags = F_NORERUN           \
     }
+/* sgd clipped by max_norm with the norm given (root 4): roots p, g, mom after the name */
+#define SGD_CLIP(nm, momentum, wd, nesterov, max_norm, norm, p_, g_, mom_)                         \
+    {                                                                                              \
+        CASE(nm, EX_OP_SGD, b_sgd, r_sgd, 5),                                                      \
+            .r = {p_,                                                                              \
+                  g_,                                                                              \
+                  mom_,                                                                            \
+                  {IN("lr"), SHAPE(1), CONST(0.1)},                                                \
+                  {IN("norm"), SHAPE(1), CONST(norm)}},                                            \
+            .ip = {nesterov, SGD_CLIP_ROOT}, .fp = {momentum, wd, max_norm}, .after = a_optim,     \
+            .flags = F_NORERUN                                                                     \
+    }
+#define PP3                                                                                        \
+    {                                                                                              \
+        PAR("p"), P3, UNI(-0.05, 0.05)                                                             \
+    }
+#define MOM3                                                                                       \
+    {                                                                                              \
+        STATE("mom"), P3, UNI(-1, 1)                                                               \
+    }
+#define G3T                                                                                        \
+    {                                                                                              \
+        IN("g"), SHAPE(11, 7, 5), UNI(-1, 1), TRANS(0, 2)                                          \
+    }
+#define PSLICE                                                                                     \
+    {                                                                                              \
+        PAR("p"), SHAPE(5, 9, 11), UNI(-0.05, 0.05), SLICE(1, 1, 7)                                \
+    }
+#define MSLICE                                                                                     \
+    {                                                                                              \
+        STATE("mom"), SHAPE(5, 10, 11), UNI(-1, 1), SLICE(1, 2, 7)                                 \
+    }
 #define G3                                                                                         \
     {                                                                                              \
         IN("g"), P3, UNI(-1, 1)                                                                    \
@@ -203,6 +252,20 @@ static const tcase optim_cases[] = {
     SGD("sgd nesterov, weight decay 0.5", 0.9, 0.5, 1, G3),
     SGD("sgd no momentum, weight decay 0.5, g transposed", 0, 0.5, 0,
         {IN("g"), SHAPE(11, 7, 5), UNI(-1, 1), TRANS(0, 2)}),
+    /* the clip folded in: norm 4 above max_norm 1.5 (g scaled by 0.375), 0.5 below 2 (g
+     * as it is), and the norm of g itself (about 11) above 5 */
+    SGD_CLIP("sgd clip, norm above max_norm, momentum 0.9", 0.9, 0, 0, 1.5, 4, PP3, G3, MOM3),
+    SGD_CLIP("sgd clip, norm below max_norm, momentum 0.9", 0.9, 0, 0, 2, 0.5, PP3, G3, MOM3),
+    SGD_CLIP("sgd clip, norm above, nesterov, weight decay 0.5", 0.9, 0.5, 1, 1.5, 4, PP3, G3,
+             MOM3),
+    SGD_CLIP("sgd clip, norm below, nesterov, weight decay 0.5", 0.9, 0.5, 1, 2, 0.5, PP3, G3,
+             MOM3),
+    SGD_CLIP("sgd clip, no momentum, weight decay 0.5, g transposed", 0, 0.5, 0, 1.5, 4, PP3, G3T,
+             MOM3),
+    SGD_CLIP("sgd clip of a channel slice of p and mom", 0.9, 0.5, 0, 1.5, 4, PSLICE, G3, MSLICE),
+    {CASE("sgd clip by the norm of g, nesterov, weight decay 0.5", EX_OP_SGD, b_sgd, r_sgd, 4),
+     .r = {PP3, G3, MOM3, {IN("lr"), SHAPE(1), CONST(0.1)}}, .ip = {1, SGD_CLIP_NORM},
+     .fp = {0.9, 0.5, 5}, .after = a_optim, .flags = F_NORERUN},
     ADAM("adam", 0, G3),
     ADAM("adam weight decay 0.5, g transposed", 0.5,
          {IN("g"), SHAPE(11, 7, 5), UNI(-1, 1), TRANS(0, 2)}),
@@ -234,6 +297,128 @@ static const tcase optim_cases[] = {
 void family_optim(void **state)
 {
     run_table(*state, optim_cases, sizeof optim_cases / sizeof *optim_cases);
+}
+
+/* ---- clipped SGD nodes, well formed and malformed, given to the backend directly ---- */
+
+/* Regions of one buffer, in floats: p, g, mom [5, 7], lr [1], norm [2] (one element or
+ * two); p = 1, g = 2, mom = 0.5, lr = 0.5, norm = 4. */
+enum { SC_P = 0, SC_G = 64, SC_M = 128, SC_LR = 192, SC_NORM = 256, SC_FLOATS = 320, SC_N = 35 };
+
+static ex_tdesc sc_desc(ex_buffer *buf, int64_t at, ex_dtype dt, int64_t n)
+{
+    bool mat = n == SC_N;
+    ex_tdesc t = {.dtype = dt, .ndim = mat ? 2 : 1, .buf = buf, .offset = (uint64_t)at * 4};
+    t.ne[0] = mat ? 5 : n;
+    t.ne[1] = mat ? 7 : 1;
+    t.st[0] = mat ? 7 : 1;
+    t.st[1] = 1;
+    return t;
+}
+
+typedef struct sc_case {
+    const char *what;
+    int nsrc;
+    int64_t norm_n;
+    ex_dtype norm_dt;
+    float max_norm;
+    ex_status want;
+    const char *needle; /* in the message of a failure */
+    float p1, m1;       /* a run's p and mom */
+} sc_case;
+
+/* Uploads the operands, runs the node of case c, and reads p and mom back; a failure's
+ * message goes to msg (taken before the reads, which may replace it). */
+static ex_status sc_run(const suite *s, ex_buffer *buf, const sc_case *c, float *p, float *m,
+                        char *msg, size_t len)
+{
+    const ex_backend_iface *f = ex_backend_iface_of(s->be);
+    void *im = ex_backend_impl_of(s->be);
+    float host[SC_FLOATS] = {0};
+    for (int i = 0; i < SC_N; i++) {
+        host[SC_P + i] = 1.0f;
+        host[SC_G + i] = 2.0f;
+        host[SC_M + i] = 0.5f;
+    }
+    host[SC_LR] = 0.5f;
+    host[SC_NORM] = host[SC_NORM + 1] = 4.0f;
+    ex_status st = f->upload(im, buf, 0, host, sizeof host);
+    ex_tdesc src[6] = {sc_desc(buf, SC_P, EX_F32, SC_N), sc_desc(buf, SC_G, EX_F32, SC_N),
+                       sc_desc(buf, SC_M, EX_F32, SC_N), sc_desc(buf, SC_LR, EX_F32, 1),
+                       sc_desc(buf, SC_NORM, c->norm_dt, c->norm_n)};
+    src[5] = src[4];
+    ex_node_exec n = {.op = EX_OP_SGD,
+                      .nsrc = c->nsrc,
+                      .src = src,
+                      .dst = src[0],
+                      .ip = {0},
+                      .fp = {0.9f, 0.0f, c->max_norm},
+                      .tag = {-1, -1, -1}};
+    if (st == EX_OK)
+        st = f->compute(im, &n, 1, NULL);
+    if (st == EX_OK)
+        st = f->synchronize(im);
+    const char *what = st == EX_OK ? "" : f->error(im);
+    snprintf(msg, len, "%s", what ? what : "no message");
+    ex_status rd = f->download(im, buf, SC_P * 4, p, SC_N * sizeof *p);
+    if (rd == EX_OK)
+        rd = f->download(im, buf, SC_M * 4, m, SC_N * sizeof *m);
+    return st != EX_OK ? st : rd;
+}
+
+/* Whether v[0..n) all lie within 1e-6 of x. */
+static bool all_near(const float *v, int n, float x)
+{
+    for (int i = 0; i < n; i++)
+        if (!(fabsf(v[i] - x) <= 1e-6f))
+            return false;
+    return true;
+}
+
+/* A clipped SGD node (5 sources) scales g by CLIP's coefficient, a plain one (4) does not;
+ * a malformed one (norm not one f32 element, max_norm not > 0, 3 or 6 sources) fails with
+ * a message naming what is wrong, writes nothing, and leaves the backend able to run the
+ * next node. With momentum 0.9: clipped, c = 1 / 4, mom = 0.45 + 0.5 and p = 1 - 0.5 mom;
+ * plain, mom = 0.45 + 2. */
+void sgd_clip_node_errors(void **state)
+{
+    suite *s = *state;
+    const ex_backend_iface *f = ex_backend_iface_of(s->be);
+    void *im = ex_backend_impl_of(s->be);
+    ex_buffer *buf = NULL;
+    assert_int_equal(f->buffer_alloc(im, SC_FLOATS * 4, &buf), EX_OK);
+    static const sc_case cases[] = {
+        {"clipped", 5, 1, EX_F32, 1.0f, EX_OK, NULL, 0.525f, 0.95f},
+        {"plain", 4, 1, EX_F32, 1.0f, EX_OK, NULL, -0.225f, 2.45f},
+        {"norm of 2 elements", 5, 2, EX_F32, 1.0f, EX_ERR_SHAPE, "norm", 1.0f, 0.5f},
+        {"i32 norm", 5, 1, EX_I32, 1.0f, EX_ERR_SHAPE, "norm", 1.0f, 0.5f},
+        {"max_norm 0", 5, 1, EX_F32, 0.0f, EX_ERR_ARG, "max_norm", 1.0f, 0.5f},
+        {"max_norm -1", 5, 1, EX_F32, -1.0f, EX_ERR_ARG, "max_norm", 1.0f, 0.5f},
+        {"max_norm NaN", 5, 1, EX_F32, NAN, EX_ERR_ARG, "max_norm", 1.0f, 0.5f},
+        {"6 sources", 6, 1, EX_F32, 1.0f, EX_ERR_ARG, "sources", 1.0f, 0.5f},
+        {"3 sources", 3, 1, EX_F32, 1.0f, EX_ERR_ARG, "sources", 1.0f, 0.5f},
+        {"clipped again", 5, 1, EX_F32, 1.0f, EX_OK, NULL, 0.525f, 0.95f},
+    };
+    int failed = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const sc_case *c = &cases[i];
+        float p[SC_N], m[SC_N];
+        char msg[512];
+        ex_status st = sc_run(s, buf, c, p, m, msg, sizeof msg);
+        bool named = c->want == EX_OK || strstr(msg, c->needle);
+        bool values = all_near(p, SC_N, c->p1) && all_near(m, SC_N, c->m1);
+        if (st != c->want || !named || !values) {
+            print_error("FAIL [%s] sgd node, %s: %s (%s), expected %s%s%s; p %.7g, mom %.7g, "
+                        "expected %.7g, %.7g\n",
+                        s->backend_name, c->what, ex_status_str(st), msg, ex_status_str(c->want),
+                        c->needle ? " naming " : "", c->needle ? c->needle : "", (double)p[0],
+                        (double)m[0], (double)c->p1, (double)c->m1);
+            failed++;
+        }
+    }
+    f->buffer_free(im, buf);
+    if (failed)
+        fail_msg("%d sgd nodes were handled wrongly on %s", failed, s->backend_name);
 }
 
 /* ---- random streams: the key is private to the node, so the values are checked by

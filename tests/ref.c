@@ -438,10 +438,10 @@ void ref_topk_mask(const double *w, int64_t rows, int64_t cols, int k, double th
 /* ---- optimizer ---- */
 
 void ref_sgd(double *p, const double *g, double *mom, int64_t n, double lr, double momentum,
-             double wd, int nesterov)
+             double wd, int nesterov, double clip)
 {
     for (int64_t i = 0; i < n; i++) {
-        double gi = g[i] + wd * p[i];
+        double gi = g[i] * clip + wd * p[i];
         mom[i] = momentum * mom[i] + gi;
         p[i] -= lr * (nesterov ? gi + momentum * mom[i] : mom[i]);
     }
@@ -468,10 +468,15 @@ double ref_grad_norm(int n, const double *const *g, const int64_t *numel)
     return sqrt(s);
 }
 
-void ref_clip(const double *g, int64_t n, double norm, double max_norm, double *y)
+double ref_clip_coef(double norm, double max_norm)
 {
     double f = max_norm / (norm + 1e-6);
-    f = f < 1 ? f : 1;
+    return f < 1 ? f : 1;
+}
+
+void ref_clip(const double *g, int64_t n, double norm, double max_norm, double *y)
+{
+    double f = ref_clip_coef(norm, max_norm);
     for (int64_t i = 0; i < n; i++)
         y[i] = g[i] * f;
 }

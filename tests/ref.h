@@ -112,13 +112,16 @@ void ref_topk_mask(const double *w, int64_t rows, int64_t cols, int k, double th
 
 /* ---- optimizer (update their operands in place) ---- */
 
+/** SGD on the gradient g * clip: 1 for plain SGD, ref_clip_coef() for the clipped one. */
 void ref_sgd(double *p, const double *g, double *mom, int64_t n, double lr, double momentum,
-             double wd, int nesterov);
+             double wd, int nesterov, double clip);
 /** t counts from 1. */
 void ref_adam(double *p, const double *g, double *m, double *v, int64_t n, double lr, double t,
               double beta1, double beta2, double eps, double wd);
 /** sqrt of the sum of squares of n arrays. */
 double ref_grad_norm(int n, const double *const *g, const int64_t *numel);
+/** CLIP's coefficient min(1, max_norm / (norm + 1e-6)). */
+double ref_clip_coef(double norm, double max_norm);
 /** y = g min(1, max_norm / (norm + 1e-6)). */
 void ref_clip(const double *g, int64_t n, double norm, double max_norm, double *y);
 

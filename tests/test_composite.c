@@ -799,13 +799,143 @@ static void test_cnn_learns(void **state)
     ex_ctx_free(ctx);
 }
 
+/* ---- the clip folded into SGD: bitwise the clip, then SGD ---- */
+
+/* Three weights as in a network's weight step: a [5, 7, 11] channel slice of a [5, 9, 11]
+ * parameter (its momentum a slice too), a [3000] vector and a [6] bias; the gradients are
+ * computed tensors (copies of inputs), their global norm taken in the graph. */
+enum { SC_W = 3 };
+static const int64_t sc_numel[SC_W] = {5 * 7 * 11, 3000, 6};
+
+typedef struct sc_cfg {
+    float momentum, wd, max_norm;
+    bool nesterov;
+} sc_cfg;
+
+typedef struct sc_graph {
+    ex_ctx *ctx;
+    ex_plan *plan;
+    ex_tensor *root[SC_W], *mroot[SC_W], *gin[SC_W], *lr;
+} sc_graph;
+
+static void sc_build(sc_graph *gr, ex_backend *be, const sc_cfg *c, bool fused)
+{
+    ex_ctx *ctx = gr->ctx = ex_ctx_new();
+    assert_non_null(ctx);
+    const int64_t one = 1;
+    ex_tensor *w[SC_W], *m[SC_W], *g[SC_W];
+    gr->root[0] = param(ctx, 3, 5, 9, 11, 0, "w0");
+    gr->mroot[0] = ex_state(ctx, EX_F32, 3, (const int64_t[]){5, 9, 11}, "m0");
+    w[0] = ex_slice(ctx, gr->root[0], 1, 1, 7);
+    m[0] = ex_slice(ctx, gr->mroot[0], 1, 2, 7);
+    for (int i = 1; i < SC_W; i++) {
+        w[i] = gr->root[i] = param(ctx, 1, sc_numel[i], 0, 0, 0, "w");
+        m[i] = gr->mroot[i] = state1(ctx, sc_numel[i], "m");
+    }
+    for (int i = 0; i < SC_W; i++) {
+        int nd = ex_tensor_ndim(w[i]);
+        int64_t ne[4];
+        for (int k = 0; k < nd; k++)
+            ne[k] = ex_tensor_dim(w[i], k);
+        gr->gin[i] = ex_input(ctx, EX_F32, nd, ne, "g");
+        g[i] = ex_copy(ctx, gr->gin[i]);
+    }
+    gr->lr = ex_input(ctx, EX_F32, 1, &one, "lr");
+    ex_tensor *norm = ex_grad_norm(ctx, SC_W, g);
+    for (int i = 0; i < SC_W; i++) {
+        if (fused)
+            ex_sgd_clip(ctx, w[i], g[i], m[i], gr->lr, norm, c->max_norm, c->momentum, c->wd,
+                        c->nesterov);
+        else
+            ex_sgd(ctx, w[i], ex_clip(ctx, g[i], norm, c->max_norm), m[i], gr->lr, c->momentum,
+                   c->wd, c->nesterov);
+    }
+    check_ctx(ctx, fused ? "building sgd_clip" : "building clip and sgd");
+    gr->plan = plan_graph(ctx, be);
+}
+
+enum { SC_STEPS = 12 };
+
+/* SC_STEPS steps from the same start on the same gradients, uniform in ±(0.5 + step / 4)
+ * (global norms from about 17 to 110: a different clip coefficient each step); the roots
+ * of the weights and momenta after each step go to out, one after the other. */
+static void sc_steps(ex_backend *be, const sc_cfg *c, bool fused, float *out, int64_t per_step)
+{
+    sc_graph gr;
+    sc_build(&gr, be, c, fused);
+    rng r = {11};
+    float lr = 0.05f;
+    for (int i = 0; i < SC_W; i++) {
+        int64_t n = ex_tensor_numel(gr.root[i]);
+        float *v = xcalloc((size_t)n, sizeof *v);
+        fill_uniform(&r, v, n, -0.1f, 0.1f);
+        write_t(gr.plan, gr.root[i], v);
+        fill_uniform(&r, v, n, -0.5f, 0.5f);
+        write_t(gr.plan, gr.mroot[i], v);
+        free(v);
+    }
+    write_t(gr.plan, gr.lr, &lr);
+    for (int step = 0; step < SC_STEPS; step++) {
+        float gscale = 0.5f + 0.25f * (float)step;
+        for (int i = 0; i < SC_W; i++) {
+            float *v = xcalloc((size_t)sc_numel[i], sizeof *v);
+            fill_uniform(&r, v, sc_numel[i], -gscale, gscale);
+            write_t(gr.plan, gr.gin[i], v);
+            free(v);
+        }
+        run_plan(gr.plan);
+        float *o = out + step * per_step;
+        for (int i = 0; i < SC_W; i++) {
+            read_t(gr.plan, gr.root[i], o);
+            o += ex_tensor_numel(gr.root[i]);
+            read_t(gr.plan, gr.mroot[i], o);
+            o += ex_tensor_numel(gr.mroot[i]);
+        }
+    }
+    ex_plan_free(gr.plan);
+    ex_ctx_free(gr.ctx);
+}
+
+/* ex_sgd_clip gives bitwise the parameters and momenta of ex_clip then ex_sgd, clipping
+ * (max_norm 5) or not (max_norm 200), with and without momentum, weight decay and
+ * Nesterov, on the CPU's fast and reference paths. */
+static void test_sgd_clip_bitwise(void **state)
+{
+    (void)state;
+    static const sc_cfg cfgs[] = {
+        {0.9f, 3e-4f, 5.0f, false},   {0.9f, 0.5f, 5.0f, true},   {0.0f, 0.0f, 5.0f, false},
+        {0.9f, 3e-4f, 200.0f, false}, {0.9f, 0.5f, 200.0f, true}, {0.0f, 0.5f, 200.0f, false},
+    };
+    static const char *const backends[] = {"cpu", "cpu-ref"};
+    int64_t per_step = 2 * (5 * 9 * 11 + sc_numel[1] + sc_numel[2]);
+    float *a = xcalloc((size_t)(SC_STEPS * per_step), sizeof *a);
+    float *b = xcalloc((size_t)(SC_STEPS * per_step), sizeof *b);
+    for (int k = 0; k < 2; k++) {
+        char msg[256] = "";
+        ex_backend *be = NULL;
+        check_ok(ex_backend_open(backends[k], &be, msg, sizeof msg), backends[k], msg);
+        for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) {
+            sc_steps(be, &cfgs[i], false, a, per_step);
+            sc_steps(be, &cfgs[i], true, b, per_step);
+            for (int step = 0; step < SC_STEPS; step++)
+                if (memcmp(a + step * per_step, b + step * per_step, (size_t)per_step * sizeof *a))
+                    fail_msg("%s, momentum %g, weight decay %g, max_norm %g%s: step %d differs",
+                             backends[k], (double)cfgs[i].momentum, (double)cfgs[i].wd,
+                             (double)cfgs[i].max_norm, cfgs[i].nesterov ? ", nesterov" : "",
+                             step + 1);
+        }
+        ex_backend_close(be);
+    }
+    free(a);
+    free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sepconv_block),
-        cmocka_unit_test(test_xor_sgd),
-        cmocka_unit_test(test_xor_adam),
-        cmocka_unit_test(test_cnn_learns),
+        cmocka_unit_test(test_sepconv_block),    cmocka_unit_test(test_xor_sgd),
+        cmocka_unit_test(test_xor_adam),         cmocka_unit_test(test_cnn_learns),
+        cmocka_unit_test(test_sgd_clip_bitwise),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -524,6 +524,31 @@ CASE(sgd_transient)
     ex_tensor *act = ex_relu(ctx, t2(ctx, 5, 7));
     return ex_sgd(ctx, act, t2(ctx, 5, 7), s2(ctx, 5, 7), t1(ctx, 1), 0.9f, 0, false);
 }
+CASE(sgd_clip_norm_shape)
+{
+    return ex_sgd_clip(ctx, p2(ctx, 5, 7), t2(ctx, 5, 7), s2(ctx, 5, 7), t1(ctx, 1), t2(ctx, 2, 3),
+                       1.0f, 0.9f, 0, false);
+}
+CASE(sgd_clip_norm_dtype)
+{
+    return ex_sgd_clip(ctx, p2(ctx, 5, 7), t2(ctx, 5, 7), s2(ctx, 5, 7), t1(ctx, 1), i1(ctx, 1),
+                       1.0f, 0.9f, 0, false);
+}
+CASE(sgd_clip_norm_null)
+{
+    return ex_sgd_clip(ctx, p2(ctx, 5, 7), t2(ctx, 5, 7), s2(ctx, 5, 7), t1(ctx, 1), NULL, 1.0f,
+                       0.9f, 0, false);
+}
+CASE(sgd_clip_max_norm)
+{
+    return ex_sgd_clip(ctx, p2(ctx, 5, 7), t2(ctx, 5, 7), s2(ctx, 5, 7), t1(ctx, 1), t1(ctx, 1),
+                       0.0f, 0.9f, 0, false);
+}
+CASE(sgd_clip_grad_shape)
+{
+    return ex_sgd_clip(ctx, p2(ctx, 5, 7), t2(ctx, 7, 5), s2(ctx, 5, 7), t1(ctx, 1), t1(ctx, 1),
+                       1.0f, 0.9f, 0, false);
+}
 CASE(adam_hyper)
 {
     return ex_adam(ctx, p2(ctx, 5, 7), t2(ctx, 5, 7), s2(ctx, 5, 7), s2(ctx, 5, 7), t2(ctx, 2, 3),
@@ -697,6 +722,11 @@ static const err_case cases[] = {
     C(sgd_grad_shape, SHP, EX_OK, "sgd", "5x7", "7x5"),
     C(sgd_lr_shape, SHP, ARG, "sgd", "2x3"),
     C(sgd_transient, ARG, EX_ERR_STATE, "sgd"),
+    C(sgd_clip_norm_shape, SHP, ARG, "sgd_clip", "norm", "2x3"),
+    C(sgd_clip_norm_dtype, ARG, EX_OK, "sgd_clip", "norm", "i32"),
+    C(sgd_clip_norm_null, ARG, EX_OK, "sgd_clip", "4"),
+    C(sgd_clip_max_norm, ARG, EX_OK, "sgd_clip", "max_norm 0"),
+    C(sgd_clip_grad_shape, SHP, EX_OK, "sgd_clip", "5x7", "7x5"),
     C(adam_hyper, SHP, ARG, "adam", "2x3"),
     C(adam_moment_shape, SHP, EX_OK, "adam", "5x7", "7x5"),
     C(grad_norm_zero, ARG, EX_OK, "grad_norm", "0"),
@@ -866,6 +896,7 @@ static void test_null_ctx(void **state)
         ex_entropy(NULL, NULL),
         ex_topk_mask(NULL, NULL, 1, 0),
         ex_sgd(NULL, NULL, NULL, NULL, NULL, 0.9f, 0, false),
+        ex_sgd_clip(NULL, NULL, NULL, NULL, NULL, NULL, 1, 0.9f, 0, false),
         ex_adam(NULL, NULL, NULL, NULL, NULL, NULL, 0.9f, 0.999f, 1e-8f, 0),
         ex_grad_norm(NULL, 2, none),
         ex_clip(NULL, NULL, NULL, 1),

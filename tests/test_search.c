@@ -217,6 +217,48 @@ static void every_mode(void **state)
     ex_backend_close(be);
 }
 
+/* The weight step folds the gradient clip into its SGD nodes: a first-order step has no
+ * CLIP node at all (the second-order one keeps those of its alpha gradient's weight
+ * perturbation, one per weight), and every SGD node is the clipped form, 6 FLOPs per
+ * element instead of 5 (bytes written: parameter and momentum, 8 per element). */
+static void no_clip_nodes(void **state)
+{
+    (void)state;
+    ex_backend *be = cpu();
+    static const struct {
+        ex_search_mode mode;
+        int order;
+    } runs[] = {
+        {EX_SEARCH_DARTS, 1}, {EX_SEARCH_DARTS, 2}, {EX_SEARCH_GDAS, 1}, {EX_SEARCH_TOPK, 1}};
+    for (int r = 0; r < 4; r++) {
+        ex_search_config c;
+        small_config(&c, runs[r].mode, runs[r].order);
+        ex_search *s = make(&c, be);
+        ex_plan *p = ex_search_plan(s);
+        int64_t clips = 0, sgds = 0;
+        for (int64_t i = 0; i < ex_plan_node_count(p); i++) {
+            ex_node_info in;
+            assert_int_equal(ex_plan_node_info(p, i, &in), EX_OK);
+            clips += in.op == EX_OP_CLIP;
+            if (in.op != EX_OP_SGD)
+                continue;
+            sgds++;
+            if (in.flops * 8 != 6 * in.bytes_written)
+                fail_msg("%s order %d: node %lld is an SGD without the clip (%llu FLOPs, %llu "
+                         "bytes written)",
+                         ex_search_mode_name(runs[r].mode), runs[r].order, (long long)i,
+                         (unsigned long long)in.flops, (unsigned long long)in.bytes_written);
+        }
+        assert_true(sgds > 0);
+        if (clips != (runs[r].order == 2 ? sgds : 0))
+            fail_msg("%s order %d: %lld CLIP nodes for %lld SGD nodes",
+                     ex_search_mode_name(runs[r].mode), runs[r].order, (long long)clips,
+                     (long long)sgds);
+        ex_search_free(s);
+    }
+    ex_backend_close(be);
+}
+
 /* A search learns the generated task (architecture and weights together). */
 static void learns(void **state)
 {
@@ -256,8 +298,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(repeatable), cmocka_unit_test(resume_is_bitwise),
-        cmocka_unit_test(every_mode), cmocka_unit_test(learns),
-        cmocka_unit_test(bad_config),
+        cmocka_unit_test(every_mode), cmocka_unit_test(no_clip_nodes),
+        cmocka_unit_test(learns),     cmocka_unit_test(bad_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -52,7 +52,8 @@ static int overlap(vk_access x, vk_access y)
     return x.block == y.block && x.lo < y.hi && y.lo < x.hi;
 }
 
-/* Sources an op updates in place besides dst: optimizer states, running statistics. */
+/* Sources an op updates in place besides dst: optimizer states, running statistics.
+ * SGD's gradient, lr and (clipped) norm, source 4, are only read. */
 static unsigned updated_sources(const ex_node_exec *n)
 {
     switch (n->op) {

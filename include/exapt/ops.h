@@ -220,6 +220,14 @@ ex_tensor *ex_topk_mask(ex_ctx *ctx, ex_tensor *w, int k, float threshold);
  *  momentum mom : mom). lr is an f32 [1] tensor. Returns the updated parameter. */
 ex_tensor *ex_sgd(ex_ctx *ctx, ex_tensor *param, ex_tensor *grad, ex_tensor *mom, ex_tensor *lr,
                   float momentum, float weight_decay, bool nesterov);
+/** ex_sgd on the clipped gradient grad * c, c = min(1, max_norm / (norm + 1e-6)) as
+ *  ex_clip computes it (norm: an f32 [1] tensor from ex_grad_norm; max_norm > 0): one
+ *  node instead of ex_clip's and ex_sgd's. Unlike ex_clip, the fused form leaves grad
+ *  unscaled: only param and mom are written. On the CPU the param and mom it gives are
+ *  bitwise those of ex_sgd(ex_clip(grad, norm, max_norm)). */
+ex_tensor *ex_sgd_clip(ex_ctx *ctx, ex_tensor *param, ex_tensor *grad, ex_tensor *mom,
+                       ex_tensor *lr, ex_tensor *norm, float max_norm, float momentum,
+                       float weight_decay, bool nesterov);
 /** Adam as PyTorch (L2 weight decay added to the gradient). hyper is an f32 [2] tensor
  *  {lr, step} with step counted from 1. Returns the updated parameter. */
 ex_tensor *ex_adam(ex_ctx *ctx, ex_tensor *param, ex_tensor *grad, ex_tensor *m, ex_tensor *v,

@@ -3,3 +3,6 @@
 #define OPT_SGD_NESTEROV 1
 #define OPT_ADAM 2
 #define OPT_CLIP 3
+// SGD with CLIP's scaling folded in: the norm through v, max_norm in f2
+#define OPT_SGD_CLIP 4
+#define OPT_SGD_NESTEROV_CLIP 5
