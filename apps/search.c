@@ -68,7 +68,9 @@ typedef struct search_run {
     ex_metrics_writer *log;
     int epoch;
     int64_t step, global_step;
-    double syncs_per_step; /* the device waits of the host in the last epoch's steps */
+    double syncs_per_step; /* the device waits of the host in the last epoch's steps,
+                              profiled ones left out (they run node by node) */
+    int64_t synced_steps;  /* the steps behind syncs_per_step */
     float *xt, *xv;
     int32_t *yt, *yv;
 } search_run;
@@ -499,7 +501,7 @@ static int end_epoch(search_run *r, double seconds, double train_loss, double tr
     live_epoch(r, &e, &mg);
     fprintf(stderr,
             "search epoch %d/%d done in %.0f s | train loss %.4f acc %.4f | valid loss "
-            "%.4f acc %.4f | %.1f host synchronizations per step\n%s\n",
+            "%.4f acc %.4f | %.1f host synchronizations per unprofiled step\n%s\n",
             r->epoch + 1, r->epochs, seconds, train_loss, train_acc, vloss, vacc, r->syncs_per_step,
             text);
     return 0;
@@ -518,6 +520,7 @@ static int run_epochs(search_run *r)
         double t0 = run_now(), loss = 0, acc = 0;
         int64_t done = 0;
         r->syncs_per_step = 0;
+        r->synced_steps = 0;
         for (; r->step < steps; r->step++, r->global_step++, done++) {
             if (run_stop_requested()) {
                 int rc = save_checkpoint(r);
@@ -538,9 +541,10 @@ static int run_epochs(search_run *r)
             uint64_t syncs = ex_backend_host_syncs(r->be);
             if (ex_search_step(r->s, r->xt, r->yt, r->xv, r->yv, lr, tau, &st) != EX_OK)
                 return cli_fail("search", "%s", ex_search_error(r->s));
-            r->syncs_per_step +=
-                ((double)(ex_backend_host_syncs(r->be) - syncs) - r->syncs_per_step) /
-                (double)(done + 1);
+            if (!profile)
+                r->syncs_per_step +=
+                    ((double)(ex_backend_host_syncs(r->be) - syncs) - r->syncs_per_step) /
+                    (double)++r->synced_steps;
             if (st.skipped) {
                 fprintf(stderr,
                         "exapt search: step %lld: non-finite loss or gradients; update undone "
