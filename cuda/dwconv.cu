@@ -326,6 +326,27 @@ __device__ void dw_filter_sum(const dw_geo &g, const double *part, int groups, c
     }
 }
 
+/* The block's K*K tap sums into part[0 .. K*K): each warp's sums by shuffles, then the
+ * warps in order in double (red: K*K floats a warp of shared memory). */
+template <int K>
+__device__ __forceinline__ void dw_filter_partial(const float *acc, float *red, double *part)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+    for (int t = 0; t < K * K; t++) {
+        float v = cu_warp_sum(acc[t]);
+        if (lane == 0)
+            red[warp * K * K + t] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x < K * K) {
+        double v = 0.0;
+        for (int i = 0; i < nw; i++)
+            v += (double)red[i * K * K + threadIdx.x];
+        part[threadIdx.x] = v;
+    }
+}
+
 /* One strip's DW_STRIP outputs into every tap; past the row's end (wo not a multiple
  * of DW_STRIP) only the outputs that exist. */
 template <int K, int S, int D, bool FULL>
@@ -416,20 +437,7 @@ __global__ void dw_filter_kernel(dw_geo g, cu_t4 x, cu_t4 dy, cu_t4 dw, double *
             }
         __syncthreads();
     }
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-#pragma unroll
-    for (int t = 0; t < K * K; t++) {
-        float v = cu_warp_sum(acc[t]);
-        if (lane == 0)
-            red[warp * K * K + t] = v;
-    }
-    __syncthreads();
-    if (threadIdx.x < K * K) {
-        double v = 0.0;
-        for (int i = 0; i < nw; i++)
-            v += (double)red[i * K * K + threadIdx.x];
-        part[((int64_t)grp * g.c + c) * (K * K) + threadIdx.x] = v;
-    }
+    dw_filter_partial<K>(acc, red, part + ((int64_t)grp * g.c + c) * (K * K));
     if (cu_last_block(ticket))
         dw_filter_sum<K>(g, part, (int)gridDim.y, dw);
 }
@@ -703,19 +711,7 @@ __global__ void dw_rows_filter_kernel(cu_dw_args a, int seg, int per, double *pa
             }
         }
     }
-#pragma unroll
-    for (int t = 0; t < K * K; t++) {
-        float v = cu_warp_sum(acc[t]);
-        if (lane == 0)
-            red[warp * K * K + t] = v;
-    }
-    __syncthreads();
-    if (threadIdx.x < K * K) {
-        double v = 0.0;
-        for (int i = 0; i < nw; i++)
-            v += (double)red[i * K * K + threadIdx.x];
-        part[((int64_t)grp * a.c + c) * (K * K) + threadIdx.x] = v;
-    }
+    dw_filter_partial<K>(acc, red, part + ((int64_t)grp * a.c + c) * (K * K));
     if (cu_last_block(ticket)) {
         dw_geo g = {};
         g.c = (int)a.c;

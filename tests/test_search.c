@@ -165,21 +165,23 @@ static int64_t candidate_nodes_run(ex_search *s)
     return n;
 }
 
+/* The runs every_mode and no_clip_nodes go through: each mode, and the second order. */
+static const struct {
+    ex_search_mode mode;
+    int order;
+} mode_runs[] = {
+    {EX_SEARCH_DARTS, 1}, {EX_SEARCH_DARTS, 2}, {EX_SEARCH_GDAS, 1}, {EX_SEARCH_TOPK, 1}};
+
 /* Every mode and the second order run; gdas and top-k compute fewer candidates than
  * darts, as the profiler counts them. */
 static void every_mode(void **state)
 {
     (void)state;
     ex_backend *be = cpu();
-    static const struct {
-        ex_search_mode mode;
-        int order;
-    } runs[] = {
-        {EX_SEARCH_DARTS, 1}, {EX_SEARCH_DARTS, 2}, {EX_SEARCH_GDAS, 1}, {EX_SEARCH_TOPK, 1}};
     int64_t ran[4];
     for (int r = 0; r < 4; r++) {
         ex_search_config c;
-        small_config(&c, runs[r].mode, runs[r].order);
+        small_config(&c, mode_runs[r].mode, mode_runs[r].order);
         c.topk_k = 2;
         ex_search *s = make(&c, be);
         ex_search_stats st;
@@ -193,9 +195,9 @@ static void every_mode(void **state)
             int active = 0;
             for (int k = 0; k < K; k++)
                 active += m[e * K + k] != 0.0f;
-            if (runs[r].mode == EX_SEARCH_DARTS)
+            if (mode_runs[r].mode == EX_SEARCH_DARTS)
                 assert_int_equal(active, K);
-            else if (runs[r].mode == EX_SEARCH_GDAS)
+            else if (mode_runs[r].mode == EX_SEARCH_GDAS)
                 assert_int_equal(active, 1);
             else
                 assert_int_equal(active, 2);
@@ -225,14 +227,9 @@ static void no_clip_nodes(void **state)
 {
     (void)state;
     ex_backend *be = cpu();
-    static const struct {
-        ex_search_mode mode;
-        int order;
-    } runs[] = {
-        {EX_SEARCH_DARTS, 1}, {EX_SEARCH_DARTS, 2}, {EX_SEARCH_GDAS, 1}, {EX_SEARCH_TOPK, 1}};
     for (int r = 0; r < 4; r++) {
         ex_search_config c;
-        small_config(&c, runs[r].mode, runs[r].order);
+        small_config(&c, mode_runs[r].mode, mode_runs[r].order);
         ex_search *s = make(&c, be);
         ex_plan *p = ex_search_plan(s);
         int64_t clips = 0, sgds = 0;
@@ -246,13 +243,13 @@ static void no_clip_nodes(void **state)
             if (in.flops * 8 != 6 * in.bytes_written)
                 fail_msg("%s order %d: node %lld is an SGD without the clip (%llu FLOPs, %llu "
                          "bytes written)",
-                         ex_search_mode_name(runs[r].mode), runs[r].order, (long long)i,
+                         ex_search_mode_name(mode_runs[r].mode), mode_runs[r].order, (long long)i,
                          (unsigned long long)in.flops, (unsigned long long)in.bytes_written);
         }
         assert_true(sgds > 0);
-        if (clips != (runs[r].order == 2 ? sgds : 0))
+        if (clips != (mode_runs[r].order == 2 ? sgds : 0))
             fail_msg("%s order %d: %lld CLIP nodes for %lld SGD nodes",
-                     ex_search_mode_name(runs[r].mode), runs[r].order, (long long)clips,
+                     ex_search_mode_name(mode_runs[r].mode), mode_runs[r].order, (long long)clips,
                      (long long)sgds);
         ex_search_free(s);
     }
