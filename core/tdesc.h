@@ -5,6 +5,7 @@
 #define EXAPT_CORE_TDESC_H
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "exapt/backend.h"
@@ -104,6 +105,28 @@ static inline bool ex_td_relu_mask_ok(const ex_node_exec *n)
 #define EX_TD_CONV_RELU_MSG                                                                        \
     "ip6 (fused ReLU) %d with %d sources: expected 0 with 2 sources, or 1 on a depthwise op "      \
     "(the data gradient with x as a third source)"
+
+/** SGD's node form, as every backend checks it: 4 sources, or 5 with a gradient clip
+ *  folded in (source 4 the norm, one f32 element; fp[2] its max_norm, > 0). EX_OK, or the
+ *  status to return with what is wrong written into why (no op name). */
+static inline ex_status ex_td_sgd_check(const ex_node_exec *n, char *why, size_t len)
+{
+    if (n->nsrc != 4 && n->nsrc != 5) {
+        snprintf(why, len, "%d sources, expected 4 (5 with the clip's norm)", n->nsrc);
+        return EX_ERR_ARG;
+    }
+    if (n->nsrc == 4)
+        return EX_OK;
+    if (!ex_td_valid(&n->src[4], EX_F32) || ex_td_numel(&n->src[4]) != 1) {
+        snprintf(why, len, "the clip's norm (source 4) must be one f32 element");
+        return EX_ERR_SHAPE;
+    }
+    if (!(n->fp[2] > 0.0f)) {
+        snprintf(why, len, "max_norm %g of the clip must be > 0", (double)n->fp[2]);
+        return EX_ERR_ARG;
+    }
+    return EX_OK;
+}
 
 /** Mixes v into the hash h. */
 static inline uint64_t ex_td_mix(uint64_t h, uint64_t v)

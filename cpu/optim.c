@@ -117,40 +117,32 @@ static ex_status opt_scalars(const cpu_exec *e, const char *op, const ex_tdesc *
     return EX_OK;
 }
 
-/* The scaling of a clipped SGD's gradient (5 sources: src[4] the norm, fp2 max_norm):
- * CLIP's coefficient, computed as CLIP computes it, so the fused update is bitwise the
- * unfused one. 4 sources: no clip, *c = 1. */
-static ex_status sgd_clip_coef(const cpu_exec *e, const ex_node_exec *n, float *c)
+/* The scaling of a clipped SGD's gradient (5 sources: src[4] the norm, fp2 max_norm,
+ * checked by ex_td_sgd_check): CLIP's coefficient, computed as CLIP computes it, so the
+ * fused update is bitwise the unfused one. 4 sources: no clip, 1. */
+static float sgd_clip_coef(const ex_node_exec *n)
 {
-    *c = 1.0f;
     if (n->nsrc != 5)
-        return EX_OK;
+        return 1.0f;
     const ex_tdesc *t = &n->src[4];
-    if (!opt_valid(t) || ex_td_numel(t) != 1)
-        return cpu_fail(e, EX_ERR_SHAPE, "sgd: the clip's norm (source 4) must be one f32 element");
-    float norm = cpu_f32(t)[ex_td_at(t, 0)];
-    if (!(n->fp[2] > 0.0f))
-        return cpu_fail(e, EX_ERR_ARG, "sgd: max_norm %g of the clip must be > 0",
-                        (double)n->fp[2]);
-    *c = fminf(1.0f, n->fp[2] / (norm + 1e-6f));
-    return EX_OK;
+    return fminf(1.0f, n->fp[2] / (cpu_f32(t)[ex_td_at(t, 0)] + 1e-6f));
 }
 
 CPU_OP(sgd)
 {
     opt_ops o;
-    float lr = 0.0f, c = 1.0f;
+    float lr = 0.0f;
     int clipped = n->nsrc == 5;
-    if (n->nsrc != 4 && !clipped)
-        return cpu_fail(e, EX_ERR_ARG, "sgd: %d sources, expected 4 (5 with the clip's norm)",
-                        n->nsrc);
-    ex_status st = opt_setup(e, n, "sgd", n->nsrc, 3, 1u | 1u << 3, &o);
+    char why[96];
+    ex_status st = ex_td_sgd_check(n, why, sizeof why);
+    if (st != EX_OK)
+        return cpu_fail(e, st, "sgd: %s", why);
+    st = opt_setup(e, n, "sgd", n->nsrc, 3, 1u | 1u << 3, &o);
     if (st == EX_OK)
         st = opt_scalars(e, "sgd", &n->src[3], 1, &lr);
-    if (st == EX_OK)
-        st = sgd_clip_coef(e, n, &c);
     if (st != EX_OK)
         return st;
+    float c = sgd_clip_coef(n);
     float mu = n->fp[0], wd = n->fp[1];
     int nesterov = n->ip[0] != 0;
 #pragma omp parallel for if (!e->reference) num_threads(opt_threads(e)) schedule(static)

@@ -148,24 +148,17 @@ CU_OP(sgd)
 {
     opt_args o;
     int clipped = n->nsrc == 5;
-    if (n->nsrc != 4 && !clipped)
-        return cu_fail(e, EX_ERR_ARG, "sgd: %d sources, expected 4 (5 with the clip's norm)",
-                       n->nsrc);
-    ex_status st = opt_setup(e, n, "sgd", n->nsrc, 3, 1u | 1u << 3, &o);
+    char why[96];
+    ex_status st = ex_td_sgd_check(n, why, sizeof why);
+    if (st != EX_OK)
+        return cu_fail(e, st, "sgd: %s", why);
+    st = opt_setup(e, n, "sgd", n->nsrc, 3, 1u | 1u << 3, &o);
     if (st == EX_OK)
         st = opt_scalars(e, "sgd", &n->src[3], 1, &o.s0, NULL);
-    if (st == EX_OK && clipped) {
-        const ex_tdesc *t = &n->src[4];
-        if (!ex_td_valid(t, EX_F32) || ex_td_numel(t) != 1)
-            st =
-                cu_fail(e, EX_ERR_SHAPE, "sgd: the clip's norm (source 4) must be one f32 element");
-        else
-            o.s1 = cu_f32(t) + ex_td_at(t, 0);
-    }
-    if (st == EX_OK && clipped && !(n->fp[2] > 0.0f))
-        st = cu_fail(e, EX_ERR_ARG, "sgd: max_norm %g of the clip must be > 0", (double)n->fp[2]);
     if (st != EX_OK)
         return st;
+    if (clipped)
+        o.s1 = cu_f32(&n->src[4]) + ex_td_at(&n->src[4], 0);
     o.nesterov = n->ip[0] != 0;
     return clipped ? opt_launch<OPT_SGD_CLIP>(e, &o, "sgd") : opt_launch<OPT_SGD>(e, &o, "sgd");
 }

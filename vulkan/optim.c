@@ -96,32 +96,23 @@ static ex_status go(vk_exec *e, int variant, const opt_pc *pc)
     return vk_dispatch(e, VK_SH_optim_update, variant, pc, sizeof *pc, vk_groups(pc->n, 128), 1, 1);
 }
 
-/* A clipped SGD's norm (source 4, read only) through v, its max_norm in f2. */
-static ex_status sgd_norm(vk_exec *e, const ex_node_exec *n, opt_pc *pc)
-{
-    const ex_tdesc *t = &n->src[4];
-    if (!valid(t) || ex_td_numel(t) != 1)
-        return vk_fail(e, EX_ERR_SHAPE, "the clip's norm (source 4) must be one f32 element");
-    if (!(n->fp[2] > 0.0f))
-        return vk_fail(e, EX_ERR_ARG, "max_norm %g of the clip must be > 0", (double)n->fp[2]);
-    pc->v = vk_ref_small(e, t);
-    pc->f[2] = n->fp[2];
-    return EX_OK;
-}
-
 static ex_status sgd(vk_exec *e, const ex_node_exec *n)
 {
     opt_pc pc;
     int clipped = n->nsrc == 5;
-    if (n->nsrc != 4 && !clipped)
-        return vk_fail(e, EX_ERR_ARG, "%d sources, expected 4 (5 with the clip's norm)", n->nsrc);
-    ex_status st = setup(e, n, n->nsrc, 3, 1u | 1u << 2, &pc);
+    char why[96];
+    ex_status st = ex_td_sgd_check(n, why, sizeof why);
+    if (st != EX_OK)
+        return vk_fail(e, st, "%s", why);
+    st = setup(e, n, n->nsrc, 3, 1u | 1u << 2, &pc);
     if (st == EX_OK)
         st = scalars(e, &n->src[3], 1, &pc);
-    if (st == EX_OK && clipped)
-        st = sgd_norm(e, n, &pc);
     if (st != EX_OK)
         return st;
+    if (clipped) { /* the norm (read only) through v, max_norm in f2 */
+        pc.v = vk_ref_small(e, &n->src[4]);
+        pc.f[2] = n->fp[2];
+    }
     pc.f[0] = n->fp[0];
     pc.f[1] = n->fp[1];
     if (clipped)
