@@ -585,20 +585,21 @@ CU_OP(max_pool_bwd)
         st = pool_same_shape(e, &n->src[0], &n->dst, "max_pool_bwd");
     if (st == EX_OK)
         st = pool_g32_of(e, &g, "max_pool_bwd", &g32);
-    int seg = st == EX_OK ? pool_rows_seg(g32) : -1;
-    if (seg >= 0) {
-        if (!e->dry)
-            launch_rows_bwd(e, 1, seg, g32, cu_t4_of(&n->src[0]), cu_t4_of(&n->src[1]),
-                            cu_t4_of(&n->dst));
-        return e->dry ? EX_OK : cu_launched(e, "max_pool_bwd");
-    }
+    if (st != EX_OK)
+        return st;
+    int seg = pool_rows_seg(g32); /* warp rows need no stored maxima */
     void *ws = NULL;
-    if (st == EX_OK)
+    if (seg < 0)
         st = cu_scratch(e, sizeof(int) * (size_t)(g32.planes * g32.ho * g32.wo), &ws);
     if (st != EX_OK || e->dry)
         return st;
-    launch_max_at(e, g32, cu_t4_of(&n->src[0]), (int *)ws);
-    launch_bwd(e, g32, (const int *)ws, cu_t4_of(&n->src[1]), cu_t4_of(&n->dst));
+    if (seg >= 0) {
+        launch_rows_bwd(e, 1, seg, g32, cu_t4_of(&n->src[0]), cu_t4_of(&n->src[1]),
+                        cu_t4_of(&n->dst));
+    } else {
+        launch_max_at(e, g32, cu_t4_of(&n->src[0]), (int *)ws);
+        launch_bwd(e, g32, (const int *)ws, cu_t4_of(&n->src[1]), cu_t4_of(&n->dst));
+    }
     return cu_launched(e, "max_pool_bwd");
 }
 
