@@ -219,6 +219,15 @@ static ex_tensor *sum_full(grad_state *s, int n, ex_tensor *const *x)
     return ex_mixed_sum(ctx, s->ones_full, s->ones_full, n, x, idx);
 }
 
+/* acc plus the sum of the n contributions x (one of them as it is). */
+static ex_tensor *add_chunk(grad_state *s, ex_tensor *acc, int n, ex_tensor *const *x, bool *own)
+{
+    ex_tensor *part = n == 1 ? x[0] : sum_full(s, n, x);
+    acc = acc ? ex_add(s->ctx, acc, part) : part;
+    *own = acc != x[0];
+    return acc;
+}
+
 /* Adds the full, ungated contributions to t from the list at h into acc, up to
  * EX_MAX_CANDIDATES a node. */
 static ex_tensor *sum_ungated(grad_state *s, ex_tensor *t, int64_t h, ex_tensor *acc, bool *own)
@@ -230,17 +239,12 @@ static ex_tensor *sum_ungated(grad_state *s, ex_tensor *t, int64_t h, ex_tensor 
         if (c->gate || !is_full(t, c->geom))
             continue;
         x[n++] = c->g;
-        bool last = true; /* whether no ungated full contribution follows */
-        for (int64_t k = c->next; k >= 0 && last; k = s->items[k].next)
-            last = s->items[k].gate || !is_full(t, s->items[k].geom);
-        if (n < EX_MAX_CANDIDATES && !last)
-            continue;
-        ex_tensor *part = n == 1 ? x[0] : sum_full(s, n, x);
-        acc = acc ? ex_add(s->ctx, acc, part) : part;
-        *own = acc != x[0] || n > 1;
-        n = 0;
+        if (n == EX_MAX_CANDIDATES) {
+            acc = add_chunk(s, acc, n, x, own);
+            n = 0;
+        }
     }
-    return acc;
+    return n > 0 ? add_chunk(s, acc, n, x, own) : acc;
 }
 
 /* Sums the contributions to t into one tensor (NULL if none) and leaves that alone as
