@@ -49,16 +49,23 @@ static void linear_rule(ex_ctx *ctx, ex_tensor *t, ex_tensor *g, ex_grad_sink gi
     }
 }
 
+/* Without gamma and beta the output is x̂ itself: both passes read it (ip1 = 1) instead of
+ * x, so that x dies after the forward pass. DARTS' candidate batch norms are affine-free,
+ * and this halves what a convolution and its batch norm keep for the backward pass. */
 static void bn_rule(ex_ctx *ctx, ex_tensor *t, ex_tensor *g, ex_grad_sink give, void *u)
 {
     ex_tensor *x = t->src[0], *stats = t->src[1];
-    ex_tensor *r[3] = {x, stats, g};
+    bool affine = t->nsrc == 4;
+    ex_tensor *xs = affine ? x : t;
+    ex_tensor *r[3] = {xs, stats, g};
     int64_t c = x->ne[1], ne2[2] = {2, c};
     ex_tensor *red = ex__node(ctx, EX_OP_BN_BWD_REDUCE, EX_F32, 2, ne2, 3, r);
-    ex_tensor *d[5] = {x, stats, g, red, t->nsrc == 4 ? t->src[2] : NULL};
-    ex_tensor *dx = bnode(ctx, EX_OP_BN_BWD_DATA, t, x, t->nsrc == 4 ? 5 : 4, d);
+    ex_tensor *d[5] = {xs, stats, g, red, affine ? t->src[2] : NULL};
+    ex_tensor *dx = bnode(ctx, EX_OP_BN_BWD_DATA, t, x, affine ? 5 : 4, d);
+    if (!ex__is_inert(red) && !ex__is_inert(dx))
+        red->ip[1] = dx->ip[1] = !affine;
     give(ctx, x, dx, u);
-    if (t->nsrc == 4) {
+    if (affine) {
         give(ctx, t->src[2], ex_reshape(ctx, ex_slice(ctx, red, 0, 0, 1), 1, &c), u);
         give(ctx, t->src[3], ex_reshape(ctx, ex_slice(ctx, red, 0, 1, 1), 1, &c), u);
     }

@@ -106,6 +106,17 @@ static inline bool ex_td_relu_mask_ok(const ex_node_exec *n)
     "ip6 (fused ReLU) %d with %d sources: expected 0 with 2 sources, or 1 on a depthwise op "      \
     "(the data gradient with x as a third source)"
 
+/** What source 0 of a batch-norm backward node (BN_BWD_REDUCE, BN_BWD_DATA) holds, from
+ *  ip1 (docs/ops.md): 0 for x, 1 for x̂ itself (the output of an affine-free BN_APPLY, kept
+ *  in x's stead so that x dies after the forward pass); -1 when ip1 is neither. */
+static inline int ex_td_bn_xhat(const ex_node_exec *n)
+{
+    return n->ip[1] == 0 || n->ip[1] == 1 ? n->ip[1] : -1;
+}
+
+/** The message for a node ex_td_bn_xhat() refuses; its argument is ip1. */
+#define EX_TD_BN_XHAT_MSG "ip1 (source 0 is x-hat) is %d; expected 0 (x) or 1 (x-hat)"
+
 /** SGD's node form, as every backend checks it: 4 sources, or 5 with a gradient clip
  *  folded in (source 4 the norm, one f32 element; fp[2] its max_norm, > 0). EX_OK, or the
  *  status to return with what is wrong written into why (no op name). */

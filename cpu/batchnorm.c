@@ -525,17 +525,27 @@ static void bn_plane_dot_runs(const bn_plane *x, const bn_plane *dy, int64_t h, 
         bn_run_dot(x->p + k * x->sr, dy->p + k * dy->sr, len, mean, inv, s);
 }
 
+/** Channel c's mean and inv that turn source 0 into x̂ = (src0 - mean) * inv: the
+ *  statistics, or 0 and 1 when the source is x̂ already (ip1). */
+static void bn_xhat_coefs(const ex_node_exec *nd, int64_t c, float *mean, float *inv)
+{
+    bool xhat = nd->ip[1] == 1;
+    *mean = xhat ? 0.0f : bn_get(bn_row(&nd->src[1], 0), c);
+    *inv = xhat ? 1.0f : bn_get(bn_row(&nd->src[1], 1), c);
+}
+
 static void bn_reduce_ref(const ex_node_exec *nd, const bn_geom *g)
 {
-    bn_vec mean = bn_row(&nd->src[1], 0), inv = bn_row(&nd->src[1], 1);
     for (int64_t c = 0; c < g->c; c++) {
+        float mean, inv;
+        bn_xhat_coefs(nd, c, &mean, &inv);
         double sxh = 0.0, sdy = 0.0;
         for (int64_t nb = 0; nb < g->n; nb++) {
             bn_plane x = bn_plane_of(&nd->src[0], nb, c), dy = bn_plane_of(&nd->src[2], nb, c);
             for (int64_t ih = 0; ih < g->h; ih++)
                 for (int64_t iw = 0; iw < g->w; iw++) {
                     double d = *bn_px(&dy, ih, iw);
-                    sxh += d * (((double)*bn_px(&x, ih, iw) - bn_get(mean, c)) * bn_get(inv, c));
+                    sxh += d * (((double)*bn_px(&x, ih, iw) - mean) * inv);
                     sdy += d;
                 }
         }
@@ -550,12 +560,13 @@ static ex_status bn_reduce_fast(const cpu_exec *e, const ex_node_exec *nd, const
     double *part = cpu_alloc(e, (size_t)(2 * planes) * sizeof(double) + 1);
     if (!part)
         return cpu_fail(e, EX_ERR_NOMEM, "bn_bwd_reduce: no memory for partial sums");
-    bn_vec mean = bn_row(&nd->src[1], 0), inv = bn_row(&nd->src[1], 1);
 #pragma omp parallel for schedule(static) num_threads(bn_threads(e))
     for (int64_t p = 0; p < planes; p++) {
         int64_t nb = p / g->c, c = p % g->c;
+        float mean, inv;
+        bn_xhat_coefs(nd, c, &mean, &inv);
         bn_plane x = bn_plane_of(&nd->src[0], nb, c), dy = bn_plane_of(&nd->src[2], nb, c);
-        bn_plane_dot_runs(&x, &dy, g->h, g->w, bn_get(mean, c), bn_get(inv, c), &part[2 * p]);
+        bn_plane_dot_runs(&x, &dy, g->h, g->w, mean, inv, &part[2 * p]);
     }
     for (int64_t c = 0; c < g->c; c++) {
         double sxh = 0.0, sdy = 0.0;
@@ -580,6 +591,8 @@ CPU_OP(bn_bwd_reduce)
         st = bn_check_4d(e, &n->src[2], &n->src[0], "bn_bwd_reduce", "dy");
     if (st == EX_OK)
         st = bn_check_c(e, &n->dst, 2, g.c, "bn_bwd_reduce", "dst");
+    if (st == EX_OK && ex_td_bn_xhat(n) < 0)
+        st = cpu_fail(e, EX_ERR_ARG, "bn_bwd_reduce: " EX_TD_BN_XHAT_MSG, n->ip[1]);
     if (st != EX_OK)
         return st;
     if (!e->reference)
@@ -588,7 +601,8 @@ CPU_OP(bn_bwd_reduce)
     return EX_OK;
 }
 
-/** Channel c's constants of dx = k * (dy - c1 - xhat * c2); eval mode has c1 = c2 = 0. */
+/** Channel c's constants of dx = k * (dy - c1 - xhat * c2), xhat = (src0 - mean) * inv;
+ *  eval mode has c1 = c2 = 0. */
 typedef struct bn_bwd_k {
     double mean, inv, k, c1, c2;
 } bn_bwd_k;
@@ -596,9 +610,12 @@ typedef struct bn_bwd_k {
 static bn_bwd_k bn_bwd_consts(const ex_node_exec *nd, const bn_geom *g, int64_t c)
 {
     bn_bwd_k k;
-    k.mean = bn_get(bn_row(&nd->src[1], 0), c);
-    k.inv = bn_get(bn_row(&nd->src[1], 1), c);
-    k.k = k.inv * (nd->nsrc == 5 ? bn_get(bn_vec_of(&nd->src[4]), c) : 1.0f);
+    float mean, inv;
+    bn_xhat_coefs(nd, c, &mean, &inv);
+    k.mean = mean;
+    k.inv = inv;
+    k.k = (double)bn_get(bn_row(&nd->src[1], 1), c) *
+          (nd->nsrc == 5 ? bn_get(bn_vec_of(&nd->src[4]), c) : 1.0f);
     int train = nd->ip[0] != 0;
     k.c1 = train ? bn_get(bn_row(&nd->src[3], 1), c) / (double)g->m : 0.0;
     k.c2 = train ? bn_get(bn_row(&nd->src[3], 0), c) / (double)g->m : 0.0;
@@ -663,6 +680,8 @@ CPU_OP(bn_bwd_data)
         st = bn_check_c(e, &n->src[4], 1, g.c, "bn_bwd_data", "gamma");
     if (st == EX_OK)
         st = bn_check_4d(e, &n->dst, &n->src[0], "bn_bwd_data", "dst");
+    if (st == EX_OK && ex_td_bn_xhat(n) < 0)
+        st = cpu_fail(e, EX_ERR_ARG, "bn_bwd_data: " EX_TD_BN_XHAT_MSG, n->ip[1]);
     if (st != EX_OK)
         return st;
     if (e->reference) {

@@ -44,6 +44,7 @@ typedef struct bn_args {
     bn_vec red0, red1;     /**< BN_BWD_DATA's reductions */
     bn_vec rm, rv, d0, d1; /**< BN_STATS: running statistics and dst rows */
     int train;
+    int xhat; /**< backward: source 0 is x̂ itself (ip1), read with mean 0 and inv 1 */
     int vec4; /**< x, dy, out dense NCHW, 16-byte aligned, H·W % 4 == 0: float4 per thread */
     double eps, mom;
 } bn_args;
@@ -112,6 +113,14 @@ static ex_status bn_begin(cu_exec *e, const ex_node_exec *nd, int nmin, int nmax
 __device__ __forceinline__ float bn_get(bn_vec v, int64_t c)
 {
     return v.p[c * v.s];
+}
+
+/* The mean and inv that turn source 0 into x̂ = (x − mean)·inv: the statistics, or 0 and 1
+ * when the source is x̂ already. */
+__device__ __forceinline__ void bn_xhat_coefs(const bn_args &a, int64_t c, float *mean, float *inv)
+{
+    *mean = a.xhat ? 0.0f : bn_get(a.mean, c);
+    *inv = a.xhat ? 1.0f : bn_get(a.inv, c);
 }
 
 __device__ __forceinline__ void bn_set(bn_vec v, int64_t c, float x)
@@ -281,7 +290,9 @@ __global__ void bn_group_kernel(bn_args a, int64_t per, int64_t groups, double *
     int64_t grp = blockIdx.x / a.g.c, c = blockIdx.x % a.g.c;
     int64_t n1 = (grp + 1) * per < a.g.n ? (grp + 1) * per : a.g.n;
     int warp = threadIdx.x / 32;
-    float mean = stats ? 0.0f : bn_get(a.mean, c), inv = stats ? 0.0f : bn_get(a.inv, c);
+    float mean = 0.0f, inv = 0.0f;
+    if (!stats)
+        bn_xhat_coefs(a, c, &mean, &inv);
     double s1 = 0.0, s2 = 0.0;
     for (int64_t nb = grp * per + warp; nb < n1; nb += BN_GROUP_WARPS) {
         if (a.vec4)
@@ -445,6 +456,8 @@ CU_OP(bn_bwd_reduce)
         st = bn_check_4d(e, &n->src[2], &n->src[0], "bn_bwd_reduce", "dy");
     if (st == EX_OK)
         st = bn_check_c(e, &n->dst, 2, g.c, "bn_bwd_reduce", "dst");
+    if (st == EX_OK && ex_td_bn_xhat(n) < 0)
+        st = cu_fail(e, EX_ERR_ARG, "bn_bwd_reduce: " EX_TD_BN_XHAT_MSG, n->ip[1]);
     if (st != EX_OK)
         return st;
     bn_args a = {};
@@ -455,6 +468,7 @@ CU_OP(bn_bwd_reduce)
     a.inv = bn_row(&n->src[1], 1);
     a.d0 = bn_row(&n->dst, 0);
     a.d1 = bn_row(&n->dst, 1);
+    a.xhat = n->ip[1];
     a.vec4 = bn_dense4(a.x, g) && bn_dense4(a.dy, g);
     return bn_groups(e, a, 0, "bn_bwd_reduce");
 }
@@ -469,8 +483,9 @@ __global__ void bn_bwd_data_kernel(bn_args a, const float *gate)
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; a.vec4 && i < total / 4;
          i += (int64_t)gridDim.x * blockDim.x) {
         int64_t c = i * 4 / hw % a.g.c;
-        float mean = bn_get(a.mean, c), inv = bn_get(a.inv, c);
-        float k = (float)((double)inv * (a.gamma.p ? bn_get(a.gamma, c) : 1.0f));
+        float mean, inv;
+        bn_xhat_coefs(a, c, &mean, &inv);
+        float k = (float)((double)bn_get(a.inv, c) * (a.gamma.p ? bn_get(a.gamma, c) : 1.0f));
         float c1 = a.train ? (float)(bn_get(a.red1, c) / (double)a.g.m) : 0.0f;
         float c2 = a.train ? (float)(bn_get(a.red0, c) / (double)a.g.m) : 0.0f;
         float4 x = bn_ld4(a.x, i), d = bn_ld4(a.dy, i);
@@ -481,8 +496,9 @@ __global__ void bn_bwd_data_kernel(bn_args a, const float *gate)
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; !a.vec4 && i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = i % hw, c = i / hw % a.g.c, nb = i / (hw * a.g.c);
-        float mean = bn_get(a.mean, c), inv = bn_get(a.inv, c);
-        float k = (float)((double)inv * (a.gamma.p ? bn_get(a.gamma, c) : 1.0f));
+        float mean, inv;
+        bn_xhat_coefs(a, c, &mean, &inv);
+        float k = (float)((double)bn_get(a.inv, c) * (a.gamma.p ? bn_get(a.gamma, c) : 1.0f));
         float c1 = a.train ? (float)(bn_get(a.red1, c) / (double)a.g.m) : 0.0f;
         float c2 = a.train ? (float)(bn_get(a.red0, c) / (double)a.g.m) : 0.0f;
         float x = bn_px(a.x, nb, c, r, a.g.w), d = bn_px(a.dy, nb, c, r, a.g.w);
@@ -506,6 +522,8 @@ CU_OP(bn_bwd_data)
         st = bn_check_c(e, &n->src[4], 1, g.c, "bn_bwd_data", "gamma");
     if (st == EX_OK)
         st = bn_check_4d(e, &n->dst, &n->src[0], "bn_bwd_data", "dst");
+    if (st == EX_OK && ex_td_bn_xhat(n) < 0)
+        st = cu_fail(e, EX_ERR_ARG, "bn_bwd_data: " EX_TD_BN_XHAT_MSG, n->ip[1]);
     if (st != EX_OK || e->dry)
         return st;
     bn_args a = {};
@@ -519,6 +537,7 @@ CU_OP(bn_bwd_data)
     a.red1 = bn_row(&n->src[3], 1);
     a.gamma = n->nsrc == 5 ? bn_vec_of(&n->src[4]) : bn_none();
     a.train = n->ip[0] != 0;
+    a.xhat = n->ip[1];
     a.vec4 = bn_dense4(a.x, g) && bn_dense4(a.dy, g) && bn_dense4(a.out, g);
     int64_t total = g.n * g.c * g.h * g.w;
     cu_launch(e, bn_bwd_data_kernel, cu_blocks(a.vec4 ? total / 4 : total, CU_THREADS), CU_THREADS,

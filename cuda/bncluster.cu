@@ -39,6 +39,7 @@ typedef struct bnc_args {
     bnc_vec red0, red1;  /**< backward: the reductions' rows */
     double eps, mom;
     int train; /**< backward: training-mode data gradient */
+    int xhat;  /**< backward: x is x̂ itself (ip1), read with mean 0 and inv 1 */
     int v4;    /**< x, dy, out dense NCHW, 16-byte aligned, H*W % 4 == 0: float4 accesses */
 } bnc_args;
 
@@ -211,7 +212,8 @@ __global__ void bnc_backward_kernel(bnc_args a, const float *gate)
     if (cu_gated_off(gate))
         return;
     const int c = blockIdx.x / BNC_BLOCKS, rank = blockIdx.x % BNC_BLOCKS;
-    const float mean = bnc_get(a.mean, c), inv = bnc_get(a.inv, c);
+    const float mean = a.xhat ? 0.0f : bnc_get(a.mean, c);
+    const float inv = a.xhat ? 1.0f : bnc_get(a.inv, c);
     const int hw4 = a.hw / 4;
     const float inv_hw4 = 1.0f / (float)hw4;
     const float inv_hw = 1.0f / (float)a.hw, inv_w = 1.0f / (float)a.w;
@@ -252,7 +254,7 @@ __global__ void bnc_backward_kernel(bnc_args a, const float *gate)
         cc[1] = a.train ? (float)(r0 / (double)a.m) : 0.0f;
     }
     __syncthreads();
-    const float k = (float)((double)inv * (a.gamma.p ? bnc_get(a.gamma, c) : 1.0f));
+    const float k = (float)((double)bnc_get(a.inv, c) * (a.gamma.p ? bnc_get(a.gamma, c) : 1.0f));
     const float c1 = cc[0], c2 = cc[1];
     if (a.v4) {
 #pragma unroll 4
@@ -327,7 +329,8 @@ int cu_bn_pair(const ex_node_exec *a, const ex_node_exec *b, int cc_major)
         return (b->nsrc == 2 || b->nsrc == 4) && same_desc(&b->src[0], x) &&
                same_desc(&b->src[1], &a->dst);
     if (a->op == EX_OP_BN_BWD_REDUCE && b->op == EX_OP_BN_BWD_DATA)
-        return a->nsrc == 3 && (b->nsrc == 4 || b->nsrc == 5) && same_desc(&b->src[0], x) &&
+        return a->nsrc == 3 && (b->nsrc == 4 || b->nsrc == 5) && a->ip[1] == b->ip[1] &&
+               ex_td_bn_xhat(a) >= 0 && same_desc(&b->src[0], x) &&
                same_desc(&b->src[1], &a->src[1]) && same_desc(&b->src[2], &a->src[2]) &&
                same_desc(&b->src[3], &a->dst);
     return 0;
@@ -396,6 +399,7 @@ ex_status cu_bn_pair_run(cu_exec *e, const ex_node_exec *a, const ex_node_exec *
     g.red1 = bnc_row(&a->dst, 1);
     g.gamma = b->nsrc == 5 ? bnc_vec_of(&b->src[4]) : bnc_vec{NULL, 0};
     g.train = b->ip[0] != 0;
+    g.xhat = b->ip[1];
     g.v4 = bnc_dense4(g.x, g) && bnc_dense4(g.dy, g) && bnc_dense4(g.out, g);
     return bnc_launch(e, bnc_backward_kernel, g, ex_op_name(b->op));
 }

@@ -326,6 +326,67 @@ void conv_flag_errors(void **state)
                  s->backend_name);
 }
 
+/* ---- malformed x-hat flags (ip1) of batch norm's backward, given to the backend directly ---- */
+
+static ex_tdesc bf_desc(ex_buffer *buf, int64_t at, bool per_channel)
+{
+    ex_tdesc t = {
+        .dtype = EX_F32, .ndim = per_channel ? 2 : 4, .buf = buf, .offset = (uint64_t)at * 4};
+    int64_t ne[4] = {2, 3, 8, 8}, st = 1;
+    for (int d = t.ndim - 1; d >= 0; d--) {
+        t.ne[d] = ne[d];
+        t.st[d] = st;
+        st *= ne[d];
+    }
+    return t;
+}
+
+/* BN_BWD_REDUCE (x, stats, dy) then BN_BWD_DATA (x, stats, dy, red) with ip1 = xhat, both
+ * nodes refused alone for a bad flag; regions of fl_desc's layout: x, dy, dx, stats at FL_W,
+ * red at FL_DW. */
+static ex_status bf_run(const suite *s, ex_buffer *buf, ex_op op, int xhat)
+{
+    const ex_backend_iface *f = ex_backend_iface_of(s->be);
+    void *im = ex_backend_impl_of(s->be);
+    ex_tdesc src[4] = {bf_desc(buf, 0, false), bf_desc(buf, FL_W, true),
+                       bf_desc(buf, FL_PLANE, false), bf_desc(buf, FL_DW, true)};
+    bool reduce = op == EX_OP_BN_BWD_REDUCE;
+    ex_node_exec n = {.op = op, .nsrc = reduce ? 3 : 4, .ip = {1, xhat}, .tag = {-1, -1, -1}};
+    n.src = src;
+    n.dst = reduce ? bf_desc(buf, FL_DW, true) : bf_desc(buf, 2 * FL_PLANE, false);
+    ex_status st = f->compute(im, &n, 1, NULL);
+    return st == EX_OK ? f->synchronize(im) : st;
+}
+
+void bn_flag_errors(void **state)
+{
+    suite *s = *state;
+    const ex_backend_iface *f = ex_backend_iface_of(s->be);
+    void *im = ex_backend_impl_of(s->be);
+    ex_buffer *buf = NULL;
+    uint64_t bytes = (uint64_t)(FL_WD + 81) * 4;
+    assert_int_equal(f->buffer_alloc(im, bytes, &buf), EX_OK);
+    assert_int_equal(f->fill(im, buf, 0, bytes, 0x3f800000u), EX_OK); /* 1.0f */
+    static const int flags[] = {0, 1, 2, -1, 1};
+    int failed = 0;
+    for (int op = EX_OP_BN_BWD_REDUCE; op <= EX_OP_BN_BWD_DATA; op++)
+        for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) {
+            ex_status want = flags[i] == 0 || flags[i] == 1 ? EX_OK : EX_ERR_ARG;
+            ex_status st = bf_run(s, buf, (ex_op)op, flags[i]);
+            const char *msg = f->error(im);
+            if (st != want || (want != EX_OK && !(msg && strstr(msg, "ip1")))) {
+                print_error("FAIL [%s] %s with ip1 %d: %s (%s), expected %s\n", s->backend_name,
+                            ex_op_name((ex_op)op), flags[i], ex_status_str(st),
+                            msg ? msg : "no message", ex_status_str(want));
+                failed++;
+            }
+        }
+    f->buffer_free(im, buf);
+    if (failed)
+        fail_msg("%d batch-norm backward nodes were handled wrongly on %s", failed,
+                 s->backend_name);
+}
+
 /* ---- GEMM-shaped ops ---- */
 
 static ex_tensor *b_pwconv(env *e, ex_tensor *const *x)

@@ -221,6 +221,8 @@ void family_random(void **state);
 void family_optim(void **state);
 /** Convolution nodes with malformed fused-ReLU flags, given to the backend directly. */
 void conv_flag_errors(void **state);
+/** Batch norm's backward nodes with a bad ip1 (x-hat flag) fail alone, with a message. */
+void bn_flag_errors(void **state);
 /** Clipped and plain SGD nodes, well formed and malformed, given to the backend directly. */
 void sgd_clip_node_errors(void **state);
 

@@ -97,6 +97,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_prestate(family_softmax, &s),
         cmocka_unit_test_prestate(family_conv, &s),
         cmocka_unit_test_prestate(conv_flag_errors, &s),
+        cmocka_unit_test_prestate(bn_flag_errors, &s),
         cmocka_unit_test_prestate(family_gemm, &s),
         cmocka_unit_test_prestate(family_pool, &s),
         cmocka_unit_test_prestate(family_batchnorm, &s),

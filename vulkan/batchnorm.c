@@ -14,7 +14,8 @@ typedef struct bn_red_pc {
     uint32_t gate, d, x, y;
     uint32_t a, b, m, c;
     uint32_t part, nseg, r0, r1;
-    float eps, mom, r2, r3;
+    float eps, mom;
+    uint32_t xhat, r3;
     uint32_t ne[4], sx[4], sy[4];
     uint32_t sv[4];
 } bn_red_pc;
@@ -25,7 +26,7 @@ typedef struct bn_pw_pc {
     uint32_t y, r, g, b;
     uint32_t ne[4], sx[4], sd[4], sy[4];
     uint32_t sv[4];
-    uint32_t gs, bs, train, n;
+    uint32_t gs, bs, flags, n;
 } bn_pw_pc;
 
 _Static_assert(sizeof(bn_red_pc) <= VK_PC_BYTES, "channel.comp's push constants");
@@ -180,11 +181,14 @@ static ex_status bn_bwd_reduce(vk_exec *e, const ex_node_exec *n)
         st = check_4d(e, &n->src[2], &n->src[0], "dy", 0);
     if (st == EX_OK)
         st = check_c(e, &n->dst, 2, c, "dst", 1);
+    if (st == EX_OK && ex_td_bn_xhat(n) < 0)
+        st = vk_fail(e, EX_ERR_ARG, EX_TD_BN_XHAT_MSG, n->ip[1]);
     if (st != EX_OK)
         return st;
     const ex_tdesc *x = &n->src[0], *s = &n->src[1];
     bn_red_pc pc;
     memset(&pc, 0, sizeof pc);
+    pc.xhat = (uint32_t)n->ip[1];
     pc.m = (uint32_t)(x->ne[0] * x->ne[2] * x->ne[3]);
     pc.c = (uint32_t)c;
     put4(pc.ne, x->ne);
@@ -261,6 +265,8 @@ static ex_status bn_bwd_data(vk_exec *e, const ex_node_exec *n)
         st = check_c(e, &n->src[4], 1, c, "gamma", 0);
     if (st == EX_OK)
         st = check_4d(e, &n->dst, &n->src[0], "dst", 1);
+    if (st == EX_OK && ex_td_bn_xhat(n) < 0)
+        st = vk_fail(e, EX_ERR_ARG, EX_TD_BN_XHAT_MSG, n->ip[1]);
     if (st != EX_OK)
         return st;
     bn_pw_pc pc;
@@ -274,7 +280,7 @@ static ex_status bn_bwd_data(vk_exec *e, const ex_node_exec *n)
         pc.g = vk_ref_small(e, &n->src[4]);
         pc.gs = col_st(&n->src[4]);
     }
-    pc.train = n->ip[0] != 0;
+    pc.flags = (n->ip[0] != 0 ? BN_TRAIN : 0u) | (n->ip[1] ? BN_XHAT : 0u);
     return pointwise(e, BN_DATA, &pc);
 }
 

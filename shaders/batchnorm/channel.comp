@@ -22,7 +22,8 @@ layout(push_constant) uniform PC
     uint a, b, m, c;        // running mean and var, or stats (BN_SEG_RED); M; C
     uint part, nseg, r0, r1; // scratch: 2 words per (channel, segment); segments per channel;
                              // whether x's (r0) and dy's (r1) planes have dense rows
-    float eps, mom, r2, r3;
+    float eps, mom;
+    uint xhat, r3; // BN_SEG_RED: x is xhat itself (ip1 of BN_BWD_REDUCE)
     uvec4 ne, sx, sy; // x's shape [N, C, H, W]; strides of x and dy
     uvec4 sv;         // dst's row and column strides; a's and b's (BN_SEG_RED: stats' rows, columns)
 } pc;
@@ -113,7 +114,11 @@ void seg_red(uint ch, uint sg)
     offsets(pc.sy, pc.r1 != 0u, ch, sg, oy);
     load(pc.x, ox, xv);
     load(pc.y, oy, gv);
-    float mean = ldfu(pc.a, ch * pc.sv.w), inv = ldfu(pc.a, pc.sv.z + ch * pc.sv.w);
+    float mean = 0.0, inv = 1.0;
+    if (pc.xhat == 0u) {
+        mean = ldfu(pc.a, ch * pc.sv.w);
+        inv = ldfu(pc.a, pc.sv.z + ch * pc.sv.w);
+    }
     vec2 s = vec2(0.0);
     [[unroll]] for (uint j = 0u; j < BN_PER; j++)
         if (lid + 128u * j < len)

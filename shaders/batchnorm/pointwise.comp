@@ -12,7 +12,7 @@ layout(push_constant) uniform PC
     uint y, r, g, b;    // dy, red [2, C] (BN_DATA); gamma, beta (NOREF: absent)
     uvec4 ne, sx, sd, sy; // x's shape; strides of x, dst, dy
     uvec4 sv;             // stats' row and column strides; red's
-    uint gs, bs, train, n; // gamma's and beta's strides; BN_DATA in training; elements
+    uint gs, bs, flags, n; // gamma's and beta's strides; BN_TRAIN, BN_XHAT; elements
 } pc;
 
 void main()
@@ -31,11 +31,12 @@ void main()
             v = xv * k + (bt - mean * k);
         } else {
             float c1 = 0.0, c2 = 0.0;
-            if (pc.train != 0u) {
+            if ((pc.flags & BN_TRAIN) != 0u) {
                 c1 = ldfu(pc.r, pc.sv.z + ch * pc.sv.w) / m;
                 c2 = ldfu(pc.r, ch * pc.sv.w) / m;
             }
-            v = inv * gm * (ldf(pc.y, dot4(c, pc.sy)) - c1 - (xv - mean) * inv * c2);
+            float xh = (pc.flags & BN_XHAT) != 0u ? xv : (xv - mean) * inv;
+            v = inv * gm * (ldf(pc.y, dot4(c, pc.sy)) - c1 - xh * c2);
         }
         stf(pc.d, dot4(c, pc.sd), v);
     }

@@ -8,3 +8,5 @@
 #define BN_PER 16      // of them per invocation (BN_SEG / 128), held in registers
 #define BN_APPLY 0     // pointwise.comp: (x - mean) * invstd * gamma + beta
 #define BN_DATA 1      // pointwise.comp: dx
+#define BN_TRAIN 1u    // pointwise.comp's flags: BN_DATA in training
+#define BN_XHAT 2u     // pointwise.comp's flags: x is xhat itself (ip1 of the backward ops)
