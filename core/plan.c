@@ -284,9 +284,12 @@ static ex_status place_all(ex_plan *p, uint64_t limit)
 {
     arena a = {.ctx = p->ctx, .limit = limit};
     bool reuse = !p->opts.no_reuse;
+    int64_t gap = p->opts.reuse_after == 0 ? EX_PLAN_REUSE_AFTER
+                  : p->opts.reuse_after < 0 ? 0
+                                            : p->opts.reuse_after;
     ex_status st = EX_OK;
     /* slots are in creation order, which is first-write order: walk time forward, freeing
-     * what died before each new slot's birth */
+     * what died more than gap tensors before each new slot's birth */
     int64_t *live_ids = ex__malloc(p->ctx, (size_t)(p->nslots + 1) * sizeof *live_ids);
     int64_t nlive = 0;
     if (!live_ids)
@@ -302,7 +305,7 @@ static ex_status place_all(ex_plan *p, uint64_t limit)
         }
         for (int64_t j = 0; reuse && j < nlive;) {
             plan_slot *o = &p->slots[live_ids[j]];
-            if (o->last < s->first) {
+            if (o->last + gap < s->first) {
                 use_remove(&a, o->chunk, o->offset);
                 live_ids[j] = live_ids[--nlive];
             } else {

@@ -265,6 +265,8 @@ static void test_bitwise_identical(void **state)
         {"chunked", {.chunk_limit = chunk}},
         {"poison", {.poison = true}},
         {"all", {.no_inplace = true, .chunk_limit = chunk, .poison = true}},
+        {"reuse at once", {.reuse_after = -1}},
+        {"reuse after 8", {.reuse_after = 8}},
     };
     enum { NCFG = sizeof cfg / sizeof cfg[0] };
     ex_backend *be = open_cpu();
@@ -293,6 +295,9 @@ static void test_bitwise_identical(void **state)
     assert_true(st[1].arena_bytes > st[0].arena_bytes);
     assert_true(st[3].arena_chunks >= 2);
     assert_true(st[5].arena_chunks >= 2);
+    /* reusing sooner needs less memory: at once < after 8 < the default's 128 tensors */
+    assert_true(st[6].arena_bytes < st[7].arena_bytes);
+    assert_true(st[7].arena_bytes < st[0].arena_bytes);
     for (int k = 0; k < NCFG; k++)
         free(res[k].v);
     ex_backend_close(be);
