@@ -462,7 +462,8 @@ static json_t *memory_json(ex_search *s)
 }
 
 /* What the backend holds and what recording the step took, where it counts them
- * (ex_backend_get_counters: Vulkan): descriptor sets, dispatches, barriers, host time. */
+ * (ex_backend_get_counters: Vulkan; CUDA device memory only): the device memory held,
+ * descriptor sets, dispatches, barriers, host time. */
 static json_t *counters_json(const ex_backend *be)
 {
     ex_backend_counters k;

@@ -520,6 +520,7 @@ def bench_run(run, device, iters, f64, precisions):
             "iters": exapt["timing"]["iters"],
             "host_syncs_per_step": exapt["timing"]["host_syncs_per_step"],
             "memory": exapt["memory"],
+            "counters": exapt.get("counters"),
             "command": exapt["command"], "date": exapt["date"],
         },
         "pytorch": pt,
@@ -543,13 +544,14 @@ def print_table(doc):
     print(f"DARTS search step on {doc['device']} (PyTorch {doc['torch_version']}); ms per step, "
           f"median")
     print(f"{'input':9} {'exapt':>8} {'torch fp32':>10} {'speed-up':>8} {'torch tf32':>10} "
-          f"{'speed-up':>8} {'exapt MiB':>9} {'torch MiB':>9} {'syncs':>5}")
+          f"{'speed-up':>8} {'exapt MiB':>9} {'held MiB':>9} {'torch MiB':>9} {'syncs':>5}")
     for r in doc["results"]:
         fp32, tf32 = r["pytorch"]["fp32"], r["pytorch"].get("default", {})
         print(f"{r['input']:9} {r['exapt']['ms_median']:8.2f} {fp32['ms_median']:10.2f} "
               f"{r['speedup']['fp32']:7.2f}x {_num(tf32.get('ms_median'), '10.2f'):>10} "
               f"{_num(r['speedup'].get('default'), '7.2f'):>7}x "
               f"{mib(r['exapt']['memory']['planned_bytes']):>9} "
+              f"{mib((r['exapt'].get('counters') or {}).get('device_bytes')):>9} "
               f"{mib(fp32.get('max_memory_allocated')):>9} "
               f"{r['exapt']['host_syncs_per_step']:5.1f}")
     print("relative errors of exapt's first step (goal for the alpha gradient against PyTorch "

@@ -64,6 +64,7 @@ typedef struct cu_backend {
     cudaEvent_t *events; /**< profiling: two per node */
     int64_t nevents;
     uint64_t host_syncs; /**< times the host waited for the device */
+    uint64_t allocs, alloc_bytes, allocs_made; /**< device allocations held, made (counters) */
     bool pending;        /**< a queued step's status words are fetched but not read */
     const ex_node_exec *pending_nodes;
     int64_t pending_count;
@@ -107,6 +108,34 @@ static ex_status bk_check(cu_backend *b, cudaError_t err, const char *what)
 {
     cu_exec e = exec_of(b);
     return cu_check(&e, err, what);
+}
+
+/* One cuBLAS work space per stream of a capture, and one for the side stream. */
+static size_t blas_ws_bytes(const cu_backend *b)
+{
+    return (size_t)(b->nstreams + 1) * CU_BLAS_WS_BYTES;
+}
+
+/* cudaMalloc, counted (ex_backend_counters); the error as bk_check reports it. */
+static ex_status dev_alloc(cu_backend *b, void **p, size_t bytes, const char *what)
+{
+    ex_status st = bk_check(b, cudaMalloc(p, bytes), what);
+    if (st == EX_OK) {
+        b->allocs++;
+        b->allocs_made++;
+        b->alloc_bytes += bytes;
+    }
+    return st;
+}
+
+/* cudaFree of what dev_alloc gave (NULL: nothing). */
+static void dev_free(cu_backend *b, void *p, size_t bytes)
+{
+    if (!p)
+        return;
+    cudaFree(p);
+    b->allocs--;
+    b->alloc_bytes -= bytes;
 }
 
 /* Every entry point first makes the backend's device current: the application may use
@@ -273,12 +302,12 @@ static ex_status scratch_reserve(cu_backend *b, size_t need)
     if (st != EX_OK)
         return st;
     graphs_clear(b);
-    cudaFree(b->scratch);
+    dev_free(b, b->scratch, b->scratch_bytes);
     b->scratch = NULL;
     b->scratch_bytes = 0;
     size_t bytes = need + need / 4;
     void *p = NULL;
-    st = bk_check(b, cudaMalloc(&p, bytes), "scratch");
+    st = dev_alloc(b, &p, bytes, "scratch");
     if (st != EX_OK)
         return st;
     b->scratch = (char *)p;
@@ -508,23 +537,28 @@ static ex_status status_fetch(cu_backend *b)
  * a message in b->msg. */
 static ex_status status_of(cu_backend *b, const ex_node_exec *nodes, int64_t count)
 {
-    const long long *s = b->status_host;
-    if (s[0] == CU_STATUS_OK)
+    const unsigned long long *w = (const unsigned long long *)b->status_host;
+    if (w[0] == 0)
         return EX_OK;
-    const ex_node_exec *n = s[1] >= 0 && s[1] < count ? &nodes[s[1]] : NULL;
+    long long node = 0xffffffffu - (unsigned)(w[0] >> 32);
+    int code = (int)(unsigned)w[0];
+    /* the details are the same node's: it wrote all three words, the earliest node wins
+     * each (cu_report) */
+    long long d1 = (int32_t)(unsigned)w[1], d2 = (int32_t)(unsigned)w[2];
+    const ex_node_exec *n = node >= 0 && node < count ? &nodes[node] : NULL;
     const char *op = n ? ex_op_name(n->op) : "?";
-    if (s[0] == CU_STATUS_LABEL && n) {
+    if (code == CU_STATUS_LABEL && n) {
         long long k = n->src[0].ndim > 0 ? (long long)n->src[0].ne[n->src[0].ndim - 1] : 0;
-        snprintf(b->msg, sizeof b->msg, "%s: label %lld of row %lld is outside [0, %lld)", op, s[3],
-                 s[2], k);
+        snprintf(b->msg, sizeof b->msg, "%s: label %lld of row %lld is outside [0, %lld)", op, d2,
+                 d1, k);
         return EX_ERR_ARG;
     }
-    if (s[0] == CU_STATUS_SHAPE) {
-        snprintf(b->msg, sizeof b->msg, "%s: candidate %lld is not f32 of %s's shape", op, s[2],
+    if (code == CU_STATUS_SHAPE) {
+        snprintf(b->msg, sizeof b->msg, "%s: candidate %lld is not f32 of %s's shape", op, d1,
                  n && n->op == EX_OP_MIXED_SUM ? "dst" : "dy");
         return EX_ERR_SHAPE;
     }
-    snprintf(b->msg, sizeof b->msg, "cuda: node %lld reported status %lld", s[1], s[0]);
+    snprintf(b->msg, sizeof b->msg, "cuda: node %lld reported status %d", node, code);
     return EX_ERR_DEVICE;
 }
 
@@ -723,6 +757,9 @@ static ex_status cuda_buffer_alloc(void *impl, uint64_t bytes, ex_buffer **out)
                  (unsigned long long)bytes, cudaGetErrorString(err));
         return err == cudaErrorMemoryAllocation ? EX_ERR_NOMEM : EX_ERR_DEVICE;
     }
+    b->allocs++;
+    b->allocs_made++;
+    b->alloc_bytes += bytes ? bytes : 256;
     buf->bytes = bytes;
     *out = (ex_buffer *)buf;
     return EX_OK;
@@ -733,10 +770,12 @@ static void cuda_buffer_free(void *impl, ex_buffer *buf)
     cu_backend *b = (cu_backend *)impl;
     if (!buf)
         return;
+    uint64_t buf_bytes = ((cu_buffer *)buf)->bytes;
     if (bk_enter(b) == EX_OK) {
         if (b->pending && wait_stream(b, b->stream) == cudaSuccess)
             collect(b); /* the plan's nodes may go with it: read their status now */
-        cudaFree(((cu_buffer *)buf)->ptr); /* waits for work that may still use it */
+        /* cudaFree waits for work that may still use it */
+        dev_free(b, ((cu_buffer *)buf)->ptr, buf_bytes ? buf_bytes : 256);
     }
     free(buf);
 }
@@ -937,9 +976,9 @@ static void cuda_close(void *impl)
     for (int64_t i = 0; i < b->nevents; i++)
         cudaEventDestroy(b->events[i]);
     free(b->events);
-    cudaFree(b->scratch);
-    cudaFree(b->status);
-    cudaFree(b->blas_ws);
+    dev_free(b, b->scratch, b->scratch_bytes);
+    dev_free(b, b->status, CU_STATUS_BYTES);
+    dev_free(b, b->blas_ws, blas_ws_bytes(b));
     cudaFreeHost(b->status_host);
     cudaFreeHost(b->gate_host);
     for (int s = 0; s < 2; s++) {
@@ -984,6 +1023,16 @@ static uint64_t cuda_host_syncs(void *impl)
     return ((cu_backend *)impl)->host_syncs;
 }
 
+/* Device memory only: CUDA's other objects are not counted. */
+static void cuda_counters(void *impl, ex_backend_counters *out)
+{
+    const cu_backend *b = (const cu_backend *)impl;
+    memset(out, 0, sizeof *out);
+    out->device_allocations = b->allocs;
+    out->device_bytes = b->alloc_bytes;
+    out->created = b->allocs_made;
+}
+
 static const ex_backend_iface cuda_iface = {
     cuda_close,
     cuda_error,
@@ -997,7 +1046,7 @@ static const ex_backend_iface cuda_iface = {
     cuda_synchronize,
     cuda_host_syncs,
     NULL, /* set_alloc_hook: not covered (backend.h) */
-    NULL, /* counters: none kept */
+    cuda_counters,
 };
 
 /* ---- opening ---- */
@@ -1107,13 +1156,12 @@ static ex_status backend_init(cu_backend *b)
         b->status_host = (long long *)p;
     if (st == EX_OK && (st = bk_check(b, cudaHostAlloc(&p, 64, 0), "pinned")) == EX_OK)
         b->gate_host = (float *)p;
-    if (st == EX_OK && (st = bk_check(b, cudaMalloc(&p, CU_STATUS_BYTES), "status")) == EX_OK)
+    if (st == EX_OK && (st = dev_alloc(b, &p, CU_STATUS_BYTES, "status")) == EX_OK)
         b->status = (long long *)p;
     if (st == EX_OK)
         st = bk_check(b, cudaMemset(b->status, 0, CU_STATUS_BYTES), "cudaMemset");
     if (st == EX_OK)
-        st = bk_check(b, cudaMalloc(&b->blas_ws, (size_t)(b->nstreams + 1) * CU_BLAS_WS_BYTES),
-                      "cuBLAS");
+        st = dev_alloc(b, &b->blas_ws, blas_ws_bytes(b), "cuBLAS");
     if (st == EX_OK)
         st = blas_open(b, &b->blas, b->stream, 0);
     if (st == EX_OK)

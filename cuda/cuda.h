@@ -32,13 +32,33 @@ typedef struct cu_buffer {
 
 /** Device status words, written by kernels that find bad data (a label out of range, an
  *  active mixed-sum candidate of the wrong shape) and read back by compute() after the
- *  step: [0] code, [1] node index, [2] row (label) or candidate (shape), [3] the label. */
+ *  step: [0] code, [1] row (label) or candidate (shape), [2] the label; each holds the
+ *  reporting node in its high half (cu_report), 0 when nothing was reported. */
 #define CU_STATUS_WORDS 4
 /** Last-block tickets of a captured step: node i takes slot i % CU_SCHED_TICKETS. */
 #define CU_SCHED_TICKETS 1024
 /** The status allocation: the words, then the last-block tickets (cu_exec.ticket). */
 #define CU_STATUS_BYTES (CU_STATUS_WORDS * sizeof(long long) + CU_SCHED_TICKETS * sizeof(unsigned))
 enum cu_status_code { CU_STATUS_OK = 0, CU_STATUS_LABEL = 1, CU_STATUS_SHAPE = 2 };
+
+/** The status word for node's report of value: the node inverted in the high half, so
+ *  that the largest word is the earliest node's. */
+__host__ __device__ __forceinline__ unsigned long long cu_status_word(long long node, long long value)
+{
+    return ((unsigned long long)(0xffffffffu - (unsigned)node) << 32) | (unsigned)value;
+}
+
+/** Node `node` reports bad data: a code and two details. One thread of the node calls it.
+ *  atomicMax on every word keeps the earliest failing node's report whatever order the
+ *  kernels ran in, so the schedule need not order the nodes that may report. */
+__device__ __forceinline__ void cu_report(long long *status, long long node, int code,
+                                          long long d1, long long d2)
+{
+    unsigned long long *w = (unsigned long long *)status;
+    atomicMax(&w[0], cu_status_word(node, code));
+    atomicMax(&w[1], cu_status_word(node, d1));
+    atomicMax(&w[2], cu_status_word(node, d2));
+}
 
 /** What a node's host function needs. */
 typedef struct cu_exec {

@@ -108,7 +108,7 @@ __device__ __forceinline__ void mix_offsets(const mix_args &a, int64_t i, int64_
 }
 
 /* Which candidates are active (bit j), with their coefficients; a bad active candidate
- * is reported once, by thread 0 of block 0, unless an earlier node already reported. */
+ * is reported once, by thread 0 of block 0. */
 __device__ unsigned mix_active(const mix_args &a, float *coef, long long *status, long long node)
 {
     unsigned act = 0;
@@ -119,12 +119,8 @@ __device__ unsigned mix_active(const mix_args &a, float *coef, long long *status
         coef[j] = a.w[j] ? *a.w[j] : 1.0f;
     }
     unsigned bad = act & a.bad;
-    if (bad && blockIdx.x == 0 && threadIdx.x == 0 && status[0] == CU_STATUS_OK) {
-        status[0] = CU_STATUS_SHAPE;
-        status[1] = node;
-        status[2] = __ffs(bad) - 1;
-        status[3] = 0;
-    }
+    if (bad && blockIdx.x == 0 && threadIdx.x == 0)
+        cu_report(status, node, CU_STATUS_SHAPE, __ffs(bad) - 1, 0);
     return act & ~a.bad;
 }
 

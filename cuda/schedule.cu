@@ -4,8 +4,10 @@
  * small grid at a time. Here every node waits only for the nodes it must: the last writer
  * of every byte it reads or writes, and the readers since then of every byte it writes,
  * the byte ranges taken from the tensor descriptors. Resources the kernels share are
- * ranges too: a node's slice of the scratch ring, its last-block ticket, the status words
- * (for the ops that report bad data) and the conditional bodies' cuBLAS handle.
+ * ranges too: a node's slice of the scratch ring, its last-block ticket and the
+ * conditional bodies' cuBLAS handle. The status words are not: reports keep the earliest
+ * node's whatever the order (cu_report), and ordering the ~1,700 nodes that may report
+ * chained a DARTS step's edges one after another.
  *
  * A node goes on the stream of its latest dependency when that stream has run nothing
  * since, so chains stay on one stream; otherwise on the next stream in turn. It waits
@@ -41,7 +43,7 @@ struct segment {
 typedef std::map<uint64_t, segment> seg_map; /* keyed by lo; segments disjoint */
 
 /* Distinct addresses standing for the shared resources. */
-char res_scratch, res_ticket, res_status, res_side;
+char res_scratch, res_ticket, res_side;
 
 /** Tickets: node i takes slot i % CU_SCHED_TICKETS (cu_exec.ticket). */
 const int64_t ticket_slots = CU_SCHED_TICKETS;
@@ -141,13 +143,6 @@ bool writes_source(const ex_node_exec *n, int s)
     }
 }
 
-/* Ops whose kernels may write the status words. */
-bool reports(ex_op op)
-{
-    return op == EX_OP_MIXED_SUM || op == EX_OP_MIXED_SUM_BWD_W || op == EX_OP_CROSS_ENTROPY ||
-           op == EX_OP_CROSS_ENTROPY_BWD;
-}
-
 void accesses(const ex_node_exec *n, int64_t i, const cu_sched_node &sn, bool conditional,
               std::vector<access> &out)
 {
@@ -163,8 +158,6 @@ void accesses(const ex_node_exec *n, int64_t i, const cu_sched_node &sn, bool co
         out.push_back({&res_scratch, sn.scratch_off, sn.scratch_off + sn.scratch_bytes, true});
     uint64_t slot = (uint64_t)(i % ticket_slots);
     out.push_back({&res_ticket, slot, slot + 1, true});
-    if (reports(n->op))
-        out.push_back({&res_status, 0, 1, true});
     if (conditional)
         out.push_back({&res_side, 0, 1, true});
 }

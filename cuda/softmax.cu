@@ -191,8 +191,7 @@ __device__ __forceinline__ int32_t ce_label(const ce_args &c, int64_t r)
     return ((const int32_t *)c.lab.p)[cu_off4(c.lab.ne, c.lab.st, r)];
 }
 
-/* One block finds the first row whose label is outside [0, K) and, unless an earlier
- * node already reported, records it in the status words. */
+/* One block finds the first row whose label is outside [0, K) and reports it. */
 __global__ void ce_check_kernel(ce_args c, long long *status, long long node, const float *gate)
 {
     __shared__ long long sh[32];
@@ -216,12 +215,8 @@ __global__ void ce_check_kernel(ce_args c, long long *status, long long node, co
         return;
     for (int w = 0; w < (int)(blockDim.x >> 5); w++)
         first = sh[w] < first ? sh[w] : first;
-    if (first < c.rows && status[0] == CU_STATUS_OK) {
-        status[0] = CU_STATUS_LABEL;
-        status[1] = node;
-        status[2] = first;
-        status[3] = ce_label(c, first);
-    }
+    if (first < c.rows)
+        cu_report(status, node, CU_STATUS_LABEL, first, ce_label(c, first));
 }
 
 static ex_status ce_check(cu_exec *e, const ce_args *c)

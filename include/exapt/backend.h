@@ -57,8 +57,11 @@ typedef struct ex_node_exec {
  *  checks and for measuring: a per-step allocation or a leak shows as growth of the first
  *  four between two reads (ex_backend_get_counters). */
 typedef struct ex_backend_counters {
-    uint64_t device_allocations; /**< device memory allocations held now (vkAllocateMemory) */
-    uint64_t device_bytes;       /**< their bytes */
+    uint64_t device_allocations; /**< device memory allocations held now (vkAllocateMemory,
+                                      cudaMalloc); CUDA counts these, its bytes and created
+                                      only, the other fields stay 0 */
+    uint64_t device_bytes;       /**< their bytes: the plan's arena and persistent
+                                      buffers, scratch, staging, work spaces */
     uint64_t device_objects;     /**< other device objects held now: buffers, pipelines, shader
                                       modules, descriptor sets and pools, command buffers, ... */
     uint64_t created;            /**< allocations and objects made since the backend opened */
@@ -147,7 +150,7 @@ ex_status ex_backend_measure_bandwidth(ex_backend *be, uint64_t bytes, double *g
 uint64_t ex_backend_host_syncs(const ex_backend *be);
 
 /** The backend's counters (ex_backend_counters) into *out. EX_ERR_UNSUPPORTED when the
- *  backend keeps none (today only Vulkan does), EX_ERR_ARG when be or out is NULL; *out
+ *  backend keeps none (the CPU), EX_ERR_ARG when be or out is NULL; *out
  *  is zeroed whenever out is not NULL. */
 ex_status ex_backend_get_counters(const ex_backend *be, ex_backend_counters *out);
 
