@@ -32,9 +32,10 @@ typedef struct opts {
     const char *backend, *out, *input;
     int height, width, in_channels;
     int batch, channels, layers, iters;
-    int profile; /* also time one step node by node and report it by op */
-    int mode;    /* ex_search_mode; -1: the default (darts) */
-    int ncand;   /* 0: the default candidates */
+    int profile;   /* also time one step node by node and report it by op */
+    int recompute; /* ex_search_config.recompute; -1: the default (on) */
+    int mode;      /* ex_search_mode; -1: the default (darts) */
+    int ncand;     /* 0: the default candidates */
     ex_cand cand[EX_MAX_CANDIDATES];
 } opts;
 
@@ -60,10 +61,12 @@ static void usage(FILE *f)
                "[--channels C]\n"
                "                        [--layers L] [--iters N] [--profile 0|1] "
                "[--mode darts|gdas|topk]\n"
-               "                        [--cands NAME,NAME,...] --out DIR\n"
+               "                        [--cands NAME,NAME,...] [--recompute 0|1] --out DIR\n"
                "defaults: --backend auto --input 32x32x3 --batch 64 --channels 16 "
                "--layers 8 --iters 20 --profile 0 --mode darts, DARTS's 8 candidates\n"
-               "--profile 1 times one more step node by node and reports it by op\n");
+               "--profile 1 times one more step node by node and reports it by op\n"
+               "--recompute 0 keeps the depthwise convolutions' outputs for the backward pass "
+               "(default 1: recomputes them)\n");
 }
 
 /* ---- arguments ---- */
@@ -123,6 +126,8 @@ static int parse_option(const char *key, const char *val, opts *o)
         return parse_int(val, 1, 100000, &o->iters);
     else if (!strcmp(key, "--profile"))
         return parse_int(val, 0, 1, &o->profile);
+    else if (!strcmp(key, "--recompute"))
+        return parse_int(val, 0, 1, &o->recompute);
     else if (!strcmp(key, "--mode"))
         return (o->mode = ex_search_mode_parse(val)) < 0 ? -1 : 0;
     else if (!strcmp(key, "--cands"))
@@ -134,7 +139,17 @@ static int parse_option(const char *key, const char *val, opts *o)
 
 static int parse_args(int argc, char **argv, opts *o)
 {
-    *o = (opts){"auto", NULL, "32x32x3", 32, 32, 3, 64, 16, 8, 20, 0, -1, 0, {0}};
+    *o = (opts){.backend = "auto",
+                .input = "32x32x3",
+                .height = 32,
+                .width = 32,
+                .in_channels = 3,
+                .batch = 64,
+                .channels = 16,
+                .layers = 8,
+                .iters = 20,
+                .recompute = -1,
+                .mode = -1};
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc || parse_option(argv[i], argv[i + 1], o)) {
             fprintf(stderr, "bench_darts_step: bad or incomplete option '%s'\n", argv[i]);
@@ -425,17 +440,17 @@ static json_t *config_json(const ex_search_config *c)
     json_t *cands = json_array();
     for (int k = 0; k < c->ncand; k++)
         json_array_append_new(cands, json_string(ex_cand_name(c->cand[k])));
-    return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:o, s:s, s:i, s:f, "
-                     "s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I}",
-                     "in_channels", c->in_channels, "height", c->height, "width", c->width,
-                     "classes", c->classes, "batch", c->batch, "channels", c->channels, "layers",
-                     c->layers, "steps", c->steps, "multiplier", c->multiplier, "stem_multiplier",
-                     c->stem_multiplier, "candidates", cands, "mode", ex_search_mode_name(c->mode),
-                     "order", c->order, "lr", (double)STEP_LR, "momentum", (double)c->momentum,
-                     "weight_decay", (double)c->weight_decay, "grad_clip", (double)c->grad_clip,
-                     "arch_lr", (double)c->arch_lr, "arch_beta1", (double)c->arch_beta1,
-                     "arch_beta2", (double)c->arch_beta2, "arch_weight_decay",
-                     (double)c->arch_weight_decay, "seed", (json_int_t)c->seed);
+    return json_pack(
+        "{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:o, s:s, s:i, s:f, "
+        "s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:b}",
+        "in_channels", c->in_channels, "height", c->height, "width", c->width, "classes",
+        c->classes, "batch", c->batch, "channels", c->channels, "layers", c->layers, "steps",
+        c->steps, "multiplier", c->multiplier, "stem_multiplier", c->stem_multiplier, "candidates",
+        cands, "mode", ex_search_mode_name(c->mode), "order", c->order, "lr", (double)STEP_LR,
+        "momentum", (double)c->momentum, "weight_decay", (double)c->weight_decay, "grad_clip",
+        (double)c->grad_clip, "arch_lr", (double)c->arch_lr, "arch_beta1", (double)c->arch_beta1,
+        "arch_beta2", (double)c->arch_beta2, "arch_weight_decay", (double)c->arch_weight_decay,
+        "seed", (json_int_t)c->seed, "recompute", c->recompute);
 }
 
 static json_t *timing_json(const timing *t, int iters)
@@ -539,6 +554,8 @@ static void configure(const opts *o, ex_search_config *c)
     c->layers = o->layers;
     if (o->mode >= 0)
         c->mode = (ex_search_mode)o->mode;
+    if (o->recompute >= 0)
+        c->recompute = o->recompute;
     if (o->ncand) {
         c->ncand = o->ncand;
         memcpy(c->cand, o->cand, (size_t)o->ncand * sizeof *c->cand);

@@ -417,6 +417,12 @@ static void gradients(ex_ctx *ctx, ex_tensor *loss, int n, ex_tensor *const *wrt
     free(s.head);
 }
 
+void ex_graph_set_recompute(ex_ctx *ctx, bool on)
+{
+    if (ctx)
+        ctx->recompute = on;
+}
+
 ex_status ex_graph_gradients(ex_ctx *ctx, ex_tensor *loss, int n, ex_tensor *const *wrt,
                              ex_tensor **grads)
 {

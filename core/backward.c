@@ -16,6 +16,17 @@ static ex_tensor *bnode(ex_ctx *ctx, ex_op op, const ex_tensor *fwd, const ex_te
     return r;
 }
 
+/* x as the backward pass reads it: made again (ex_graph_set_recompute) when it is cheap to
+ * and its sources outlive the forward pass anyway, so that the forward pass's x dies at
+ * once; otherwise x itself. */
+static ex_tensor *recomputed(ex_ctx *ctx, ex_tensor *x)
+{
+    if (!ctx->recompute || x->kind != EX_K_NODE || x->storage != x || x->keep ||
+        (x->op != EX_OP_DWCONV2D && x->op != EX_OP_COPY))
+        return x;
+    return bnode(ctx, x->op, x, x, x->nsrc, x->src);
+}
+
 static ex_tensor *bcast(ex_ctx *ctx, ex_tensor *g, const ex_tensor *like)
 {
     return ex_broadcast(ctx, g, like->ndim, like->ne);
@@ -154,7 +165,7 @@ void ex__backward_rule(ex_ctx *ctx, ex_tensor *t, ex_tensor *g, ex_grad_sink giv
         conv_rule(ctx, t, g, give, u, EX_OP_DWCONV2D_BWD_DATA, EX_OP_DWCONV2D_BWD_FILTER);
         break;
     case EX_OP_PWCONV: {
-        ex_tensor *a[2] = {s[0], g};
+        ex_tensor *a[2] = {recomputed(ctx, s[0]), g};
         give(ctx, s[0], ex_pwconv(ctx, g, ex_transpose(ctx, s[1], 0, 1)), u);
         give(ctx, s[1], bnode(ctx, EX_OP_PWCONV_BWD_FILTER, t, s[1], 2, a), u);
         break;

@@ -67,6 +67,7 @@ struct ex_ctx {
     ex_tensor **grads; /* after backward: gradient by tensor id (NULL: none) */
     int64_t ngrads;
     bool in_backward; /* backward nodes: tag and gate come from the forward node */
+    bool recompute;   /* ex_graph_set_recompute */
     ex_alloc_hook hook;
     ex_tensor inert;
 };

@@ -70,6 +70,7 @@ void ex_search_config_default(ex_search_config *c)
     c->topk_k = 3;
     c->topk_threshold = 0.0f;
     c->seed = 2;
+    c->recompute = true;
     c->nonfinite_limit = 3;
 }
 
@@ -465,8 +466,10 @@ ex_status ex_search_new(const ex_search_config *c, ex_backend *be, ex_search **o
         return st;
     /* the context first, so its allocation hook sees the search's own memory too */
     ex_ctx *ctx = ex_ctx_new();
-    if (ctx)
+    if (ctx) {
         ex_ctx_fail_alloc_after(ctx, c->fail_alloc_after);
+        ex_graph_set_recompute(ctx, c->recompute);
+    }
     ex_search *s = ctx ? ex__calloc(ctx, 1, sizeof *s) : NULL;
     if (s)
         s->ctx = ctx;

@@ -219,6 +219,41 @@ static void every_mode(void **state)
     ex_backend_close(be);
 }
 
+/* Recomputing the depthwise convolutions' outputs in the backward passes changes memory
+ * and node count, never a result: alpha and the losses are bitwise those of keeping them,
+ * in every mode and the second order. */
+static void recompute_is_bitwise(void **state)
+{
+    (void)state;
+    ex_backend *be = cpu();
+    for (int r = 0; r < 4; r++) {
+        float a[2][2 * EDGES * K];
+        ex_search_stats st[2];
+        ex_plan_stats ps[2];
+        for (int on = 0; on < 2; on++) {
+            ex_search_config c;
+            small_config(&c, mode_runs[r].mode, mode_runs[r].order);
+            c.recompute = on;
+            ex_search *s = make(&c, be);
+            assert_int_equal(ex_plan_get_stats(ex_search_plan(s), &ps[on]), EX_OK);
+            steps(s, 0, 3, &st[on]);
+            alphas(s, a[on]);
+            ex_search_free(s);
+        }
+        const char *m = ex_search_mode_name(mode_runs[r].mode);
+        if (memcmp(a[0], a[1], sizeof a[0]) != 0 || st[0].train_loss != st[1].train_loss ||
+            st[0].valid_loss != st[1].valid_loss)
+            fail_msg("%s order %d: recomputing changed alpha or a loss", m, mode_runs[r].order);
+        if (!(ps[1].arena_bytes < ps[0].arena_bytes && ps[1].nodes > ps[0].nodes))
+            fail_msg("%s order %d: recomputing planned %llu arena bytes in %lld nodes, keeping "
+                     "%llu in %lld",
+                     m, mode_runs[r].order, (unsigned long long)ps[1].arena_bytes,
+                     (long long)ps[1].nodes, (unsigned long long)ps[0].arena_bytes,
+                     (long long)ps[0].nodes);
+    }
+    ex_backend_close(be);
+}
+
 /* The weight step folds the gradient clip into its SGD nodes: a first-order step has no
  * CLIP node at all (the second-order one keeps those of its alpha gradient's weight
  * perturbation, one per weight), and every SGD node is the clipped form, 6 FLOPs per
@@ -294,9 +329,10 @@ static void bad_config(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(repeatable), cmocka_unit_test(resume_is_bitwise),
-        cmocka_unit_test(every_mode), cmocka_unit_test(no_clip_nodes),
-        cmocka_unit_test(learns),     cmocka_unit_test(bad_config),
+        cmocka_unit_test(repeatable),           cmocka_unit_test(resume_is_bitwise),
+        cmocka_unit_test(every_mode),           cmocka_unit_test(no_clip_nodes),
+        cmocka_unit_test(recompute_is_bitwise), cmocka_unit_test(learns),
+        cmocka_unit_test(bad_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

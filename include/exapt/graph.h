@@ -29,6 +29,14 @@ ex_status ex_graph_backward(ex_ctx *ctx, ex_tensor *loss);
 ex_status ex_graph_gradients(ex_ctx *ctx, ex_tensor *loss, int n, ex_tensor *const *wrt,
                              ex_tensor **grads);
 
+/** Whether gradients built from now on recompute what is cheap to make again instead of
+ *  keeping it from the forward pass: the input of a pointwise convolution, which its
+ *  filter gradient reads, when it is a depthwise convolution's output or a strided copy.
+ *  Their sources are kept for their own gradients anyway, so the recomputed tensor lives
+ *  only briefly: less memory (a DARTS step at batch 64 keeps about a third less), a few
+ *  more nodes. Off by default; the gradients are bitwise the same either way. */
+void ex_graph_set_recompute(ex_ctx *ctx, bool on);
+
 /** The gradient of t after ex_graph_backward(), or NULL when loss does not depend on t.
  *  The gradient is kept (readable after a run). */
 ex_tensor *ex_grad(ex_ctx *ctx, ex_tensor *t);
@@ -36,12 +44,12 @@ ex_tensor *ex_grad(ex_ctx *ctx, ex_tensor *t);
 /** A graph planned for one backend: every tensor placed, ready to run many times. */
 typedef struct ex_plan ex_plan;
 
-/** Planning options. Zero-initialised options are the defaults. */
 /** ex_plan_opts.reuse_after's default, in tensors. On a DARTS step at batch 64 it costs
  *  1.3 % more arena and cuts the longest chain of nodes that must run one after another
  *  from 17,600 to 2,200 (docs/cuda.md, the schedule). */
 #define EX_PLAN_REUSE_AFTER 128
 
+/** Planning options. Zero-initialised options are the defaults. */
 typedef struct ex_plan_opts {
     bool no_reuse;        /**< give every tensor its own memory (for checking the planner) */
     int64_t reuse_after;  /**< a dead tensor's memory goes to a new one only once this many
