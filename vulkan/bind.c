@@ -36,7 +36,7 @@ ex_status vk_fail(vk_exec *e, ex_status st, const char *fmt, ...)
 
 /* ---- byte ranges ---- */
 
-static vk_access span_of(const ex_tdesc *t)
+vk_access vk_span_of(const ex_tdesc *t)
 {
     const vk_buffer *v = (const vk_buffer *)t->buf;
     uint64_t span = 1;
@@ -52,9 +52,7 @@ static int overlap(vk_access x, vk_access y)
     return x.block == y.block && x.lo < y.hi && y.lo < x.hi;
 }
 
-/* Sources an op updates in place besides dst: optimizer states, running statistics.
- * SGD's gradient, lr and (clipped) norm, source 4, are only read. */
-static unsigned updated_sources(const ex_node_exec *n)
+unsigned vk_updated_sources(const ex_node_exec *n)
 {
     switch (n->op) {
     case EX_OP_SGD: return 1u | 1u << 2;
@@ -70,11 +68,11 @@ static int node_writes(const vk_exec *e, vk_access a)
     const ex_node_exec *n = e->n;
     if (!n)
         return 0;
-    if (n->dst.buf && overlap(a, span_of(&n->dst)))
+    if (n->dst.buf && overlap(a, vk_span_of(&n->dst)))
         return 1;
-    unsigned upd = updated_sources(n);
+    unsigned upd = vk_updated_sources(n);
     for (int i = 0; upd && i < n->nsrc && i < 32; i++)
-        if (((upd >> i) & 1u) && n->src && n->src[i].buf && overlap(a, span_of(&n->src[i])))
+        if (((upd >> i) & 1u) && n->src && n->src[i].buf && overlap(a, vk_span_of(&n->src[i])))
             return 1;
     return 0;
 }
@@ -186,7 +184,7 @@ static uint32_t ref_tensor(vk_exec *e, const ex_tdesc *t, int small)
 {
     if (!t || !t->buf)
         return VK_NOREF;
-    vk_access a = span_of(t);
+    vk_access a = vk_span_of(t);
     return bind(e, a, node_writes(e, a), small);
 }
 
@@ -214,7 +212,7 @@ static void bind_gate(vk_exec *e)
     e->gate = VK_NOREF;
     if (!n || !n->gate)
         return;
-    vk_access a = span_of(n->gate);
+    vk_access a = vk_span_of(n->gate);
     a.lo += 4 * (uint64_t)ex_td_at(n->gate, n->gate_index);
     a.hi = a.lo + 4;
     e->gate = bind(e, a, 0, 1);
@@ -267,7 +265,7 @@ int vk_room(const vk_exec *e, const ex_tdesc *const *t, int n)
     for (int i = 0; i < n; i++) {
         if (!t[i] || !t[i]->buf)
             continue;
-        vk_access a = span_of(t[i]);
+        vk_access a = vk_span_of(t[i]);
         if (bind_storage(&c, a, node_writes(&c, a), 0) < 0)
             return 0;
     }

@@ -205,20 +205,32 @@ static void status_end(vk_backend *b, VkCommandBuffer cmd)
                          0, NULL, 0, NULL);
 }
 
+/* Records the nodes in dependency-level order (vkx_order), each under its own index. */
 static ex_status record(vk_backend *b, const ex_node_exec *nodes, int64_t count,
                         VkCommandBuffer cmd)
 {
-    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-    ex_status st = vk_check(b, vkBeginCommandBuffer(cmd, &bi), "vkBeginCommandBuffer");
-    if (st != EX_OK)
-        return st;
     double t0 = now_ms();
+    int64_t *order = malloc((size_t)(count + 1) * sizeof *order);
+    if (!order) {
+        snprintf(b->msg, sizeof b->msg, "vulkan: out of host memory recording %lld nodes",
+                 (long long)count);
+        return EX_ERR_NOMEM;
+    }
+    ex_status st = vkx_order(b, nodes, count, order);
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    if (st == EX_OK)
+        st = vk_check(b, vkBeginCommandBuffer(cmd, &bi), "vkBeginCommandBuffer");
+    if (st != EX_OK) {
+        free(order);
+        return st;
+    }
     b->counts.dispatches = b->counts.barriers = b->counts.inexact = 0;
     status_begin(b, cmd);
     b->nreads = b->nwrites = 0;
     vk_exec e = exec_of(b, cmd);
-    for (int64_t i = 0; i < count && st == EX_OK; i++)
-        st = run_one(&e, &nodes[i], i);
+    for (int64_t k = 0; k < count && st == EX_OK; k++)
+        st = run_one(&e, &nodes[order[k]], order[k]);
+    free(order);
     status_end(b, cmd);
     ex_status end = vk_check(b, vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
     b->counts.record_ms = now_ms() - t0;

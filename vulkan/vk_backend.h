@@ -193,6 +193,15 @@ ex_status vkx_pipeline(vk_backend *b, vk_shader_id sh, int writes, int32_t varia
 /* bind.c */
 /** Frees every binding and binds the node's gate: before a node's family runs. */
 void vk_bind_begin(vk_exec *e);
+/** The bytes of a block a tensor's elements span. */
+vk_access vk_span_of(const ex_tdesc *t);
+/** Sources an op updates in place besides dst (bit i: source i): optimizer states,
+ *  running statistics. SGD's gradient, lr and (clipped) norm, source 4, are only read. */
+unsigned vk_updated_sources(const ex_node_exec *n);
+/** The order to record count nodes in (order[k]: the k-th node to record): by dependency
+ *  level, the plan's order within a level (vulkan/order.c). EX_ERR_NOMEM with a message
+ *  when host memory runs out. */
+ex_status vkx_order(vk_backend *b, const ex_node_exec *nodes, int64_t count, int64_t *order);
 /** Drops every descriptor set (the pools stay for the next recording). */
 void vkx_sets_drop(vk_backend *b);
 /** Drops the sets and destroys the pools. */
