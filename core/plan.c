@@ -284,7 +284,7 @@ static ex_status place_all(ex_plan *p, uint64_t limit)
 {
     arena a = {.ctx = p->ctx, .limit = limit};
     bool reuse = !p->opts.no_reuse;
-    int64_t gap = p->opts.reuse_after == 0 ? EX_PLAN_REUSE_AFTER
+    int64_t gap = p->opts.reuse_after == 0  ? EX_PLAN_REUSE_AFTER
                   : p->opts.reuse_after < 0 ? 0
                                             : p->opts.reuse_after;
     ex_status st = EX_OK;

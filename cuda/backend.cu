@@ -63,9 +63,9 @@ typedef struct cu_backend {
     uint64_t tick;
     cudaEvent_t *events; /**< profiling: two per node */
     int64_t nevents;
-    uint64_t host_syncs; /**< times the host waited for the device */
+    uint64_t host_syncs;                       /**< times the host waited for the device */
     uint64_t allocs, alloc_bytes, allocs_made; /**< device allocations held, made (counters) */
-    bool pending;        /**< a queued step's status words are fetched but not read */
+    bool pending; /**< a queued step's status words are fetched but not read */
     const ex_node_exec *pending_nodes;
     int64_t pending_count;
     ex_status late; /**< a queued step's failure, read but not yet returned */
@@ -1034,18 +1034,9 @@ static void cuda_counters(void *impl, ex_backend_counters *out)
 }
 
 static const ex_backend_iface cuda_iface = {
-    cuda_close,
-    cuda_error,
-    cuda_buffer_alloc,
-    cuda_buffer_free,
-    cuda_upload,
-    cuda_download,
-    cuda_copy,
-    cuda_fill,
-    cuda_compute,
-    cuda_synchronize,
-    cuda_host_syncs,
-    NULL, /* set_alloc_hook: not covered (backend.h) */
+    cuda_close,      cuda_error, cuda_buffer_alloc, cuda_buffer_free, cuda_upload,
+    cuda_download,   cuda_copy,  cuda_fill,         cuda_compute,     cuda_synchronize,
+    cuda_host_syncs, NULL, /* set_alloc_hook: not covered (backend.h) */
     cuda_counters,
 };
 

@@ -43,7 +43,8 @@ enum cu_status_code { CU_STATUS_OK = 0, CU_STATUS_LABEL = 1, CU_STATUS_SHAPE = 2
 
 /** The status word for node's report of value: the node inverted in the high half, so
  *  that the largest word is the earliest node's. */
-__host__ __device__ __forceinline__ unsigned long long cu_status_word(long long node, long long value)
+__host__ __device__ __forceinline__ unsigned long long cu_status_word(long long node,
+                                                                      long long value)
 {
     return ((unsigned long long)(0xffffffffu - (unsigned)node) << 32) | (unsigned)value;
 }
@@ -51,8 +52,8 @@ __host__ __device__ __forceinline__ unsigned long long cu_status_word(long long 
 /** Node `node` reports bad data: a code and two details. One thread of the node calls it.
  *  atomicMax on every word keeps the earliest failing node's report whatever order the
  *  kernels ran in, so the schedule need not order the nodes that may report. */
-__device__ __forceinline__ void cu_report(long long *status, long long node, int code,
-                                          long long d1, long long d2)
+__device__ __forceinline__ void cu_report(long long *status, long long node, int code, long long d1,
+                                          long long d2)
 {
     unsigned long long *w = (unsigned long long *)status;
     atomicMax(&w[0], cu_status_word(node, code));
