@@ -285,7 +285,7 @@ ex_status vk_scratch(vk_exec *e, uint64_t bytes, uint32_t *ref)
     e->scratch_at = at + ((bytes + VK_ALIGN - 1) & ~(uint64_t)(VK_ALIGN - 1));
     if (e->dry && e->scratch_at > e->need)
         e->need = e->scratch_at;
-    if (!e->dry && e->scratch_at > b->scratch_bytes)
+    if (!e->dry && e->scratch_base + e->scratch_at > b->scratch_bytes)
         return vk_fail(e, EX_ERR_DEVICE, "scratch of %llu bytes was not reserved",
                        (unsigned long long)e->scratch_at);
     *ref = vk_scratch_ref(e, at, bytes, VK_WRITE);
@@ -294,8 +294,8 @@ ex_status vk_scratch(vk_exec *e, uint64_t bytes, uint32_t *ref)
 
 uint32_t vk_scratch_ref(vk_exec *e, uint64_t at, uint64_t bytes, int use)
 {
-    return bind(e, internal_span(e->b, VK_SCRATCH_AT + at, bytes), use == VK_WRITE,
-                use == VK_READ_SMALL);
+    return bind(e, internal_span(e->b, VK_SCRATCH_AT + e->scratch_base + at, bytes),
+                use == VK_WRITE, use == VK_READ_SMALL);
 }
 
 ex_status vk_status_ref(vk_exec *e, uint32_t *ref)

@@ -93,11 +93,13 @@ static ex_status check_aligned(vk_exec *e, const ex_tdesc *t, const char *what)
                    (unsigned long long)t->offset);
 }
 
-static ex_status run_one(vk_exec *e, const ex_node_exec *n, int64_t i)
+/* Node i, its scratch at slice `slot` of the ring. */
+static ex_status run_one(vk_exec *e, const ex_node_exec *n, int64_t i, int64_t slot)
 {
     e->n = n;
     e->index = i;
     e->scratch_at = 0;
+    e->scratch_base = e->dry ? 0 : (uint64_t)(slot % VK_SCRATCH_SLOTS) * e->b->scratch_slot;
     ex_status st = EX_OK;
     if (n->gate) {
         const ex_tdesc *g = n->gate;
@@ -162,14 +164,16 @@ static ex_status dry_pass(vk_backend *b, const ex_node_exec *nodes, int64_t coun
 {
     vk_exec e = exec_of(b, VK_NULL_HANDLE);
     for (int64_t i = 0; i < count; i++) {
-        ex_status st = run_one(&e, &nodes[i], i);
+        ex_status st = run_one(&e, &nodes[i], i, 0);
         if (st != EX_OK)
             return st;
     }
-    if (e.need <= b->scratch_bytes)
+    if (e.need <= b->scratch_slot)
         return EX_OK;
     vkx_invalidate(b);
-    uint64_t bytes = e.need + e.need / 4;
+    uint64_t slot = e.need + e.need / 4;
+    slot = (slot + VK_ALIGN - 1) & ~(uint64_t)(VK_ALIGN - 1);
+    uint64_t bytes = slot * VK_SCRATCH_SLOTS;
     vk_buffer *nb = NULL;
     ex_status st = vkm_alloc(b, VK_SCRATCH_AT + bytes, &nb);
     if (st != EX_OK)
@@ -177,6 +181,7 @@ static ex_status dry_pass(vk_backend *b, const ex_node_exec *nodes, int64_t coun
     vkm_free(b, b->internal);
     b->internal = nb;
     b->scratch_bytes = bytes;
+    b->scratch_slot = slot;
     return EX_OK;
 }
 
@@ -229,7 +234,7 @@ static ex_status record(vk_backend *b, const ex_node_exec *nodes, int64_t count,
     b->nreads = b->nwrites = 0;
     vk_exec e = exec_of(b, cmd);
     for (int64_t k = 0; k < count && st == EX_OK; k++)
-        st = run_one(&e, &nodes[order[k]], order[k]);
+        st = run_one(&e, &nodes[order[k]], order[k], k);
     free(order);
     status_end(b, cmd);
     ex_status end = vk_check(b, vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
@@ -378,7 +383,7 @@ static ex_status run_profiled(vk_backend *b, const ex_node_exec *nodes, int64_t 
                 vkCmdWriteTimestamp(b->xfer, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, b->queries,
                                     (uint32_t)(2 * k));
             b->nreads = b->nwrites = 0;
-            st = run_one(&e, &nodes[k], k);
+            st = run_one(&e, &nodes[k], k, 0);
             if (ts)
                 vkCmdWriteTimestamp(b->xfer, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, b->queries,
                                     (uint32_t)(2 * k + 1));

@@ -86,6 +86,8 @@ typedef struct vk_exec {
     int ref_error;                 /**< a reference found no binding */
     uint32_t gate;                 /**< the gate's reference, or VK_NOREF */
     uint64_t scratch_at;           /**< bytes of scratch this node has taken */
+    uint64_t scratch_base;         /**< where this node's scratch starts: its slice of the
+                                        ring (vk_backend.scratch_slot bytes each) */
     uint64_t need;                 /**< dry pass: most scratch any node asked for */
     VkPipeline bound;              /**< the pipeline bound last in cmd */
     VkDescriptorSet bound_set;     /**< the descriptor set bound last in cmd */

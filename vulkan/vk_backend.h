@@ -24,6 +24,9 @@
  *  bindings point at), then scratch. */
 #define VK_STATUS_BYTES VK_ALIGN
 #define VK_SCRATCH_AT (2 * VK_ALIGN)
+/** Slices of the scratch ring: recorded nodes take them in turn, so that neighbours that
+ *  both use scratch (two batch norms of one level) need no barrier between them. */
+#define VK_SCRATCH_SLOTS 8
 
 /** A free range of a block. */
 typedef struct vk_range {
@@ -131,6 +134,8 @@ struct vk_backend {
     uint64_t stage_used; /**< staging bytes holding those uploads' data */
     vk_buffer *internal; /**< status words, then scratch */
     uint64_t scratch_bytes;
+    uint64_t scratch_slot; /**< a node's slice of the scratch: the most any node needs;
+                                the scratch is a ring of VK_SCRATCH_SLOTS of them */
     /* recording */
     VkDescriptorSetLayout set_layout;
     VkPipelineLayout layout;
