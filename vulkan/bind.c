@@ -328,7 +328,8 @@ static int push_access(vk_access **list, int64_t *n, int64_t *cap, vk_access a)
     return 1;
 }
 
-void vk_barrier(vk_exec *e)
+/* A full barrier now: the pending ranges are synchronized. */
+static void barrier_now(vk_exec *e)
 {
     vk_backend *b = e->b;
     if (e->cmd) {
@@ -336,6 +337,17 @@ void vk_barrier(vk_exec *e)
         b->counts.barriers++;
     }
     b->nreads = b->nwrites = 0;
+}
+
+void vk_barrier(vk_exec *e)
+{
+    if (e->pass < 0) /* recorded pass by pass, the recorder puts one between passes */
+        barrier_now(e);
+}
+
+void vkx_barrier(vk_exec *e)
+{
+    barrier_now(e);
 }
 
 /* Before a dispatch of bindings s[0..n): a barrier when one overlaps what is written and
@@ -350,7 +362,7 @@ static ex_status track(vk_exec *e, const vk_slot *s, int n)
             overlaps(b->writes, b->nwrites, a) || (s[i].write && overlaps(b->reads, b->nreads, a));
     }
     if (need)
-        vk_barrier(e);
+        barrier_now(e);
     int ok = 1;
     for (int i = 0; i < n && ok; i++) {
         vk_access a = {s[i].block, s[i].lo, s[i].hi};
@@ -575,7 +587,8 @@ ex_status vk_dispatch(vk_exec *e, vk_shader_id shader, int32_t variant, const vo
                        "%s writes %d and reads %d storage bindings: no SPIR-V of it fits (the "
                        "shader's \"// exapt: writes\" line)",
                        vk_shader_table[shader].name, e->nw, e->nr);
-    if (e->dry || gx == 0 || gy == 0 || gz == 0)
+    int mine = e->dispatches++;
+    if (e->dry || gx == 0 || gy == 0 || gz == 0 || (e->pass >= 0 && mine != e->pass))
         return EX_OK;
     vk_setkey key;
     vk_slot real[2 * VK_BINDINGS];

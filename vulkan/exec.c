@@ -125,6 +125,7 @@ static vk_exec exec_of(vk_backend *b, VkCommandBuffer cmd)
     e.b = b;
     e.cmd = cmd;
     e.dry = cmd == VK_NULL_HANDLE;
+    e.pass = -1;
     e.msg = b->msg;
     e.msg_len = sizeof b->msg;
     return e;
@@ -210,32 +211,75 @@ static void status_end(vk_backend *b, VkCommandBuffer cmd)
                          0, NULL, 0, NULL);
 }
 
-/* Records the nodes in dependency-level order (vkx_order), each under its own index. */
+/* Records the nodes order[a, z) of one level, at most VK_SCRATCH_SLOTS, pass by pass:
+ * every node's first dispatch, a barrier, every second dispatch of the nodes that have
+ * one, and so on. The nodes of a level are independent, so multi-pass nodes (a batch
+ * norm's sums, then their finish) share one barrier per pass instead of one each. Node
+ * order[k] takes slice k - a of the scratch ring in every pass: what its first pass
+ * leaves there must outlive the other nodes' first passes. ndisp: room for z - a
+ * dispatch counts. */
+static ex_status record_level(vk_exec *e, const ex_node_exec *nodes, const int64_t *order,
+                              int64_t a, int64_t z, int *ndisp)
+{
+    int most = 0;
+    ex_status st = EX_OK;
+    for (int pass = 0; st == EX_OK && (pass == 0 || pass < most); pass++) {
+        if (pass > 0)
+            vkx_barrier(e);
+        for (int64_t k = a; k < z && st == EX_OK; k++) {
+            if (pass > 0 && ndisp[k - a] <= pass)
+                continue;
+            e->pass = pass;
+            e->dispatches = 0;
+            st = run_one(e, &nodes[order[k]], order[k], k - a);
+            if (pass == 0) {
+                ndisp[k - a] = e->dispatches;
+                most = e->dispatches > most ? e->dispatches : most;
+            }
+        }
+    }
+    e->pass = -1;
+    return st;
+}
+
+/* Records the nodes by dependency level (vkx_order), each under its own index. */
 static ex_status record(vk_backend *b, const ex_node_exec *nodes, int64_t count,
                         VkCommandBuffer cmd)
 {
     double t0 = now_ms();
     int64_t *order = malloc((size_t)(count + 1) * sizeof *order);
-    if (!order) {
+    int64_t *level = malloc((size_t)(count + 1) * sizeof *level);
+    int *ndisp = malloc((size_t)(count + 1) * sizeof *ndisp);
+    ex_status st = EX_OK;
+    if (!order || !level || !ndisp) {
         snprintf(b->msg, sizeof b->msg, "vulkan: out of host memory recording %lld nodes",
                  (long long)count);
-        return EX_ERR_NOMEM;
+        st = EX_ERR_NOMEM;
     }
-    ex_status st = vkx_order(b, nodes, count, order);
+    if (st == EX_OK)
+        st = vkx_order(b, nodes, count, order, level);
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     if (st == EX_OK)
         st = vk_check(b, vkBeginCommandBuffer(cmd, &bi), "vkBeginCommandBuffer");
     if (st != EX_OK) {
         free(order);
+        free(level);
+        free(ndisp);
         return st;
     }
     b->counts.dispatches = b->counts.barriers = b->counts.inexact = 0;
     status_begin(b, cmd);
     b->nreads = b->nwrites = 0;
     vk_exec e = exec_of(b, cmd);
-    for (int64_t k = 0; k < count && st == EX_OK; k++)
-        st = run_one(&e, &nodes[order[k]], order[k], k);
+    for (int64_t a = 0, z; a < count && st == EX_OK; a = z) {
+        for (z = a + 1; z < count && z - a < VK_SCRATCH_SLOTS && level[order[z]] == level[order[a]];
+             z++)
+            ;
+        st = record_level(&e, nodes, order, a, z, ndisp);
+    }
     free(order);
+    free(level);
+    free(ndisp);
     status_end(b, cmd);
     ex_status end = vk_check(b, vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
     b->counts.record_ms = now_ms() - t0;

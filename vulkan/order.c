@@ -155,17 +155,17 @@ static int accesses(const ex_node_exec *n, vk_access *a, int *write)
     return k;
 }
 
-ex_status vkx_order(vk_backend *b, const ex_node_exec *nodes, int64_t count, int64_t *order)
+ex_status vkx_order(vk_backend *b, const ex_node_exec *nodes, int64_t count, int64_t *order,
+                    int64_t *level)
 {
     ord_map m;
     int most = 0;
     for (int64_t i = 0; i < count; i++)
         most = nodes[i].nsrc > most ? nodes[i].nsrc : most;
-    int64_t *level = malloc((size_t)(count + 1) * sizeof *level);
     int64_t *start = calloc((size_t)count + 2, sizeof *start);
     vk_access *a = malloc((size_t)(most + 2) * sizeof *a);
     int *write = malloc((size_t)(most + 2) * sizeof *write);
-    int ok = level && start && a && write && map_init(&m, b);
+    int ok = start && a && write && map_init(&m, b);
     int64_t top = 0;
     for (int64_t i = 0; ok && i < count; i++) {
         int k = accesses(&nodes[i], a, write);
@@ -187,9 +187,8 @@ ex_status vkx_order(vk_backend *b, const ex_node_exec *nodes, int64_t count, int
         for (int64_t i = 0; i < count; i++)
             order[start[level[i]]++] = i;
     }
-    if (level && start && a && write)
+    if (start && a && write)
         map_free(&m);
-    free(level);
     free(start);
     free(a);
     free(write);

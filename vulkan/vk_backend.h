@@ -24,8 +24,9 @@
  *  bindings point at), then scratch. */
 #define VK_STATUS_BYTES VK_ALIGN
 #define VK_SCRATCH_AT (2 * VK_ALIGN)
-/** Slices of the scratch ring: recorded nodes take them in turn, so that neighbours that
- *  both use scratch (two batch norms of one level) need no barrier between them. */
+/** Slices of the scratch: a level's nodes are recorded in groups of this many, pass by
+ *  pass, each in a slice of its own, so that nodes of a group that all use scratch (the
+ *  batch norms of one level) need no barrier between them (vulkan/exec.c). */
 #define VK_SCRATCH_SLOTS 8
 
 /** A free range of a block. */
@@ -135,7 +136,7 @@ struct vk_backend {
     vk_buffer *internal; /**< status words, then scratch */
     uint64_t scratch_bytes;
     uint64_t scratch_slot; /**< a node's slice of the scratch: the most any node needs;
-                                the scratch is a ring of VK_SCRATCH_SLOTS of them */
+                                the scratch holds VK_SCRATCH_SLOTS of them */
     /* recording */
     VkDescriptorSetLayout set_layout;
     VkPipelineLayout layout;
@@ -203,10 +204,13 @@ vk_access vk_span_of(const ex_tdesc *t);
 /** Sources an op updates in place besides dst (bit i: source i): optimizer states,
  *  running statistics. SGD's gradient, lr and (clipped) norm, source 4, are only read. */
 unsigned vk_updated_sources(const ex_node_exec *n);
-/** The order to record count nodes in (order[k]: the k-th node to record): by dependency
- *  level, the plan's order within a level (vulkan/order.c). EX_ERR_NOMEM with a message
- *  when host memory runs out. */
-ex_status vkx_order(vk_backend *b, const ex_node_exec *nodes, int64_t count, int64_t *order);
+/** The order to record count nodes in (order[k]: the k-th node to record) and each
+ *  node's dependency level (level[i] for node i): by level, the plan's order within a
+ *  level (vulkan/order.c). EX_ERR_NOMEM with a message when host memory runs out. */
+ex_status vkx_order(vk_backend *b, const ex_node_exec *nodes, int64_t count, int64_t *order,
+                    int64_t *level);
+/** A full barrier, whatever e->pass: between two passes of a level's nodes. */
+void vkx_barrier(vk_exec *e);
 /** Drops every descriptor set (the pools stay for the next recording). */
 void vkx_sets_drop(vk_backend *b);
 /** Drops the sets and destroys the pools. */
