@@ -116,15 +116,20 @@ static size_t blas_ws_bytes(const cu_backend *b)
     return (size_t)(b->nstreams + 1) * CU_BLAS_WS_BYTES;
 }
 
-/* cudaMalloc, counted (ex_backend_counters); the error as bk_check reports it. */
+/* Counts a device allocation made (ex_backend_counters). */
+static void count_alloc(cu_backend *b, size_t bytes)
+{
+    b->allocs++;
+    b->allocs_made++;
+    b->alloc_bytes += bytes;
+}
+
+/* cudaMalloc, counted; the error as bk_check reports it. */
 static ex_status dev_alloc(cu_backend *b, void **p, size_t bytes, const char *what)
 {
     ex_status st = bk_check(b, cudaMalloc(p, bytes), what);
-    if (st == EX_OK) {
-        b->allocs++;
-        b->allocs_made++;
-        b->alloc_bytes += bytes;
-    }
+    if (st == EX_OK)
+        count_alloc(b, bytes);
     return st;
 }
 
@@ -757,9 +762,7 @@ static ex_status cuda_buffer_alloc(void *impl, uint64_t bytes, ex_buffer **out)
                  (unsigned long long)bytes, cudaGetErrorString(err));
         return err == cudaErrorMemoryAllocation ? EX_ERR_NOMEM : EX_ERR_DEVICE;
     }
-    b->allocs++;
-    b->allocs_made++;
-    b->alloc_bytes += bytes ? bytes : 256;
+    count_alloc(b, bytes ? bytes : 256);
     buf->bytes = bytes;
     *out = (ex_buffer *)buf;
     return EX_OK;
@@ -1037,7 +1040,7 @@ static const ex_backend_iface cuda_iface = {
     cuda_close,      cuda_error, cuda_buffer_alloc, cuda_buffer_free, cuda_upload,
     cuda_download,   cuda_copy,  cuda_fill,         cuda_compute,     cuda_synchronize,
     cuda_host_syncs, NULL, /* set_alloc_hook: not covered (backend.h) */
-    cuda_counters,
+    cuda_counters,         /* device memory only */
 };
 
 /* ---- opening ---- */

@@ -251,6 +251,27 @@ static ex_tdesc fl_desc(ex_buffer *buf, int64_t at, int64_t c1)
     return t;
 }
 
+/* A buffer of fl_desc's layout, every float 1. */
+static ex_buffer *fl_buffer(const suite *s)
+{
+    const ex_backend_iface *f = ex_backend_iface_of(s->be);
+    void *im = ex_backend_impl_of(s->be);
+    ex_buffer *buf = NULL;
+    uint64_t bytes = (uint64_t)(FL_WD + 81) * 4;
+    assert_int_equal(f->buffer_alloc(im, bytes, &buf), EX_OK);
+    assert_int_equal(f->fill(im, buf, 0, bytes, 0x3f800000u), EX_OK); /* 1.0f */
+    return buf;
+}
+
+/* Runs node n alone, as a plan would hand it over, and waits for it. */
+static ex_status fl_compute(const suite *s, const ex_node_exec *n)
+{
+    const ex_backend_iface *f = ex_backend_iface_of(s->be);
+    void *im = ex_backend_impl_of(s->be);
+    ex_status st = f->compute(im, n, 1, NULL);
+    return st == EX_OK ? f->synchronize(im) : st;
+}
+
 typedef struct fl_case {
     ex_op op;
     int relu, nsrc;
@@ -260,8 +281,6 @@ typedef struct fl_case {
 /* One node as a plan would hand it over: stride 1, padding 1, dilation 1, ip6 = relu. */
 static ex_status fl_run(const suite *s, ex_buffer *buf, const fl_case *c)
 {
-    const ex_backend_iface *f = ex_backend_iface_of(s->be);
-    void *im = ex_backend_impl_of(s->be);
     bool dense = c->op == EX_OP_CONV2D || c->op == EX_OP_CONV2D_BWD_DATA;
     ex_tdesc x = fl_desc(buf, 0, 0), dy = fl_desc(buf, FL_PLANE, 0);
     ex_tdesc dx = fl_desc(buf, 2 * FL_PLANE, 0), y = fl_desc(buf, 3 * FL_PLANE, 0);
@@ -275,8 +294,7 @@ static ex_status fl_run(const suite *s, ex_buffer *buf, const fl_case *c)
     ex_tdesc src[3] = {fwd || filter ? x : dy, filter ? dy : w, x};
     n.dst = fwd ? y : filter ? dw : dx;
     n.src = src;
-    ex_status st = f->compute(im, &n, 1, NULL);
-    return st == EX_OK ? f->synchronize(im) : st;
+    return fl_compute(s, &n);
 }
 
 void conv_flag_errors(void **state)
@@ -284,10 +302,7 @@ void conv_flag_errors(void **state)
     suite *s = *state;
     const ex_backend_iface *f = ex_backend_iface_of(s->be);
     void *im = ex_backend_impl_of(s->be);
-    ex_buffer *buf = NULL;
-    uint64_t bytes = (uint64_t)(FL_WD + 81) * 4;
-    assert_int_equal(f->buffer_alloc(im, bytes, &buf), EX_OK);
-    assert_int_equal(f->fill(im, buf, 0, bytes, 0x3f800000u), EX_OK); /* 1.0f */
+    ex_buffer *buf = fl_buffer(s);
     /* the first four and the last are well formed: the others fail for their flag and
      * sources alone, and leave the backend able to run the next node */
     static const fl_case cases[] = {
@@ -346,16 +361,13 @@ static ex_tdesc bf_desc(ex_buffer *buf, int64_t at, bool per_channel)
  * red at FL_DW. */
 static ex_status bf_run(const suite *s, ex_buffer *buf, ex_op op, int xhat)
 {
-    const ex_backend_iface *f = ex_backend_iface_of(s->be);
-    void *im = ex_backend_impl_of(s->be);
     ex_tdesc src[4] = {bf_desc(buf, 0, false), bf_desc(buf, FL_W, true),
                        bf_desc(buf, FL_PLANE, false), bf_desc(buf, FL_DW, true)};
     bool reduce = op == EX_OP_BN_BWD_REDUCE;
     ex_node_exec n = {.op = op, .nsrc = reduce ? 3 : 4, .ip = {1, xhat}, .tag = {-1, -1, -1}};
     n.src = src;
     n.dst = reduce ? bf_desc(buf, FL_DW, true) : bf_desc(buf, 2 * FL_PLANE, false);
-    ex_status st = f->compute(im, &n, 1, NULL);
-    return st == EX_OK ? f->synchronize(im) : st;
+    return fl_compute(s, &n);
 }
 
 void bn_flag_errors(void **state)
@@ -363,10 +375,7 @@ void bn_flag_errors(void **state)
     suite *s = *state;
     const ex_backend_iface *f = ex_backend_iface_of(s->be);
     void *im = ex_backend_impl_of(s->be);
-    ex_buffer *buf = NULL;
-    uint64_t bytes = (uint64_t)(FL_WD + 81) * 4;
-    assert_int_equal(f->buffer_alloc(im, bytes, &buf), EX_OK);
-    assert_int_equal(f->fill(im, buf, 0, bytes, 0x3f800000u), EX_OK); /* 1.0f */
+    ex_buffer *buf = fl_buffer(s);
     static const int flags[] = {0, 1, 2, -1, 1};
     int failed = 0;
     for (int op = EX_OP_BN_BWD_REDUCE; op <= EX_OP_BN_BWD_DATA; op++)

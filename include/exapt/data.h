@@ -50,10 +50,10 @@ typedef enum ex_pixel_type {
  *  dir/cifar-10-batches-bin), or "auto" (NULL means "auto"): CIFAR-10 when data_batch_1.bin
  *  or test_batch.bin is present, else IDX, named "fashion-mnist" when its mean pixel is at
  *  least 0.2 (Fashion-MNIST's is 0.286, MNIST's 0.131) and "mnist" otherwise, whatever the
- *  folder is called (the name chooses the normalization). Every file is treated as untrusted; a
- * malformed one gives EX_ERR_FORMAT, a missing or unreadable one EX_ERR_IO, with a message naming
- * the file. On success *out is a new dataset (free with ex_dataset_free); on failure *out is NULL.
- */
+ *  folder is called (the name chooses the normalization). Every file is treated as
+ *  untrusted; a malformed one gives EX_ERR_FORMAT, a missing or unreadable one EX_ERR_IO,
+ *  with a message naming the file. On success *out is a new dataset (free with
+ *  ex_dataset_free); on failure *out is NULL. */
 ex_status ex_dataset_load(const char *dir, const char *name, ex_data_split split, ex_dataset **out,
                           char *msg, size_t msg_len);
 
