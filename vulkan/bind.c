@@ -341,7 +341,7 @@ static void barrier_now(vk_exec *e)
 
 void vk_barrier(vk_exec *e)
 {
-    if (e->pass < 0) /* recorded pass by pass, the recorder puts one between passes */
+    if (e->last - e->first > 1) /* else pass by pass: the recorder puts one between passes */
         barrier_now(e);
 }
 
@@ -588,7 +588,7 @@ ex_status vk_dispatch(vk_exec *e, vk_shader_id shader, int32_t variant, const vo
                        "shader's \"// exapt: writes\" line)",
                        vk_shader_table[shader].name, e->nw, e->nr);
     int mine = e->dispatches++;
-    if (e->dry || gx == 0 || gy == 0 || gz == 0 || (e->pass >= 0 && mine != e->pass))
+    if (e->dry || gx == 0 || gy == 0 || gz == 0 || mine < e->first || mine >= e->last)
         return EX_OK;
     vk_setkey key;
     vk_slot real[2 * VK_BINDINGS];

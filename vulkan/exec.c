@@ -9,6 +9,7 @@
  * against the memory epoch, which moves when a block is freed, so a freed plan whose
  * memory is reused never replays a stale command buffer. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,7 +126,8 @@ static vk_exec exec_of(vk_backend *b, VkCommandBuffer cmd)
     e.b = b;
     e.cmd = cmd;
     e.dry = cmd == VK_NULL_HANDLE;
-    e.pass = -1;
+    e.first = 0;
+    e.last = INT_MAX;
     e.msg = b->msg;
     e.msg_len = sizeof b->msg;
     return e;
@@ -214,10 +216,11 @@ static void status_end(vk_backend *b, VkCommandBuffer cmd)
 /* Records the nodes order[a, z) of one level, at most VK_SCRATCH_SLOTS, pass by pass:
  * every node's first dispatch, a barrier, every second dispatch of the nodes that have
  * one, and so on. The nodes of a level are independent, so multi-pass nodes (a batch
- * norm's sums, then their finish) share one barrier per pass instead of one each. Node
- * order[k] takes slice k - a of the scratch ring in every pass: what its first pass
- * leaves there must outlive the other nodes' first passes. ndisp: room for z - a
- * dispatch counts. */
+ * norm's sums, then their finish) share one barrier per pass instead of one each; a node
+ * of more than VK_PASSES_MAX dispatches is recorded whole, its first pass at once
+ * followed by the rest. Node order[k] takes slice k - a of the scratch ring in every
+ * pass: what its first pass leaves there must outlive the other nodes' first passes.
+ * ndisp: room for z - a dispatch counts. */
 static ex_status record_level(vk_exec *e, const ex_node_exec *nodes, const int64_t *order,
                               int64_t a, int64_t z, int *ndisp)
 {
@@ -229,16 +232,25 @@ static ex_status record_level(vk_exec *e, const ex_node_exec *nodes, const int64
         for (int64_t k = a; k < z && st == EX_OK; k++) {
             if (pass > 0 && ndisp[k - a] <= pass)
                 continue;
-            e->pass = pass;
+            e->first = pass;
+            e->last = pass + 1;
             e->dispatches = 0;
             st = run_one(e, &nodes[order[k]], order[k], k - a);
-            if (pass == 0) {
-                ndisp[k - a] = e->dispatches;
-                most = e->dispatches > most ? e->dispatches : most;
+            if (pass > 0)
+                continue;
+            ndisp[k - a] = e->dispatches;
+            if (st == EX_OK && e->dispatches > VK_PASSES_MAX) { /* the rest, whole */
+                e->first = 1;
+                e->last = INT_MAX;
+                e->dispatches = 0;
+                st = run_one(e, &nodes[order[k]], order[k], k - a);
+                ndisp[k - a] = 1;
             }
+            most = ndisp[k - a] > most ? ndisp[k - a] : most;
         }
     }
-    e->pass = -1;
+    e->first = 0;
+    e->last = INT_MAX;
     return st;
 }
 

@@ -89,8 +89,9 @@ typedef struct vk_exec {
     uint64_t scratch_base;         /**< where this node's scratch starts: its slice of the
                                         ring (vk_backend.scratch_slot bytes each) */
     uint64_t need;                 /**< dry pass: most scratch any node asked for */
-    int pass;                      /**< record only the node's dispatch of this number
-                                        (from 0), or every dispatch (-1) */
+    int first, last;               /**< record only the node's dispatches numbered
+                                        [first, last) (from 0); vk_barrier() acts only
+                                        when that is more than one */
     int dispatches;                /**< dispatches the node has asked for so far */
     VkPipeline bound;              /**< the pipeline bound last in cmd */
     VkDescriptorSet bound_set;     /**< the descriptor set bound last in cmd */
@@ -143,8 +144,8 @@ uint32_t vk_scratch_ref(vk_exec *e, uint64_t at, uint64_t bytes, int use);
 ex_status vk_dispatch(vk_exec *e, vk_shader_id shader, int32_t variant, const void *pc,
                       size_t pc_bytes, uint32_t gx, uint32_t gy, uint32_t gz);
 /** A compute-to-compute memory barrier between two dependent dispatches of one node.
- *  Where a level's nodes are recorded pass by pass (e->pass >= 0) the recorder places one
- *  between passes instead, and this does nothing. */
+ *  Where a level's nodes are recorded pass by pass (one dispatch of each at a time) the
+ *  recorder places one between passes instead, and this does nothing. */
 void vk_barrier(vk_exec *e);
 
 /** Workgroups for a grid-stride loop over n items with wg invocations per group. */

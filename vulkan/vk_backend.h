@@ -28,6 +28,9 @@
  *  pass, each in a slice of its own, so that nodes of a group that all use scratch (the
  *  batch norms of one level) need no barrier between them (vulkan/exec.c). */
 #define VK_SCRATCH_SLOTS 8
+/** Nodes of more dispatches than this are recorded whole, after their first, rather than
+ *  pass by pass: GRAD_NORM's hundreds of independent sums would get a barrier each. */
+#define VK_PASSES_MAX 4
 
 /** A free range of a block. */
 typedef struct vk_range {
@@ -209,7 +212,7 @@ unsigned vk_updated_sources(const ex_node_exec *n);
  *  level (vulkan/order.c). EX_ERR_NOMEM with a message when host memory runs out. */
 ex_status vkx_order(vk_backend *b, const ex_node_exec *nodes, int64_t count, int64_t *order,
                     int64_t *level);
-/** A full barrier, whatever e->pass: between two passes of a level's nodes. */
+/** A full barrier, whatever e->first and e->last: between two passes of a level's nodes. */
 void vkx_barrier(vk_exec *e);
 /** Drops every descriptor set (the pools stay for the next recording). */
 void vkx_sets_drop(vk_backend *b);
