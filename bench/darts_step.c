@@ -33,7 +33,7 @@ typedef struct opts {
     int height, width, in_channels;
     int batch, channels, layers, iters;
     int profile;   /* also time one step node by node and report it by op */
-    int recompute; /* ex_search_config.recompute; -1: the default (on) */
+    int recompute; /* ex_search_config.recompute; -1: the default (GPU backends only) */
     int mode;      /* ex_search_mode; -1: the default (darts) */
     int ncand;     /* 0: the default candidates */
     ex_cand cand[EX_MAX_CANDIDATES];
@@ -65,8 +65,8 @@ static void usage(FILE *f)
                "defaults: --backend auto --input 32x32x3 --batch 64 --channels 16 "
                "--layers 8 --iters 20 --profile 0 --mode darts, DARTS's 8 candidates\n"
                "--profile 1 times one more step node by node and reports it by op\n"
-               "--recompute 0 keeps the depthwise convolutions' outputs for the backward pass "
-               "(default 1: recomputes them)\n");
+               "--recompute 0|1 keeps or recomputes the depthwise convolutions' outputs for the "
+               "backward pass (default: recomputes them on GPU backends)\n");
 }
 
 /* ---- arguments ---- */
@@ -543,7 +543,9 @@ static int make_dir(const char *dir)
     return 0;
 }
 
-static void configure(const opts *o, ex_search_config *c)
+/* The search's settings; recompute as the search resolves its default on be, so that the
+ * report says what ran. */
+static void configure(const opts *o, const ex_backend *be, ex_search_config *c)
 {
     ex_search_config_default(c); /* DARTS: first order, darts mode, 8 candidates */
     c->in_channels = o->in_channels;
@@ -554,8 +556,7 @@ static void configure(const opts *o, ex_search_config *c)
     c->layers = o->layers;
     if (o->mode >= 0)
         c->mode = (ex_search_mode)o->mode;
-    if (o->recompute >= 0)
-        c->recompute = o->recompute;
+    c->recompute = o->recompute >= 0 ? o->recompute : ex_backend_get_caps(be)->threads == 0;
     if (o->ncand) {
         c->ncand = o->ncand;
         memcpy(c->cand, o->cand, (size_t)o->ncand * sizeof *c->cand);
@@ -579,7 +580,7 @@ static int profile_run(const opts *o, ex_backend *be, ex_search *s, const batch 
 static int run(const opts *o, ex_backend *be, const char *date, const char *command)
 {
     ex_search_config c;
-    configure(o, &c);
+    configure(o, be, &c);
     batch b = {0};
     timing t = {0};
     json_t *prof = NULL;

@@ -70,7 +70,7 @@ void ex_search_config_default(ex_search_config *c)
     c->topk_k = 3;
     c->topk_threshold = 0.0f;
     c->seed = 2;
-    c->recompute = true;
+    c->recompute = -1;
     c->nonfinite_limit = 3;
 }
 
@@ -121,6 +121,8 @@ static ex_status check_config(const ex_search_config *c, char *msg, size_t len)
         why = "mode or top-k";
     else if (c->nonfinite_limit < 0)
         why = "nonfinite_limit (>= 0)";
+    else if (c->recompute < -1 || c->recompute > 1)
+        why = "recompute (-1, 0 or 1)";
     for (int k = 0; !why && k < c->ncand; k++) {
         if ((unsigned)c->cand[k] >= EX_CAND_COUNT)
             why = "candidate operation";
@@ -468,7 +470,8 @@ ex_status ex_search_new(const ex_search_config *c, ex_backend *be, ex_search **o
     ex_ctx *ctx = ex_ctx_new();
     if (ctx) {
         ex_ctx_fail_alloc_after(ctx, c->fail_alloc_after);
-        ex_graph_set_recompute(ctx, c->recompute);
+        ex_graph_set_recompute(ctx, c->recompute < 0 ? ex_backend_get_caps(be)->threads == 0
+                                                     : c->recompute != 0);
     }
     ex_search *s = ctx ? ex__calloc(ctx, 1, sizeof *s) : NULL;
     if (s)

@@ -390,6 +390,9 @@ static void searches_and_networks(void **state)
     c.nonfinite_limit = -1;
     FAILS_MSG(ex_search_new(&c, be, &s, msg, sizeof msg), EX_ERR_ARG);
     ex_search_config_default(&c);
+    c.recompute = 2;
+    FAILS_MSG(ex_search_new(&c, be, &s, msg, sizeof msg), EX_ERR_ARG);
+    ex_search_config_default(&c);
     c.layers = 0;
     FAILS_MSG(ex_search_new(&c, be, &s, msg, sizeof msg), EX_ERR_ARG);
     ex_search_config_default(&c);
