@@ -33,7 +33,7 @@ typedef struct opts {
     int height, width, in_channels;
     int batch, channels, layers, iters;
     int profile;   /* also time one step node by node and report it by op */
-    int recompute; /* ex_search_config.recompute; -1: the default (GPU backends only) */
+    int recompute; /* ex_search_config.recompute; -1: the backend's default */
     int mode;      /* ex_search_mode; -1: the default (darts) */
     int ncand;     /* 0: the default candidates */
     ex_cand cand[EX_MAX_CANDIDATES];
@@ -57,16 +57,17 @@ typedef struct timing {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: bench_darts_step [--backend NAME] [--input HxWxC] [--batch N] "
-               "[--channels C]\n"
-               "                        [--layers L] [--iters N] [--profile 0|1] "
-               "[--mode darts|gdas|topk]\n"
-               "                        [--cands NAME,NAME,...] [--recompute 0|1] --out DIR\n"
-               "defaults: --backend auto --input 32x32x3 --batch 64 --channels 16 "
-               "--layers 8 --iters 20 --profile 0 --mode darts, DARTS's 8 candidates\n"
-               "--profile 1 times one more step node by node and reports it by op\n"
-               "--recompute 0|1 keeps or recomputes the depthwise convolutions' outputs for the "
-               "backward pass (default: recomputes them on GPU backends)\n");
+    fprintf(f,
+            "usage: bench_darts_step [--backend NAME] [--input HxWxC] [--batch N] "
+            "[--channels C]\n"
+            "                        [--layers L] [--iters N] [--profile 0|1] "
+            "[--mode darts|gdas|topk]\n"
+            "                        [--cands NAME,NAME,...] [--recompute 0|1] --out DIR\n"
+            "defaults: --backend auto --input 32x32x3 --batch 64 --channels 16 "
+            "--layers 8 --iters 20 --profile 0 --mode darts, DARTS's 8 candidates\n"
+            "--profile 1 times one more step node by node and reports it by op\n"
+            "--recompute 0|1 keeps or recomputes the depthwise convolutions' outputs for the "
+            "backward pass (default: recomputes them where the backend says it is cheap, CUDA)\n");
 }
 
 /* ---- arguments ---- */
@@ -556,7 +557,8 @@ static void configure(const opts *o, const ex_backend *be, ex_search_config *c)
     c->layers = o->layers;
     if (o->mode >= 0)
         c->mode = (ex_search_mode)o->mode;
-    c->recompute = o->recompute >= 0 ? o->recompute : ex_backend_get_caps(be)->threads == 0;
+    c->recompute = o->recompute >= 0 ? o->recompute
+                                     : !!(ex_backend_get_caps(be)->features & EX_FEAT_RECOMPUTE);
     if (o->ncand) {
         c->ncand = o->ncand;
         memcpy(c->cand, o->cand, (size_t)o->ncand * sizeof *c->cand);

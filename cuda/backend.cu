@@ -1234,7 +1234,7 @@ ex_status ex_cuda_backend_create(int arg, const ex_backend_iface **iface, void *
     caps->memory_bytes = prop.totalGlobalMem;
     caps->max_alloc_bytes = prop.totalGlobalMem;
     caps->max_binding_bytes = prop.totalGlobalMem;
-    caps->features = EX_FEAT_TIMESTAMPS;
+    caps->features = EX_FEAT_TIMESTAMPS | EX_FEAT_RECOMPUTE;
     caps->threads = 0;
     *iface = &cuda_iface;
     *impl = b;

@@ -470,8 +470,8 @@ ex_status ex_search_new(const ex_search_config *c, ex_backend *be, ex_search **o
     ex_ctx *ctx = ex_ctx_new();
     if (ctx) {
         ex_ctx_fail_alloc_after(ctx, c->fail_alloc_after);
-        ex_graph_set_recompute(ctx, c->recompute < 0 ? ex_backend_get_caps(be)->threads == 0
-                                                     : c->recompute != 0);
+        bool cheap = ex_backend_get_caps(be)->features & EX_FEAT_RECOMPUTE;
+        ex_graph_set_recompute(ctx, c->recompute < 0 ? cheap : c->recompute != 0);
     }
     ex_search *s = ctx ? ex__calloc(ctx, 1, sizeof *s) : NULL;
     if (s)

@@ -77,6 +77,8 @@ typedef struct ex_backend_counters {
 enum ex_backend_feature {
     EX_FEAT_TIMESTAMPS = 1u << 0, /**< per-node timing */
     EX_FEAT_REFERENCE = 1u << 1,  /**< runs the plain reference path of every op */
+    EX_FEAT_RECOMPUTE = 1u << 2,  /**< making cheap tensors again in the backward pass costs
+                                       little here (ex_search_config.recompute's default) */
 };
 
 /** What a backend offers. */

@@ -53,9 +53,10 @@ typedef struct ex_search_config {
     int recompute;             /**< 1: the backward passes recompute depthwise convolutions'
                                     outputs instead of keeping them (ex_graph_set_recompute):
                                     the same results with a third less memory; 0: they keep
-                                    them; -1 (default): on GPU backends only (caps.threads 0),
-                                    where the extra kernels are cheap (CUDA: 6 % more time,
-                                    38 % less memory), not on the CPU (14 % more time) */
+                                    them; -1 (default): where the backend says it is cheap
+                                    (EX_FEAT_RECOMPUTE: CUDA, 6 % more time for 38 % less
+                                    memory), not on Vulkan (10 % more time, its dispatches
+                                    and barriers) or the CPU (14 % more time) */
     int nonfinite_limit;       /**< steps in a row whose loss or gradients are not finite that
                                     are skipped (state kept) before ex_search_step fails with
                                     EX_ERR_NONFINITE (3; 0: the first one fails) */
