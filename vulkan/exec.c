@@ -94,13 +94,13 @@ static ex_status check_aligned(vk_exec *e, const ex_tdesc *t, const char *what)
                    (unsigned long long)t->offset);
 }
 
-/* Node i, its scratch at slice `slot` of the ring. */
-static ex_status run_one(vk_exec *e, const ex_node_exec *n, int64_t i, int64_t slot)
+/* Node i, its scratch from byte `base` of the ring on. */
+static ex_status run_one(vk_exec *e, const ex_node_exec *n, int64_t i, uint64_t base)
 {
     e->n = n;
     e->index = i;
     e->scratch_at = 0;
-    e->scratch_base = e->dry ? 0 : (uint64_t)(slot % VK_SCRATCH_SLOTS) * e->b->scratch_slot;
+    e->scratch_base = e->dry ? 0 : base;
     ex_status st = EX_OK;
     if (n->gate) {
         const ex_tdesc *g = n->gate;
@@ -162,14 +162,16 @@ static uint64_t vk_where(const ex_tdesc *t)
 }
 
 /* Checks every node and makes the scratch large enough; a new scratch drops what was
- * recorded against the old one. */
-static ex_status dry_pass(vk_backend *b, const ex_node_exec *nodes, int64_t count)
+ * recorded against the old one. need (NULL: not wanted): each node's scratch bytes. */
+static ex_status dry_pass(vk_backend *b, const ex_node_exec *nodes, int64_t count, uint64_t *need)
 {
     vk_exec e = exec_of(b, VK_NULL_HANDLE);
     for (int64_t i = 0; i < count; i++) {
         ex_status st = run_one(&e, &nodes[i], i, 0);
         if (st != EX_OK)
             return st;
+        if (need)
+            need[i] = e.scratch_at;
     }
     if (e.need <= b->scratch_slot)
         return EX_OK;
@@ -213,16 +215,37 @@ static void status_end(vk_backend *b, VkCommandBuffer cmd)
                          0, NULL, 0, NULL);
 }
 
-/* Records the nodes order[a, z) of one level, at most VK_SCRATCH_SLOTS, pass by pass:
- * every node's first dispatch, a barrier, every second dispatch of the nodes that have
- * one, and so on. The nodes of a level are independent, so multi-pass nodes (a batch
- * norm's sums, then their finish) share one barrier per pass instead of one each; a node
- * of more than VK_PASSES_MAX dispatches is recorded whole, its first pass at once
- * followed by the rest. Node order[k] takes slice k - a of the scratch ring in every
- * pass: what its first pass leaves there must outlive the other nodes' first passes.
- * ndisp: room for z - a dispatch counts. */
+/* The end of the group of nodes from order[a] on: nodes of one level whose scratch fits
+ * side by side in the ring from *ring on (the group's first node starts the ring again
+ * when it does not fit at its end). base[k - a]: where node order[k]'s scratch starts. */
+static int64_t group_end(const vk_backend *b, const int64_t *order, const int64_t *level,
+                         const uint64_t *need, int64_t a, int64_t count, uint64_t *ring,
+                         uint64_t *base)
+{
+    int64_t z = a;
+    do {
+        uint64_t n = need[order[z]];
+        if (*ring + n > b->scratch_bytes) {
+            if (z > a)
+                break;
+            *ring = 0;
+        }
+        base[z - a] = *ring;
+        *ring += n;
+        z++;
+    } while (z < count && level[order[z]] == level[order[a]]);
+    return z;
+}
+
+/* Records the nodes order[a, z) of one group pass by pass: every node's first dispatch,
+ * a barrier, every second dispatch of the nodes that have one, and so on. The nodes of
+ * a level are independent, so multi-pass nodes (a batch norm's sums, then their finish)
+ * share one barrier per pass instead of one each; a node of more than VK_PASSES_MAX
+ * dispatches is recorded whole, its first pass at once followed by the rest. Node
+ * order[k] has its scratch from base[k - a] on in every pass: what its first pass leaves
+ * there must outlive the other nodes' first passes. ndisp: room for z - a counts. */
 static ex_status record_level(vk_exec *e, const ex_node_exec *nodes, const int64_t *order,
-                              int64_t a, int64_t z, int *ndisp)
+                              int64_t a, int64_t z, const uint64_t *base, int *ndisp)
 {
     int most = 0;
     ex_status st = EX_OK;
@@ -235,7 +258,7 @@ static ex_status record_level(vk_exec *e, const ex_node_exec *nodes, const int64
             e->first = pass;
             e->last = pass + 1;
             e->dispatches = 0;
-            st = run_one(e, &nodes[order[k]], order[k], k - a);
+            st = run_one(e, &nodes[order[k]], order[k], base[k - a]);
             if (pass > 0)
                 continue;
             ndisp[k - a] = e->dispatches;
@@ -243,7 +266,7 @@ static ex_status record_level(vk_exec *e, const ex_node_exec *nodes, const int64
                 e->first = 1;
                 e->last = INT_MAX;
                 e->dispatches = 0;
-                st = run_one(e, &nodes[order[k]], order[k], k - a);
+                st = run_one(e, &nodes[order[k]], order[k], base[k - a]);
                 ndisp[k - a] = 1;
             }
             most = ndisp[k - a] > most ? ndisp[k - a] : most;
@@ -254,16 +277,18 @@ static ex_status record_level(vk_exec *e, const ex_node_exec *nodes, const int64
     return st;
 }
 
-/* Records the nodes by dependency level (vkx_order), each under its own index. */
+/* Records the nodes by dependency level (vkx_order), each under its own index; need:
+ * each node's scratch bytes (dry_pass). */
 static ex_status record(vk_backend *b, const ex_node_exec *nodes, int64_t count,
-                        VkCommandBuffer cmd)
+                        const uint64_t *need, VkCommandBuffer cmd)
 {
     double t0 = now_ms();
-    int64_t *order = malloc((size_t)(count + 1) * sizeof *order);
-    int64_t *level = malloc((size_t)(count + 1) * sizeof *level);
-    int *ndisp = malloc((size_t)(count + 1) * sizeof *ndisp);
+    size_t n = (size_t)count + 1;
+    int64_t *order = malloc(n * sizeof *order), *level = malloc(n * sizeof *level);
+    uint64_t *base = malloc(n * sizeof *base);
+    int *ndisp = malloc(n * sizeof *ndisp);
     ex_status st = EX_OK;
-    if (!order || !level || !ndisp) {
+    if (!order || !level || !base || !ndisp) {
         snprintf(b->msg, sizeof b->msg, "vulkan: out of host memory recording %lld nodes",
                  (long long)count);
         st = EX_ERR_NOMEM;
@@ -273,29 +298,26 @@ static ex_status record(vk_backend *b, const ex_node_exec *nodes, int64_t count,
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     if (st == EX_OK)
         st = vk_check(b, vkBeginCommandBuffer(cmd, &bi), "vkBeginCommandBuffer");
-    if (st != EX_OK) {
-        free(order);
-        free(level);
-        free(ndisp);
-        return st;
-    }
-    b->counts.dispatches = b->counts.barriers = b->counts.inexact = 0;
-    status_begin(b, cmd);
-    b->nreads = b->nwrites = 0;
-    vk_exec e = exec_of(b, cmd);
-    for (int64_t a = 0, z; a < count && st == EX_OK; a = z) {
-        for (z = a + 1; z < count && z - a < VK_SCRATCH_SLOTS && level[order[z]] == level[order[a]];
-             z++)
-            ;
-        st = record_level(&e, nodes, order, a, z, ndisp);
+    if (st == EX_OK) {
+        b->counts.dispatches = b->counts.barriers = b->counts.inexact = 0;
+        status_begin(b, cmd);
+        b->nreads = b->nwrites = 0;
+        vk_exec e = exec_of(b, cmd);
+        uint64_t ring = 0;
+        for (int64_t a = 0, z; a < count && st == EX_OK; a = z) {
+            z = group_end(b, order, level, need, a, count, &ring, base);
+            st = record_level(&e, nodes, order, a, z, base, ndisp);
+        }
+        status_end(b, cmd);
+        ex_status end = vk_check(b, vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
+        st = st != EX_OK ? st : end;
     }
     free(order);
     free(level);
+    free(base);
     free(ndisp);
-    status_end(b, cmd);
-    ex_status end = vk_check(b, vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
     b->counts.record_ms = now_ms() - t0;
-    return st != EX_OK ? st : end;
+    return st;
 }
 
 static ex_status step_for(vk_backend *b, const ex_node_exec *nodes, int64_t count,
@@ -314,9 +336,17 @@ static ex_status step_for(vk_backend *b, const ex_node_exec *nodes, int64_t coun
         if (s->used < lru->used)
             lru = s;
     }
-    ex_status st = dry_pass(b, nodes, count);
-    if (st != EX_OK)
+    uint64_t *need = malloc(((size_t)count + 1) * sizeof *need);
+    if (!need) {
+        snprintf(b->msg, sizeof b->msg, "vulkan: out of host memory recording %lld nodes",
+                 (long long)count);
+        return EX_ERR_NOMEM;
+    }
+    ex_status st = dry_pass(b, nodes, count, need);
+    if (st != EX_OK) {
+        free(need);
         return st;
+    }
     if (b->nsets > VK_SETS_MAX)
         vkx_invalidate(b); /* a bound on the sets kept: nothing is in flight */
     lru = &b->steps[0];
@@ -331,12 +361,14 @@ static ex_status step_for(vk_backend *b, const ex_node_exec *nodes, int64_t coun
         st = vk_check(b, vkAllocateCommandBuffers(b->dev, &ai, &lru->cmd), "command buffer");
         if (st != EX_OK) {
             lru->cmd = VK_NULL_HANDLE;
+            free(need);
             return st;
         }
         vk_count_object(b, 1);
     }
     lru->used = 0;
-    st = record(b, nodes, count, lru->cmd);
+    st = record(b, nodes, count, need, lru->cmd);
+    free(need);
     if (st != EX_OK)
         return st;
     lru->nodes = nodes;
@@ -413,7 +445,7 @@ static ex_status run_profiled(vk_backend *b, const ex_node_exec *nodes, int64_t 
 {
     ex_status st = vkm_submit_wait(b, NULL); /* pending uploads leave the staging buffer */
     if (st == EX_OK)
-        st = dry_pass(b, nodes, count);
+        st = dry_pass(b, nodes, count, NULL);
     int ts = b->feat.timestamps;
     if (st == EX_OK && ts)
         st = queries_reserve(b, (uint32_t)(2 * count));

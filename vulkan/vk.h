@@ -86,8 +86,7 @@ typedef struct vk_exec {
     int ref_error;                 /**< a reference found no binding */
     uint32_t gate;                 /**< the gate's reference, or VK_NOREF */
     uint64_t scratch_at;           /**< bytes of scratch this node has taken */
-    uint64_t scratch_base;         /**< where this node's scratch starts: its slice of the
-                                        ring (vk_backend.scratch_slot bytes each) */
+    uint64_t scratch_base;         /**< where this node's scratch starts in the ring */
     uint64_t need;                 /**< dry pass: most scratch any node asked for */
     int first, last;               /**< record only the node's dispatches numbered
                                         [first, last) (from 0); vk_barrier() acts only

@@ -24,9 +24,10 @@
  *  bindings point at), then scratch. */
 #define VK_STATUS_BYTES VK_ALIGN
 #define VK_SCRATCH_AT (2 * VK_ALIGN)
-/** Slices of the scratch: a level's nodes are recorded in groups of this many, pass by
- *  pass, each in a slice of its own, so that nodes of a group that all use scratch (the
- *  batch norms of one level) need no barrier between them (vulkan/exec.c). */
+/** The scratch holds this many times the most any node needs. A level's nodes are
+ *  recorded pass by pass in groups whose scratch lies side by side in it, taken as a ring,
+ *  so that nodes that all use scratch (the batch norms of one level) need no barrier
+ *  between them (vulkan/exec.c). */
 #define VK_SCRATCH_SLOTS 8
 /** Nodes of more dispatches than this are recorded whole, after their first, rather than
  *  pass by pass: GRAD_NORM's hundreds of independent sums would get a barrier each. */
@@ -138,8 +139,8 @@ struct vk_backend {
     uint64_t stage_used; /**< staging bytes holding those uploads' data */
     vk_buffer *internal; /**< status words, then scratch */
     uint64_t scratch_bytes;
-    uint64_t scratch_slot; /**< a node's slice of the scratch: the most any node needs;
-                                the scratch holds VK_SCRATCH_SLOTS of them */
+    uint64_t scratch_slot; /**< the most any node needs, with room to spare; the scratch
+                                holds VK_SCRATCH_SLOTS of them */
     /* recording */
     VkDescriptorSetLayout set_layout;
     VkPipelineLayout layout;
