@@ -220,9 +220,14 @@ static void pw_common(vk_exec *e, const ex_node_exec *n, bn_pw_pc *pc)
     pc->n = (uint32_t)ex_td_numel(x);
 }
 
-static ex_status pointwise(vk_exec *e, int variant, const bn_pw_pc *pc)
+/* Four neighbours of a row an invocation where rows allow it (BN_QUAD). */
+static ex_status pointwise(vk_exec *e, int variant, bn_pw_pc *pc)
 {
-    return vk_dispatch(e, VK_SH_batchnorm_pointwise, variant, pc, sizeof *pc, vk_groups(pc->n, 128),
+    if (pc->ne[3] % 4 == 0 && pc->sx[3] == 1 && pc->sd[3] == 1 &&
+        (variant == BN_APPLY || pc->sy[3] == 1))
+        pc->flags |= BN_QUAD;
+    uint32_t items = pc->flags & BN_QUAD ? pc->n / 4 : pc->n;
+    return vk_dispatch(e, VK_SH_batchnorm_pointwise, variant, pc, sizeof *pc, vk_groups(items, 128),
                        1, 1);
 }
 

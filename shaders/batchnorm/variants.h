@@ -10,3 +10,4 @@
 #define BN_DATA 1      // pointwise.comp: dx
 #define BN_TRAIN 1u    // pointwise.comp's flags: BN_DATA in training
 #define BN_XHAT 2u     // pointwise.comp's flags: x is xhat itself (ip1 of the backward ops)
+#define BN_QUAD 4u     // pointwise.comp's flags: 4 neighbours of a row an invocation
