@@ -193,6 +193,26 @@ static int mix_group(vk_exec *e, const ex_node_exec *n, const mix_ops *m, int j0
     return j;
 }
 
+/* Whether strides st lay out shape ne row-major without gaps (sizes of 1 take any
+ * stride): mix.comp's contiguous(). */
+static int mix_dense(const uint32_t *ne, const uint32_t *st)
+{
+    uint32_t p = 1;
+    for (int k = 3; k >= 0; k--) {
+        if (ne[k] > 1 && st[k] != p)
+            return 0;
+        p *= ne[k];
+    }
+    return 1;
+}
+
+/* The forward's invocations: one per element, or per 4 where mix.comp takes quads. */
+static uint32_t mix_items(const mix_pc *pc)
+{
+    int quads = pc->n % 4 == 0 && mix_dense(pc->ne, pc->sd) && mix_dense(pc->ne, pc->sx);
+    return quads ? pc->n / 4 : pc->n;
+}
+
 /* The groups' dispatches of variant (MIX_FWD, then MIX_FWD_ACC; or MIX_DOT into the
  * group's rows of partials) over the operand d of n elements, each binding only its
  * candidates. Forward, a first dispatch runs even without a good candidate, so dst is
@@ -226,7 +246,7 @@ static ex_status mix_groups(vk_exec *e, const ex_node_exec *n, mix_ops *m, const
         ex_status st =
             dot ? vk_dispatch(e, VK_SH_nas_mix, MIX_DOT, &pc, sizeof pc, vk_groups(m->nch, 1), 1, 1)
                 : vk_dispatch(e, VK_SH_nas_mix, first ? MIX_FWD : MIX_FWD_ACC, &pc, sizeof pc,
-                              vk_groups(m->numel, 128), 1, 1);
+                              vk_groups(mix_items(&pc), 128), 1, 1);
         if (st != EX_OK)
             return st;
         if (!dot)

@@ -4,7 +4,8 @@
 // read; the group's activity is read once per invocation (the coefficients per element,
 // uniform loads from the table's uniform buffer: an array of them would be indexed at run
 // time), every active candidate's load of an element is issued before the first is added,
-// and where dy (dst) and the group are contiguous an element's offset is its index.
+// and where dy (dst) and the group are contiguous an element's offset is its index (and,
+// for a multiple of 4 elements, an invocation takes 4 neighbours).
 // MIX_FWD writes dst, MIX_FWD_ACC adds to it, so every element is the sum over the
 // candidates in index order, as on the CPU. MIX_DOT: a workgroup per chunk of MIX_CHUNK
 // elements of dy, MIX_SUB at a time with every load of dy and of the active candidates
@@ -53,10 +54,32 @@ bool contiguous(uvec4 s)
     return ok;
 }
 
+// Dense operands of a multiple of 4 elements (vulkan/nas.c's mix_quads): 4 neighbours an
+// invocation, each candidate's 4 in one load request, the same sums per element.
+void forward_quads(uint on)
+{
+    const uvec4 j = uvec4(0u, 1u, 2u, 3u);
+    for (uint i = gl_GlobalInvocationID.x * 4u; i < pc.n; i += gl_NumWorkGroups.x * 512u) {
+        vec4 xv[MIX_GROUP];
+        [[unroll]] for (uint q = 0u; q < MIX_GROUP; q++)
+            xv[q] = ((on >> q) & 1u) != 0u ? ldf4(cand(q), i + j) : vec4(0.0);
+        vec4 acc = VARIANT == MIX_FWD_ACC ? ldf4(pc.d, i + j) : vec4(0.0);
+        [[unroll]] for (uint q = 0u; q < MIX_GROUP; q++)
+            if (((on >> q) & 1u) != 0u)
+                acc += ldfu(pc.tab, MIX_TAB * (pc.j0 + q)) * xv[q];
+        [[unroll]] for (uint t = 0u; t < 4u; t++)
+            stf(pc.d, i + t, acc[t]);
+    }
+}
+
 void forward()
 {
     uint on = actives();
     bool dense = contiguous(pc.sd) && contiguous(pc.sx);
+    if (dense && pc.n % 4u == 0u) {
+        forward_quads(on);
+        return;
+    }
     for (uint i = gl_GlobalInvocationID.x; i < pc.n; i += gl_NumWorkGroups.x * 128u) {
         uint od = i, ox = i;
         if (!dense) {
