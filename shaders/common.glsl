@@ -134,7 +134,7 @@ float ldf(uint ref, uint i) { return uintBitsToFloat(ld(ref, i)); }
 // loads in flight per invocation (the memory-bound fast paths) asks for them together.
 // Every index must lie in the operand's own range (the binding holds nothing else):
 // callers point masked lanes at element 0 and discard them. Storage operands only.
-vec4 ldf4(uint ref, uvec4 i)
+uvec4 ld4(uint ref, uvec4 i)
 {
     uvec4 a = uvec4(ref & REF_ELEM) + i;
     uvec4 v;
@@ -144,8 +144,9 @@ vec4 ldf4(uint ref, uvec4 i)
     case 2u: v = uvec4(b2.w[a.x], b2.w[a.y], b2.w[a.z], b2.w[a.w]); break;
     default: v = uvec4(b3.w[a.x], b3.w[a.y], b3.w[a.z], b3.w[a.w]); break;
     }
-    return uintBitsToFloat(v);
+    return v;
 }
+vec4 ldf4(uint ref, uvec4 i) { return uintBitsToFloat(ld4(ref, i)); }
 
 // A small operand the host took with vk_ref_small(): a uniform buffer when it fit one, a
 // storage buffer otherwise. Only for those operands: ld() cannot read a uniform buffer.

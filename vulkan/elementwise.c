@@ -65,9 +65,16 @@ static ex_status setup(vk_exec *e, const ex_node_exec *n, int nsrc, int nalign, 
     return EX_OK;
 }
 
+/* Whether ew.comp takes 4 neighbours of a row an invocation (its main()). */
+static int ew_quads(int variant, const ew_pc *pc)
+{
+    return variant != EW_COPY_RESHAPE && variant != EW_DROP_PATH && pc->ne[3] % 4 == 0;
+}
+
 static ex_status go(vk_exec *e, int variant, const ew_pc *pc)
 {
-    return vk_dispatch(e, VK_SH_elementwise_ew, variant, pc, sizeof *pc, vk_groups(pc->n, 128), 1,
+    uint32_t items = ew_quads(variant, pc) ? pc->n / 4 : pc->n;
+    return vk_dispatch(e, VK_SH_elementwise_ew, variant, pc, sizeof *pc, vk_groups(items, 128), 1,
                        1);
 }
 

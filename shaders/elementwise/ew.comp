@@ -1,5 +1,8 @@
 // Every element-wise op: one invocation per dst element, sources at dst's coordinates
 // through their own (possibly 0) strides; COPY_RESHAPE pairs elements by logical index.
+// Where rows hold a multiple of 4 elements (vulkan/elementwise.c's ew_quads()), the ops
+// but COPY_RESHAPE and DROP_PATH take 4 neighbours of a row an invocation: one index
+// computation for 4 elements, and each operand's 4 loads in one request.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -14,9 +17,56 @@ layout(push_constant) uniform PC
     uint pdim, cst, r0, r1;
 } pc;
 
+const bool BINARY = VARIANT == EW_ADD || VARIANT == EW_SUB || VARIANT == EW_MUL ||
+                    VARIANT == EW_AXPY || VARIANT == EW_RELU_BWD;
+const bool ARITH = VARIANT <= EW_RELU_BWD;
+
+// The arithmetic ops on x (and y, for the binary ones).
+float arith(float x, float y)
+{
+    float p = uintBitsToFloat(pc.bits);
+    if (VARIANT == EW_ADD)
+        return x + y;
+    if (VARIANT == EW_SUB)
+        return x - y;
+    if (VARIANT == EW_MUL)
+        return x * y;
+    if (VARIANT == EW_SCALE)
+        return p * x;
+    if (VARIANT == EW_AXPY)
+        return p * x + y;
+    if (VARIANT == EW_RELU)
+        return x < 0.0 ? 0.0 : x;
+    return x > 0.0 ? y : 0.0;
+}
+
+void quads()
+{
+    const uvec4 j = uvec4(0u, 1u, 2u, 3u);
+    for (uint q = gl_GlobalInvocationID.x; q < pc.n / 4u; q += gl_NumWorkGroups.x * 128u) {
+        uvec4 c = coords4(pc.ne, 4u * q);
+        uint od = dot4(c, pc.sd), oa = dot4(c, pc.sa), ob = dot4(c, pc.sb);
+        uvec4 r = uvec4(pc.bits);
+        if (VARIANT == EW_COPY) {
+            r = ld4(pc.a, oa + j * pc.sa.w);
+        } else if (ARITH) {
+            vec4 x = ldf4(pc.a, oa + j * pc.sa.w);
+            vec4 y = BINARY ? ldf4(pc.b, ob + j * pc.sb.w) : vec4(0.0);
+            for (uint t = 0u; t < 4u; t++)
+                r[t] = floatBitsToUint(arith(x[t], y[t]));
+        }
+        for (uint t = 0u; t < 4u; t++)
+            st(pc.d, od + t * pc.sd.w, r[t]);
+    }
+}
+
 void main()
 {
     GATE_RETURN();
+    if (VARIANT != EW_COPY_RESHAPE && VARIANT != EW_DROP_PATH && pc.ne.w % 4u == 0u) {
+        quads();
+        return;
+    }
     float keep = uintBitsToFloat(pc.bits);
     uint c0 = 0u, c1 = 0u;
     if (VARIANT == EW_DROP_PATH) {
@@ -36,28 +86,7 @@ void main()
             float u = philox_uniform(pc.k0, pc.k1, c0, c1, c[pc.pdim]);
             stf(pc.d, od, ldf(pc.a, oa) * (u < keep ? 1.0 / keep : 0.0));
         } else {
-            float x = ldf(pc.a, oa);
-            float y = (VARIANT == EW_ADD || VARIANT == EW_SUB || VARIANT == EW_MUL ||
-                       VARIANT == EW_AXPY || VARIANT == EW_RELU_BWD)
-                          ? ldf(pc.b, ob)
-                          : 0.0;
-            float p = uintBitsToFloat(pc.bits);
-            float r;
-            if (VARIANT == EW_ADD)
-                r = x + y;
-            else if (VARIANT == EW_SUB)
-                r = x - y;
-            else if (VARIANT == EW_MUL)
-                r = x * y;
-            else if (VARIANT == EW_SCALE)
-                r = p * x;
-            else if (VARIANT == EW_AXPY)
-                r = p * x + y;
-            else if (VARIANT == EW_RELU)
-                r = x < 0.0 ? 0.0 : x;
-            else
-                r = x > 0.0 ? y : 0.0;
-            stf(pc.d, od, r);
+            stf(pc.d, od, arith(ldf(pc.a, oa), BINARY ? ldf(pc.b, ob) : 0.0));
         }
     }
 }
