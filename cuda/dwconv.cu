@@ -722,16 +722,193 @@ __global__ void dw_rows_filter_kernel(cu_dw_args a, int seg, int per, double *pa
 /** Blocks the filter gradient's grouping aims at. */
 #define DW_ROWS_FILTER_BLOCKS 1024
 
+/* ---- the filter gradient for stride 1, "same" padding, rows of 4k columns ----
+ * Column quads: a thread holds four adjacent columns of a plane (one float4 of x and
+ * one of dy a row), a segment of W/4 lanes (rounded up to a power of two) a plane, and
+ * walks the plane's rows once. Each x row, widened by the halo HA = (K-1) D / 2 columns
+ * that its neighbouring lanes hold (2 HA shuffles for four columns, not K a column),
+ * meets at once the K dy rows that read it, which wait in a ring of (K-1) D + 1 rows in
+ * registers: every x and dy element is loaded once, as part of a float4. */
+
+/** Widest rows the quads take (a segment is at most a warp). */
+#define DW_QUAD_MAX_W 128
+
+/* Columns 4q - HA .. 4q + 3 + HA of an x row into xs, the halo from the neighbouring
+ * lanes of the segment (2^seg lanes), zero beyond the row. */
+template <int HA>
+__device__ __forceinline__ void dw_quad_halo(float4 x, int q, int quads, int seg, float *xs)
+{
+    const float own[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+    for (int k = 0; k < HA; k++) {
+        float l = __shfl_up_sync(0xffffffffu, own[4 - HA + k], 1, 1 << seg);
+        float r = __shfl_down_sync(0xffffffffu, own[k], 1, 1 << seg);
+        xs[k] = q > 0 ? l : 0.0f;
+        xs[4 + HA + k] = q + 1 < quads ? r : 0.0f;
+    }
+#pragma unroll
+    for (int v = 0; v < 4; v++)
+        xs[HA + v] = own[v];
+}
+
+/* Row `row` of a plane at p (this lane's quad), or zeros outside [0, rows) or off. */
+__device__ __forceinline__ float4 dw_quad_row(const float *p, int64_t sr, int row, int rows,
+                                              bool on)
+{
+    return on && row >= 0 && row < rows ? *(const float4 *)(p + row * sr)
+                                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+
+/* One plane's taps into acc. Step t brings dy row t into the ring and x row t - HA,
+ * which dy rows t - p D (tap row p) read; the next step's rows are loaded before this
+ * one's arithmetic, so a load is always in flight. */
+template <int K, int D>
+__device__ __forceinline__ void dw_quad_plane(const cu_dw_args &a, const float *xp, const float *yp,
+                                              bool on, int q, int quads, int seg, float *acc)
+{
+    const int HA = (K - 1) * D / 2, R = (K - 1) * D + 1, steps = a.h + HA;
+    float4 ring[R];
+#pragma unroll
+    for (int u = 0; u < R; u++)
+        ring[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float4 dn = dw_quad_row(yp, a.y.st[2], 0, a.h, on),
+           xn = dw_quad_row(xp, a.x.st[2], -HA, a.h, on);
+    for (int t0 = 0; t0 < steps; t0 += R) {
+#pragma unroll
+        for (int u = 0; u < R; u++) {
+            const int t = t0 + u;
+            if (t >= steps)
+                break;
+            float4 x = xn;
+            ring[u] = dn;
+            dn = dw_quad_row(yp, a.y.st[2], t + 1, a.h, on);
+            xn = dw_quad_row(xp, a.x.st[2], t + 1 - HA, a.h, on);
+            if (t < HA)
+                continue;
+            if (a.relu) /* max(x, 0) as dw_rows_load: a NaN stays */
+                x = make_float4(x.x < 0.0f ? 0.0f : x.x, x.y < 0.0f ? 0.0f : x.y,
+                                x.z < 0.0f ? 0.0f : x.z, x.w < 0.0f ? 0.0f : x.w);
+            float xs[4 + 2 * HA];
+            dw_quad_halo<HA>(x, q, quads, seg, xs);
+#pragma unroll
+            for (int p = 0; p < K; p++) {
+                const float4 d = ring[(u - p * D + R) % R];
+#pragma unroll
+                for (int b = 0; b < K; b++) {
+                    float s = acc[p * K + b];
+                    s += d.x * xs[b * D];
+                    s += d.y * xs[b * D + 1];
+                    s += d.z * xs[b * D + 2];
+                    s += d.w * xs[b * D + 3];
+                    acc[p * K + b] = s;
+                }
+            }
+        }
+    }
+}
+
+/* The filter gradient on column quads: block (channel c, group) has its warps hold
+ * 32 / 2^seg samples of c at once; then as dw_filter_kernel: warp sums, the warps in
+ * order into a double partial, the last block adds the groups. */
+/* Blocks a multiprocessor should hold: 4 for the common 3x3 (64 registers, all of the
+ * grid resident at 256x64x32x32), 2 for the larger windows (few spills), 1 for 7x7. */
+#define DW_QUAD_MIN_BLOCKS(K, D) ((K) == 3 && (D) == 1 ? 4 : (K) == 7 ? 1 : 2)
+
+template <int K, int D>
+__global__ void __launch_bounds__(CU_THREADS, DW_QUAD_MIN_BLOCKS(K, D))
+    dw_quad_filter_kernel(cu_dw_args a, int seg, int per, double *part, unsigned *ticket,
+                          const float *gate)
+{
+    __shared__ float red[(CU_THREADS / 32) * K * K];
+    if (cu_gated_off(gate))
+        return;
+    const int c = blockIdx.x, grp = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int spw = 32 >> seg, nw = blockDim.x >> 5, q = lane & ((1 << seg) - 1), quads = a.w / 4;
+    const int64_t n1 = min((int64_t)(grp + 1) * per, a.n);
+    float acc[K * K];
+#pragma unroll
+    for (int t = 0; t < K * K; t++)
+        acc[t] = 0.0f;
+    for (int64_t s0 = (int64_t)grp * per + warp * spw; s0 < n1; s0 += nw * spw) {
+        int64_t nb = s0 + (lane >> seg);
+        int64_t pl = (nb < n1 ? nb : 0) * a.c + c;
+        const float *xp = dw_rows_plane(a.x, pl, a.c) + 4 * q * a.x.st[3];
+        const float *yp = dw_rows_plane(a.y, pl, a.c) + 4 * q * a.y.st[3];
+        dw_quad_plane<K, D>(a, xp, yp, nb < n1 && q < quads, q, quads, seg, acc);
+    }
+    dw_filter_partial<K>(acc, red, part + ((int64_t)grp * a.c + c) * (K * K));
+    if (cu_last_block(ticket)) {
+        dw_geo g = {};
+        g.c = (int)a.c;
+        dw_filter_sum<K>(g, part, (int)gridDim.y, a.wt);
+    }
+}
+
+/* Whether t's rows are runs of float4s: unit column stride, 16-byte aligned. */
+static bool dw_quad_rows(const cu_t4 &t)
+{
+    return t.st[3] == 1 && (uintptr_t)t.p % 16 == 0 && t.st[0] % 4 == 0 && t.st[1] % 4 == 0 &&
+           t.st[2] % 4 == 0;
+}
+
+/* The samples each filter-gradient block takes (a multiple of step, the samples a
+ * block holds at once) and the groups that makes, about DW_ROWS_FILTER_BLOCKS blocks. */
+static void dw_filter_groups(const cu_dw_args *a, int64_t step, int64_t *per, int64_t *groups)
+{
+    int64_t g = (DW_ROWS_FILTER_BLOCKS + a->c - 1) / a->c;
+    int64_t p = (a->n + g - 1) / g;
+    p = p < 1 ? step : (p + step - 1) / step * step;
+    *per = p;
+    *groups = a->n > 0 ? (a->n + p - 1) / p : 1;
+}
+
+template <int K, int D>
+static ex_status dw_quad_launch(cu_exec *e, const cu_dw_args *a, int seg, const char *name)
+{
+    int64_t per, groups;
+    dw_filter_groups(a, (int64_t)(CU_THREADS / 32) << (5 - seg), &per, &groups);
+    void *ws = NULL;
+    ex_status st = cu_scratch(e, sizeof(double) * (size_t)(groups * a->c * K * K), &ws);
+    if (st != EX_OK || e->dry)
+        return st;
+    cu_launch(e, dw_quad_filter_kernel<K, D>, dim3((unsigned)a->c, (unsigned)groups), CU_THREADS, 0,
+              *a, seg, (int)per, (double *)ws, e->ticket, e->gate);
+    return cu_launched(e, name);
+}
+
+/* Runs the filter gradient on column quads when they apply: stride 1, equal dilations
+ * D of 1 or 2, "same" padding of at most 4, rows of 4k columns up to DW_QUAD_MAX_W that
+ * are runs of float4s in x and dy. */
+static int dw_quad(cu_exec *e, const cu_dw_args *a, const char *name, ex_status *st)
+{
+    int d = a->dh, ha = (a->k - 1) * d / 2;
+    if (a->s != 1 || a->dw != d || (d != 1 && d != 2) || ha > 4 || a->ph != ha || a->pw != ha ||
+        a->ho != a->h || a->wo != a->w || a->w % 4 != 0 || a->w < 4 || a->w > DW_QUAD_MAX_W ||
+        a->n > 0x3fffffff || a->c > 65535 || !dw_quad_rows(a->x) || !dw_quad_rows(a->y))
+        return 0;
+    int seg = cu_wrow_seg(a->w / 4);
+    if (a->k == 3 && d == 1)
+        *st = dw_quad_launch<3, 1>(e, a, seg, name);
+    else if (a->k == 3)
+        *st = dw_quad_launch<3, 2>(e, a, seg, name);
+    else if (a->k == 5 && d == 1)
+        *st = dw_quad_launch<5, 1>(e, a, seg, name);
+    else if (a->k == 5)
+        *st = dw_quad_launch<5, 2>(e, a, seg, name);
+    else if (a->k == 7 && d == 1)
+        *st = dw_quad_launch<7, 1>(e, a, seg, name);
+    else
+        return 0;
+    return 1;
+}
+
 template <int K, int D>
 static ex_status dw_rows_launch(cu_exec *e, int which, const cu_dw_args *a, int seg,
                                 const char *name)
 {
     if (which == 2) {
-        int64_t step = (int64_t)(CU_THREADS / 32) << (5 - seg); /* samples a block holds */
-        int64_t groups = (DW_ROWS_FILTER_BLOCKS + a->c - 1) / a->c;
-        int64_t per = (a->n + groups - 1) / groups;
-        per = per < 1 ? step : (per + step - 1) / step * step;
-        groups = a->n > 0 ? (a->n + per - 1) / per : 1;
+        int64_t per, groups; /* in steps of the samples a block holds */
+        dw_filter_groups(a, (int64_t)(CU_THREADS / 32) << (5 - seg), &per, &groups);
         void *ws = NULL;
         ex_status st = cu_scratch(e, sizeof(double) * (size_t)(groups * a->c * K * K), &ws);
         if (st != EX_OK || e->dry)
@@ -775,6 +952,8 @@ static int dw_rows(cu_exec *e, int which, const cu_dw_args *a, const char *name,
 
 int cu_dw_staged(cu_exec *e, int which, const cu_dw_args *a, const char *name, ex_status *st)
 {
+    if (which == 2 && dw_quad(e, a, name, st))
+        return 1;
     if (dw_rows(e, which, a, name, st))
         return 1;
     dw_geo g;

@@ -187,6 +187,11 @@ static const tcase conv_cases[] = {
     DWX("dwconv2d 3x3 stride 2, 8x16x32x32", (8, 16, 32, 32), 16, 3, 2, 1),
     DWX("dwconv2d 3x3, 64x32x16x16 (ranges of two stages)", (64, 32, 16, 16), 32, 3, 1, 1),
     DWX("dwconv2d 5x5, 16x64x8x8 (8 planes a stage)", (16, 64, 8, 8), 64, 5, 1, 1),
+    /* CUDA's column quads (filter gradient): rows of 128 (a warp a plane), 64 and 4 (a
+     * lane a plane), heights that the ring of rows does not divide */
+    DWX("dwconv2d 3x3 dilation 2, 3x2x11x128", (3, 2, 11, 128), 2, 3, 1, 2),
+    DWX("dwconv2d 7x7, 2x3x9x64", (2, 3, 9, 64), 3, 7, 1, 1),
+    DWX("dwconv2d 3x3, 37x3x6x4", (37, 3, 6, 4), 3, 3, 1, 1),
     {CASE("dwconv2d 3x5 stride (1, 2) dilation (2, 1)", EX_OP_DWCONV2D, b_dwconv, r_dwconv, 2),
      .r = {{GIN("x"), SHAPE(2, 4, 12, 13), UNI(-1, 1)}, {PAR("w"), SHAPE(4, 1, 3, 5), UNI(-1, 1)}},
      .ip = {1, 2, 2, 2, 2, 1}, .bwd = B_FD},
@@ -208,6 +213,7 @@ static const tcase conv_cases[] = {
     DWRZ("dwconv2d_relu 3x3 on 84x90 planes with exact zeros (beyond CUDA's staging)",
          (2, 2, 84, 90), 2, 3, 1, 1),
     DWRZ("dwconv2d_relu 5x5 dilation 2, 8x16x32x32 with exact zeros", (8, 16, 32, 32), 16, 5, 1, 2),
+    DWRZ("dwconv2d_relu 3x3, 5x4x16x16 with exact zeros", (5, 4, 16, 16), 4, 3, 1, 1),
     {CASE("dwconv2d_relu 3x3 on a channel slice with exact zeros", EX_OP_DWCONV2D, b_dwconv_relu,
           r_dwconv_relu, 2),
      .r = {{GIN("x"), SHAPE(2, 8, 11, 13), UNI(-1, 1), SLICE(1, 3, 5)},
