@@ -107,7 +107,7 @@ __device__ __forceinline__ void bnc_cluster_sums(double s1, double s2, double *p
     *t2 = b;
 #else
     (void)s1, (void)s2, (void)part, (void)sh;
-    *t1 = *t2 = 0.0; /* never launched below sm_90: cu_bn_pair() says no */
+    *t1 = *t2 = 0.0;               /* never launched below sm_90: cu_bn_pair() says no */
 #endif
 }
 
@@ -144,6 +144,26 @@ __device__ __forceinline__ void bnc_forward_sums(const bnc_args &a, int c, doubl
     *s2 = x2;
 }
 
+/* Channel c's mean and biased variance (at least 0) from its sum s and sum of squares sq. */
+__device__ __forceinline__ void bnc_moments(const bnc_args &a, double s, double sq, double *mean,
+                                            double *var)
+{
+    *mean = s / (double)a.m;
+    *var = sq / (double)a.m - *mean * *mean;
+    *var = *var > 0.0 ? *var : 0.0;
+}
+
+/* Channel c's statistics, and the running ones moved towards the batch's (the variance
+ * unbiased), as bn_stats_one() of batchnorm.cu. */
+__device__ __forceinline__ void bnc_stats_store(const bnc_args &a, int c, double mean, double var)
+{
+    bnc_set(a.mean, c, (float)mean);
+    bnc_set(a.inv, c, (float)(1.0 / sqrt(var + a.eps)));
+    double unbiased = var * (double)a.m / (double)(a.m - 1);
+    bnc_set(a.rm, c, (float)((1.0 - a.mom) * bnc_get(a.rm, c) + a.mom * mean));
+    bnc_set(a.rv, c, (float)((1.0 - a.mom) * bnc_get(a.rv, c) + a.mom * unbiased));
+}
+
 /* BN_STATS (training) and BN_APPLY: statistics and running statistics as bn_stats_one(),
  * y = x·k + b with k = invstd·gamma, b = beta − mean·k, all as batchnorm.cu computes
  * them. With out NULL, BN_STATS alone. */
@@ -158,20 +178,15 @@ __global__ void bnc_forward_kernel(bnc_args a, const float *gate)
     bnc_forward_sums(a, c, &s1, &s2);
     bnc_cluster_sums(s1, s2, part, sh, &s, &sq);
     if (threadIdx.x == 0) {
-        double mean = s / (double)a.m, var = sq / (double)a.m - mean * mean;
-        var = var > 0.0 ? var : 0.0;
+        double mean, var;
+        bnc_moments(a, s, sq, &mean, &var);
         float mf = (float)mean, inv = (float)(1.0 / sqrt(var + a.eps));
         float gm = a.gamma.p ? bnc_get(a.gamma, c) : 1.0f;
         float bt = a.beta.p ? bnc_get(a.beta, c) : 0.0f;
         kb[0] = inv * gm;
         kb[1] = bt - mf * kb[0];
-        if (rank == 0) {
-            bnc_set(a.mean, c, mf);
-            bnc_set(a.inv, c, inv);
-            double unbiased = var * (double)a.m / (double)(a.m - 1);
-            bnc_set(a.rm, c, (float)((1.0 - a.mom) * bnc_get(a.rm, c) + a.mom * mean));
-            bnc_set(a.rv, c, (float)((1.0 - a.mom) * bnc_get(a.rv, c) + a.mom * unbiased));
-        }
+        if (rank == 0)
+            bnc_stats_store(a, c, mean, var);
     }
     __syncthreads();
     if (a.out.p == NULL) /* BN_STATS alone */
@@ -194,6 +209,135 @@ __global__ void bnc_forward_kernel(bnc_args a, const float *gate)
     for (int q = q0 + threadIdx.x; q < q1; q += blockDim.x)
         *bnc_at(a.out, c, q, a.hw, a.w, inv_hw, inv_w) =
             *bnc_at(a.x, c, q, a.hw, a.w, inv_hw, inv_w) * k + b;
+}
+
+/* ---- a training BN_STATS alone, in the tensor's memory order ----
+ * Block n reads sample n's C planes, one contiguous run, a warp a plane at a time
+ * (float4 loads, all of a lane's loads of a plane in flight): each plane's sum and sum
+ * of squares in double (a lane's elements in order, then a fixed tree over the warp).
+ * A cluster of BNC_BLOCKS samples adds its blocks' plane sums per channel in rank order
+ * (distributed shared memory) into one partial per channel, and the grid's last block
+ * adds the clusters' partials per channel (a fixed tree) and finishes the statistics as
+ * bnc_forward_kernel does: 1 / (8 N) of the partials of one per plane to read there. The
+ * same sums as the pair's in another grouping, so the last bits may differ from a
+ * graph replay's (where BN_STATS runs with its BN_APPLY). */
+#define BNR_THREADS 512
+/** Most channels a block holds the plane sums of (16 KB of shared memory). */
+#define BNR_MAX_C 1024
+/** Smallest planes taken: a warp's 32 lanes get a float4 each at least. */
+#define BNR_MIN_HW 128
+#define BNR_UNROLL 8
+
+/* One float4 into a lane's sum and sum of squares, in element order. */
+__device__ __forceinline__ void bnr_acc4(float4 v, double *s1, double *s2)
+{
+    *s1 += v.x;
+    *s2 += (double)v.x * v.x;
+    *s1 += v.y;
+    *s2 += (double)v.y * v.y;
+    *s1 += v.z;
+    *s2 += (double)v.z * v.z;
+    *s1 += v.w;
+    *s2 += (double)v.w * v.w;
+}
+
+/* A dense plane of hw4 float4s at p: its two sums, in every lane of the warp. */
+__device__ __forceinline__ void bnr_plane(const float4 *p, int hw4, double *s1, double *s2)
+{
+    double x1 = 0.0, x2 = 0.0;
+    int i = threadIdx.x & 31;
+    for (; i + 32 * (BNR_UNROLL - 1) < hw4; i += 32 * BNR_UNROLL) {
+        float4 v[BNR_UNROLL];
+#pragma unroll
+        for (int u = 0; u < BNR_UNROLL; u++)
+            v[u] = __ldcs(p + i + 32 * u); /* read once: do not keep it in the caches */
+#pragma unroll
+        for (int u = 0; u < BNR_UNROLL; u++)
+            bnr_acc4(v[u], &x1, &x2);
+    }
+    for (; i < hw4; i += 32)
+        bnr_acc4(__ldcs(p + i), &x1, &x2);
+    *s1 = cu_warp_sum(x1);
+    *s2 = cu_warp_sum(x2);
+}
+
+/* The cluster's per-channel sums of its blocks' plane sums ps (2 C doubles a block), in
+ * rank order, into the cluster's partials part[2 (cluster C + c)]: block rank r adds
+ * the channels c = r mod BNC_BLOCKS. */
+__device__ __forceinline__ void bnr_cluster_partials(const bnc_args &a, double *ps, double *part)
+{
+#if __CUDA_ARCH__ >= 900
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync();
+    const int rank = blockIdx.x % BNC_BLOCKS;
+    double *dst = part + 2 * (int64_t)(blockIdx.x / BNC_BLOCKS) * a.c;
+    for (int c = rank + BNC_BLOCKS * threadIdx.x; c < a.c; c += BNC_BLOCKS * blockDim.x) {
+        double s1 = 0.0, s2 = 0.0;
+        for (unsigned r = 0; r < BNC_BLOCKS; r++) {
+            const double *o = cl.map_shared_rank(ps, r);
+            s1 += o[2 * c];
+            s2 += o[2 * c + 1];
+        }
+        dst[2 * c] = s1;
+        dst[2 * c + 1] = s2;
+    }
+    cl.sync(); /* no block leaves while another still reads its plane sums */
+#else
+    (void)a, (void)ps, (void)part; /* never launched below sm_90: bnc_fits() says no */
+#endif
+}
+
+/* The last block: each channel's sums over the clusters' partials, tpc threads a channel
+ * (a power of two up to a warp: every cluster's partial loaded at once where it can),
+ * each over the clusters g = its index mod tpc in order, then a fixed tree. */
+__device__ void bnr_finish(const bnc_args &a, const double *part, int clusters)
+{
+    int tpc = 32;
+    while (tpc > 1 && tpc * a.c > (int)blockDim.x)
+        tpc >>= 1;
+    const int sub = threadIdx.x % tpc, round = blockDim.x / tpc;
+    for (int c0 = 0; c0 < a.c; c0 += round) { /* uniform: the tree's shuffles */
+        const int c = c0 + threadIdx.x / tpc;
+        double s1 = 0.0, s2 = 0.0;
+#pragma unroll 8
+        for (int grp = sub; c < a.c && grp < clusters; grp += tpc) {
+            s1 += __ldcg(&part[2 * ((int64_t)grp * a.c + c)]);
+            s2 += __ldcg(&part[2 * ((int64_t)grp * a.c + c) + 1]);
+        }
+        for (int o = 1; o < tpc; o <<= 1) {
+            s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+            s2 += __shfl_xor_sync(0xffffffffu, s2, o);
+        }
+        if (c < a.c && sub == 0) {
+            double mean, var;
+            bnc_moments(a, s1, s2, &mean, &var);
+            bnc_stats_store(a, c, mean, var);
+        }
+    }
+}
+
+/* Block n: sample n's planes (none past the last sample), the cluster's partials, and
+ * the last block's finish. */
+__global__ void __launch_bounds__(BNR_THREADS)
+    bnr_stats_kernel(bnc_args a, double *part, unsigned *ticket, const float *gate)
+{
+    __shared__ double ps[2 * BNR_MAX_C];
+    if (cu_gated_off(gate))
+        return;
+    const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5, hw4 = a.hw / 4;
+    const float4 *xs = (const float4 *)a.x.p + (int64_t)blockIdx.x * a.c * hw4;
+    for (int c = warp; c < a.c; c += nw) {
+        double s1 = 0.0, s2 = 0.0;
+        if ((int)blockIdx.x < a.n)
+            bnr_plane(xs + (int64_t)c * hw4, hw4, &s1, &s2);
+        if ((threadIdx.x & 31) == 0) {
+            ps[2 * c] = s1;
+            ps[2 * c + 1] = s2;
+        }
+    }
+    bnr_cluster_partials(a, ps, part);
+    if (cu_last_block(ticket))
+        bnr_finish(a, part, (int)gridDim.x / BNC_BLOCKS);
 }
 
 /* dx of one element, as batchnorm.cu's bn_dx. */
@@ -404,16 +548,45 @@ ex_status cu_bn_pair_run(cu_exec *e, const ex_node_exec *a, const ex_node_exec *
     return bnc_launch(e, bnc_backward_kernel, g, ex_op_name(b->op));
 }
 
+/* BN_STATS alone in memory order (bnr_stats_kernel): a cluster of BNC_BLOCKS samples,
+ * the grid rounded up to whole clusters, and the clusters' partials in scratch. */
+static ex_status bnr_launch(cu_exec *e, const bnc_args &g)
+{
+    int64_t clusters = (g.n + BNC_BLOCKS - 1) / BNC_BLOCKS;
+    void *ws = NULL;
+    ex_status st = cu_scratch(e, sizeof(double) * 2 * (size_t)(clusters * g.c), &ws);
+    if (st != EX_OK || e->dry)
+        return st;
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = BNC_BLOCKS;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3((unsigned)(clusters * BNC_BLOCKS));
+    cfg.blockDim = dim3(BNR_THREADS);
+    cfg.stream = e->stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    st =
+        cu_check(e, cudaLaunchKernelEx(&cfg, bnr_stats_kernel, g, (double *)ws, e->ticket, e->gate),
+                 "batch norm statistics launch");
+    return st != EX_OK ? st : cu_launched(e, "bn_stats");
+}
+
 int cu_bn_stats_cluster(cu_exec *e, const ex_node_exec *n, ex_status *st)
 {
     if (!bnc_stats_node(n) || !bnc_fits(&n->src[0], e->cc_major))
         return 0;
-    *st = EX_OK;
-    if (e->dry)
-        return 1;
     bnc_args g = bnc_geometry(&n->src[0]);
     bnc_stats_args(n, &g);
     g.v4 = bnc_dense4(g.x, g);
-    *st = bnc_launch(e, bnc_forward_kernel, g, "bn_stats");
+    if (g.v4 && g.c <= BNR_MAX_C && g.hw >= BNR_MIN_HW) {
+        *st = bnr_launch(e, g);
+        return 1;
+    }
+    *st = EX_OK;
+    if (!e->dry)
+        *st = bnc_launch(e, bnc_forward_kernel, g, "bn_stats");
     return 1;
 }

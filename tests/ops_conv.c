@@ -765,6 +765,19 @@ static const tcase bn_cases[] = {
     /* DARTS' planes (batch 64, 32x32 and 8x8; the search's batch norms are not affine) */
     BN("batch_norm train, 64x5x32x32", 1, 3, (SHAPE(64, 5, 32, 32), UNI(-1, 3)), {0}),
     BN("batch_norm train, 64x5x8x8", 1, 3, (SHAPE(64, 5, 8, 8), UNI(-1, 3)), {0}),
+    /* profiled: BN_STATS runs alone (CUDA: planes in memory order, clusters of samples, a
+     * last cluster of fewer samples than blocks) */
+    {CASE("batch_norm train, 11x5x16x16, profiled", EX_OP_BN_APPLY, b_bn, r_bn, 3),
+     .r = {{GIN("x"), SHAPE(11, 5, 16, 16), UNI(-1, 3)}, RSTATS}, .ip = {1}, .fp = {1e-5, 0.1},
+     .bwd = B_FD, .after = a_bn, .flags = F_PROFILE},
+    {CASE("batch_norm train, 9x19x32x32, profiled", EX_OP_BN_APPLY, b_bn, r_bn, 3),
+     .r = {{GIN("x"), SHAPE(9, 19, 32, 32), UNI(-1, 3)},
+           {STATE("running_mean"), SHAPE(19), UNI(-0.5, 0.5)},
+           {STATE("running_var"), SHAPE(19), UNI(0.5, 2)}},
+     .ip = {1}, .fp = {1e-5, 0.1}, .bwd = B_FD, .after = a_bn, .flags = F_PROFILE},
+    {CASE("batch_norm train affine, 3x5x7x9, profiled", EX_OP_BN_APPLY, b_bn, r_bn, 5),
+     .r = {{GIN("x"), SHAPE(3, 5, 7, 9), UNI(-1, 3)}, RSTATS, AFFINE}, .ip = {1}, .fp = {1e-5, 0.1},
+     .bwd = B_FD, .after = a_bn, .flags = F_PROFILE},
 };
 
 void family_batchnorm(void **state)

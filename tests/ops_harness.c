@@ -510,6 +510,8 @@ static bool first_run(env *e)
         case_fail(e, "plan: %s", msg);
         return false;
     }
+    if ((c->flags & F_PROFILE) && ex_plan_set_profile(e->plan, true) != EX_OK)
+        case_fail(e, "profile: %s", ex_plan_error(e->plan));
     if (!plan_has(e->plan, c->op))
         case_fail(e, "the plan runs no %s node", ex_op_name(c->op));
     bool ok = true;

@@ -139,7 +139,8 @@ struct tcase {
 
 /** tcase.flags */
 enum {
-    F_NORERUN = 1 /* a second run legitimately differs (optimizer steps): skip that check */
+    F_NORERUN = 1, /* a second run legitimately differs (optimizer steps): skip that check */
+    F_PROFILE = 2  /* profiled runs: GPU backends launch node by node, so no node pairs */
 };
 
 /** A running case. */
