@@ -442,6 +442,189 @@ __global__ void pool_rows_bwd_kernel(pool_g32 g, int seg, cu_t4 x, cu_t4 dy, cu_
     }
 }
 
+/* ---- max pooling's backward, 3x3, stride 1, padding 1, rows of 4k columns ----
+ * Column quads: a thread holds four adjacent columns of a plane (a float4 of x, dy and
+ * dx a row; 2^seg lanes a plane) and walks the rows once. Each x row's three-column
+ * first maxima (value and column) are found once, with the two halo columns from the
+ * neighbouring lanes, and serve the three output rows that read the row; an output's
+ * window maximum comes from them top row first, as the row-major scan has it. The
+ * gradient then goes into a ring of three dx rows in registers, from the outputs in
+ * ascending order (the two halo outputs' dy and maxima by shuffle): the same float
+ * additions in the same order as pool_rows_bwd_kernel, so the same bits. */
+
+/** Widest rows the quads take (a segment is at most a warp). */
+#define POOL_QUAD_MAX_W 128
+
+/* Row `row` of a plane at p (this lane's quad), or zeros outside [0, rows) or off. */
+__device__ __forceinline__ float4 pool_quad_row(const float *p, int64_t sr, int row, int rows,
+                                                bool on)
+{
+    return on && row >= 0 && row < rows ? *(const float4 *)(p + row * sr)
+                                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+
+/* The first maxima of the three-column windows of this lane's four columns in one x row
+ * (hm) and their column offsets 0..2, two bits a column in *hj; columns outside the row
+ * do not count. */
+__device__ __forceinline__ void pool_quad_hmax(float4 x, int q, int quads, int seg, float *hm,
+                                               int *hj)
+{
+    float l = __shfl_up_sync(0xffffffffu, x.w, 1, 1 << seg);
+    float r = __shfl_down_sync(0xffffffffu, x.x, 1, 1 << seg);
+    const float col[6] = {l, x.x, x.y, x.z, x.w, r};
+    int packed = 0;
+#pragma unroll
+    for (int v = 0; v < 4; v++) {
+        bool left = v > 0 || q > 0, right = v < 3 || q + 1 < quads;
+        float best = left ? col[v] : col[v + 1];
+        int at = left ? 0 : 1;
+        if (pool_better(col[v + 1], best)) { /* never when best is col[v + 1] itself */
+            best = col[v + 1];
+            at = 1;
+        }
+        if (right && pool_better(col[v + 2], best)) {
+            best = col[v + 2];
+            at = 2;
+        }
+        hm[v] = best;
+        packed |= at << (2 * v);
+    }
+    *hj = packed;
+}
+
+/* Output row o's window maxima from the rows' maxima (hm[k], hj[k]: x row o - 1 + k) as
+ * codes 4 k + column offset, four bits a column; the top row first, and rows outside
+ * the plane do not count. */
+__device__ __forceinline__ int pool_quad_vmax(const float (*hm)[4], const int *hj, bool top,
+                                              bool bottom)
+{
+    int packed = 0;
+#pragma unroll
+    for (int v = 0; v < 4; v++) {
+        float best = top ? hm[0][v] : hm[1][v];
+        int j0 = (hj[0] >> (2 * v)) & 3, j1 = (hj[1] >> (2 * v)) & 3, j2 = (hj[2] >> (2 * v)) & 3;
+        int at = top ? j0 : 4 + j1;
+        if (top && pool_better(hm[1][v], best)) {
+            best = hm[1][v];
+            at = 4 + j1;
+        }
+        if (bottom && pool_better(hm[2][v], best))
+            at = 8 + j2;
+        packed |= at << (4 * v);
+    }
+    return packed;
+}
+
+/* Output row o's gradient into the dx ring (ring[k]: dx row o - 1 + k): the outputs of
+ * columns 4q - 1 .. 4q + 4 in ascending order, each to its window's maximum. */
+__device__ __forceinline__ void pool_quad_route(float4 d, int code, int q, int quads, int seg,
+                                                float (*ring)[4])
+{
+    float dl = __shfl_up_sync(0xffffffffu, d.w, 1, 1 << seg);
+    float dr = __shfl_down_sync(0xffffffffu, d.x, 1, 1 << seg);
+    int cl = __shfl_up_sync(0xffffffffu, code, 1, 1 << seg);
+    int cr = __shfl_down_sync(0xffffffffu, code, 1, 1 << seg);
+    const float od[6] = {dl, d.x, d.y, d.z, d.w, dr};
+    const int oc[6] = {q > 0 ? cl >> 12 : -1, code & 15,  (code >> 4) & 15,
+                       (code >> 8) & 15,      code >> 12, q + 1 < quads ? cr & 15 : -1};
+#pragma unroll
+    for (int v = 0; v < 4; v++)
+#pragma unroll
+        for (int e = v; e < v + 3; e++) /* output column 4q - 1 + e, ascending */
+#pragma unroll
+            for (int k = 0; k < 3; k++)
+                if (oc[e] == 4 * k + (v - e + 2))
+                    ring[k][v] += od[e];
+}
+
+/* The running state of one lane's quad: the maxima of x rows o - 1 .. o + 1 and the dx
+ * rows o - 1 .. o + 1. */
+typedef struct pool_quad_state {
+    float hm[3][4], ring[3][4];
+    int hj[3];
+} pool_quad_state;
+
+/* Output row o (x row o + 1 and dy row o given): routes its gradient, stores dx row
+ * o - 1, which no later output reaches, and moves the rows on. */
+__device__ __forceinline__ void pool_quad_step(pool_quad_state &st, float4 x, float4 d, int o,
+                                               int h, int q, int quads, int seg, float *dxp,
+                                               int64_t sr, bool on)
+{
+    pool_quad_hmax(x, q, quads, seg, st.hm[2], &st.hj[2]);
+    pool_quad_route(d, pool_quad_vmax(st.hm, st.hj, o > 0, o + 1 < h), q, quads, seg, st.ring);
+    if (o > 0 && on)
+        *(float4 *)(dxp + (o - 1) * sr) =
+            make_float4(st.ring[0][0], st.ring[0][1], st.ring[0][2], st.ring[0][3]);
+#pragma unroll
+    for (int v = 0; v < 4; v++) {
+        st.ring[0][v] = st.ring[1][v];
+        st.ring[1][v] = st.ring[2][v];
+        st.ring[2][v] = 0.0f;
+        st.hm[0][v] = st.hm[1][v];
+        st.hm[1][v] = st.hm[2][v];
+    }
+    st.hj[0] = st.hj[1];
+    st.hj[1] = st.hj[2];
+}
+
+/* Two output rows a round, the next round's four rows loaded before this round's
+ * arithmetic: loads in flight, and 256 contiguous bytes of a plane's rows at once. */
+__global__ void __launch_bounds__(CU_THREADS, 4)
+    pool_quad_max_bwd_kernel(pool_g32 g, int seg, cu_t4 x, cu_t4 dy, cu_t4 dx, const float *gate)
+{
+    if (cu_gated_off(gate))
+        return;
+    cu_wrow r = cu_wrow_of(seg);
+    const int q = r.col, quads = g.w / 4;
+    const bool on = r.plane < g.planes && q < quads;
+    const int64_t pl = r.plane < g.planes ? r.plane : 0;
+    pool_plane xp = plane_of(x, pl, g.c), dp = plane_of(dy, pl, g.c), op = plane_of(dx, pl, g.c);
+    xp.p += 4 * q;
+    dp.p += 4 * q;
+    op.p += 4 * q;
+    pool_quad_state st;
+#pragma unroll
+    for (int k = 0; k < 3; k++)
+#pragma unroll
+        for (int v = 0; v < 4; v++)
+            st.ring[k][v] = 0.0f;
+    pool_quad_hmax(pool_quad_row(xp.p, xp.sr, 0, g.h, on), q, quads, seg, st.hm[1], &st.hj[1]);
+    float4 xa = pool_quad_row(xp.p, xp.sr, 1, g.h, on), xb = pool_quad_row(xp.p, xp.sr, 2, g.h, on);
+    float4 da = pool_quad_row(dp.p, dp.sr, 0, g.h, on), db = pool_quad_row(dp.p, dp.sr, 1, g.h, on);
+    for (int o = 0; o < g.h; o += 2) {
+        float4 x0 = xa, x1 = xb, d0 = da, d1 = db;
+        xa = pool_quad_row(xp.p, xp.sr, o + 3, g.h, on);
+        xb = pool_quad_row(xp.p, xp.sr, o + 4, g.h, on);
+        da = pool_quad_row(dp.p, dp.sr, o + 2, g.h, on);
+        db = pool_quad_row(dp.p, dp.sr, o + 3, g.h, on);
+        pool_quad_step(st, x0, d0, o, g.h, q, quads, seg, op.p, op.sr, on);
+        if (o + 1 < g.h)
+            pool_quad_step(st, x1, d1, o + 1, g.h, q, quads, seg, op.p, op.sr, on);
+    }
+    if (on) /* after the step of output row h - 1, ring[0] is dx row h - 1 */
+        *(float4 *)(op.p + (g.h - 1) * op.sr) =
+            make_float4(st.ring[0][0], st.ring[0][1], st.ring[0][2], st.ring[0][3]);
+}
+
+/* Whether t's rows are runs of float4s: unit column stride, 16-byte aligned. */
+static bool pool_quad_rows(const cu_t4 &t)
+{
+    return t.st[3] == 1 && (uintptr_t)t.p % 16 == 0 && t.st[0] % 4 == 0 && t.st[1] % 4 == 0 &&
+           t.st[2] % 4 == 0;
+}
+
+/* The quads' segment (log2 of the lanes a plane) when they take max pooling's backward:
+ * 3x3, stride 1, padding 1, rows of 4k columns up to POOL_QUAD_MAX_W that are runs of
+ * float4s in x, dy and dx; else -1. */
+static int pool_quad_seg(const pool_g32 &g, const cu_t4 &x, const cu_t4 &dy, const cu_t4 &dx)
+{
+    if (g.kh != 3 || g.kw != 3 || g.sh != 1 || g.sw != 1 || g.ph != 1 || g.pw != 1 ||
+        g.w % 4 != 0 || g.w > POOL_QUAD_MAX_W || !pool_quad_rows(x) || !pool_quad_rows(dy) ||
+        !pool_quad_rows(dx) || cu_wrow_blocks(g.planes, 0) > 0x7fffffffu / 32)
+        return -1;
+    return cu_wrow_seg(g.w / 4);
+}
+
 /* The warp-row segment for a stride-1 pooling whose rows fit 32 lanes and whose window
  * fits 7 x 7, else -1. */
 static int pool_rows_seg(const pool_g32 &g)
@@ -587,6 +770,15 @@ CU_OP(max_pool_bwd)
         st = pool_g32_of(e, &g, "max_pool_bwd", &g32);
     if (st != EX_OK)
         return st;
+    cu_t4 x = cu_t4_of(&n->src[0]), dy = cu_t4_of(&n->src[1]), dx = cu_t4_of(&n->dst);
+    int quad = pool_quad_seg(g32, x, dy, dx);
+    if (quad >= 0) {
+        if (e->dry)
+            return EX_OK;
+        cu_launch(e, pool_quad_max_bwd_kernel, cu_wrow_blocks(g32.planes, quad), CU_THREADS, 0, g32,
+                  quad, x, dy, dx, e->gate);
+        return cu_launched(e, "max_pool_bwd");
+    }
     int seg = pool_rows_seg(g32); /* warp rows need no stored maxima */
     void *ws = NULL;
     if (seg < 0)
@@ -594,11 +786,10 @@ CU_OP(max_pool_bwd)
     if (st != EX_OK || e->dry)
         return st;
     if (seg >= 0) {
-        launch_rows_bwd(e, 1, seg, g32, cu_t4_of(&n->src[0]), cu_t4_of(&n->src[1]),
-                        cu_t4_of(&n->dst));
+        launch_rows_bwd(e, 1, seg, g32, x, dy, dx);
     } else {
-        launch_max_at(e, g32, cu_t4_of(&n->src[0]), (int *)ws);
-        launch_bwd(e, g32, (const int *)ws, cu_t4_of(&n->src[1]), cu_t4_of(&n->dst));
+        launch_max_at(e, g32, x, (int *)ws);
+        launch_bwd(e, g32, (const int *)ws, dy, dx);
     }
     return cu_launched(e, "max_pool_bwd");
 }
