@@ -844,6 +844,123 @@ __global__ void __launch_bounds__(CU_THREADS, DW_QUAD_MIN_BLOCKS(K, D))
     }
 }
 
+/* ---- the data gradient for stride 1, "same" padding, rows of 4k columns ----
+ * Column quads as the filter gradient: a thread holds four adjacent columns of a plane
+ * and walks dy's rows once, bottom up, so that every dx row meets its dy rows in tap
+ * order (tap row p reads dy row i + HA - p D: p ascending is dy descending). A dy row,
+ * widened by its halo from the neighbouring lanes, is added into the K dx rows that read
+ * it, which wait in a ring of (K-1) D + 1 float4 accumulators; the row that took its
+ * last tap is stored (masked with the fused ReLU) and its slot starts the next row. */
+
+/** dy rows whose loads a quad thread keeps in flight ahead of the row it adds. */
+#define DW_QUAD_AHEAD 2
+
+/* Adds dy row ds (4 + 2 HA columns, the halo included) into the K accumulators of the
+ * dx rows that read it: slot (u - p D) mod R takes tap row p. Columns beyond the row
+ * (left: this lane holds the first quad, right: the last) are skipped, not added as
+ * zeros, as on warp rows. */
+template <int K, int D>
+__device__ __forceinline__ void dw_quad_scatter(float4 *acc, const float *ds, const float *wk,
+                                                int u, bool left, bool right)
+{
+    const int HA = (K - 1) * D / 2, R = (K - 1) * D + 1;
+#pragma unroll
+    for (int p = 0; p < K; p++) {
+        float4 &c = acc[(u - p * D + R) % R];
+        float s[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+        for (int v = 0; v < 4; v++)
+#pragma unroll
+            for (int b = 0; b < K; b++) {
+                const int o = v + HA - b * D; /* dy column 4q + o */
+                if ((o < 0 && left) || (o >= 4 && right))
+                    continue;
+                s[v] += ds[o + HA] * wk[p * K + b];
+            }
+        c = make_float4(s[0], s[1], s[2], s[3]);
+    }
+}
+
+/* A dx row as stored: with the fused ReLU, 0 where the mask m (x) is not above 0 (NaN
+ * included, as dw_masked). */
+__device__ __forceinline__ float4 dw_quad_masked(float4 v, float4 m, bool relu)
+{
+    if (!relu)
+        return v;
+    return make_float4(m.x > 0.0f ? v.x : 0.0f, m.y > 0.0f ? v.y : 0.0f, m.z > 0.0f ? v.z : 0.0f,
+                       m.w > 0.0f ? v.w : 0.0f);
+}
+
+/* One plane's dx. Step t adds dy row s = h - 1 - t (none once s < 0) and completes dx
+ * row s + HA (from step HA on); the loads of the rows DW_QUAD_AHEAD steps on are issued
+ * before this step's arithmetic. */
+template <int K, int D, bool RELU>
+__device__ __forceinline__ void dw_quad_data_plane(const cu_dw_args &a, const float *yp,
+                                                   const float *mp, float *xp, const float *wk,
+                                                   bool on, int q, int quads, int seg)
+{
+    const int HA = (K - 1) * D / 2, R = (K - 1) * D + 1, steps = a.h + HA, h = a.h;
+    const bool left = q == 0, right = q + 1 == quads, mon = RELU && on;
+    float4 acc[R], dn[DW_QUAD_AHEAD], mn[DW_QUAD_AHEAD];
+#pragma unroll
+    for (int u = 0; u < R; u++)
+        acc[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int k = 0; k < DW_QUAD_AHEAD; k++) {
+        dn[k] = dw_quad_row(yp, a.y.st[2], h - 1 - k, h, on);
+        mn[k] = dw_quad_row(mp, a.mask.st[2], h - 1 - k + HA, h, mon);
+    }
+    for (int t0 = 0; t0 < steps; t0 += R) {
+#pragma unroll
+        for (int u = 0; u < R; u++) {
+            const int t = t0 + u, s = h - 1 - t;
+            if (t >= steps)
+                break;
+            const float4 d = dn[0], m = mn[0];
+#pragma unroll
+            for (int k = 0; k + 1 < DW_QUAD_AHEAD; k++) {
+                dn[k] = dn[k + 1];
+                mn[k] = mn[k + 1];
+            }
+            dn[DW_QUAD_AHEAD - 1] = dw_quad_row(yp, a.y.st[2], s - DW_QUAD_AHEAD, h, on);
+            mn[DW_QUAD_AHEAD - 1] = dw_quad_row(mp, a.mask.st[2], s - DW_QUAD_AHEAD + HA, h, mon);
+            if (s >= 0) { /* the same for the whole warp: the shuffles see every lane */
+                float ds[4 + 2 * HA];
+                dw_quad_halo<HA>(d, q, quads, seg, ds);
+                dw_quad_scatter<K, D>(acc, ds, wk, u, left, right);
+            }
+            float4 &c = acc[(u + 1) % R]; /* dx row s + HA took tap row K - 1 */
+            if (on && t >= HA)            /* below HA the row lies past the plane */
+                *(float4 *)(xp + (s + HA) * a.x.st[2]) = dw_quad_masked(c, m, RELU);
+            c = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    }
+}
+
+/* The data gradient on column quads: a segment of 2^seg lanes a plane, as warp rows.
+ * The mask's rows cost the 3x3 kernel its fourth block (it would spill at 64 registers). */
+template <int K, int D, bool RELU>
+__global__ void __launch_bounds__(CU_THREADS,
+                                  (RELU && K == 3 && D == 1) ? 3 : DW_QUAD_MIN_BLOCKS(K, D))
+    dw_quad_data_kernel(cu_dw_args a, int seg, const float *gate)
+{
+    if (cu_gated_off(gate))
+        return;
+    cu_wrow r = cu_wrow_of(seg);
+    const int quads = a.w / 4;
+    bool on = r.plane < a.n * a.c && r.col < quads;
+    int64_t pl = r.plane < a.n * a.c ? r.plane : 0;
+    float wk[K * K];
+    const float *wp = (const float *)a.wt.p + pl % a.c * a.wt.st[0];
+#pragma unroll
+    for (int t = 0; t < K * K; t++)
+        wk[t] = wp[(t / K) * a.wt.st[2] + (t % K) * a.wt.st[3]];
+    const float *yp = dw_rows_plane(a.y, pl, a.c) + 4 * r.col;
+    const float *mp = RELU ? dw_rows_plane(a.mask, pl, a.c) + 4 * r.col : NULL;
+    float *xp = dw_rows_plane(a.x, pl, a.c) + 4 * r.col;
+    dw_quad_data_plane<K, D, RELU>(a, yp, mp, xp, wk, on, r.col, quads, seg);
+}
+
 /* Whether t's rows are runs of float4s: unit column stride, 16-byte aligned. */
 static bool dw_quad_rows(const cu_t4 &t)
 {
@@ -876,27 +993,49 @@ static ex_status dw_quad_launch(cu_exec *e, const cu_dw_args *a, int seg, const 
     return cu_launched(e, name);
 }
 
-/* Runs the filter gradient on column quads when they apply: stride 1, equal dilations
- * D of 1 or 2, "same" padding of at most 4, rows of 4k columns up to DW_QUAD_MAX_W that
- * are runs of float4s in x and dy. */
-static int dw_quad(cu_exec *e, const cu_dw_args *a, const char *name, ex_status *st)
+template <int K, int D>
+static ex_status dw_quad_launch_data(cu_exec *e, const cu_dw_args *a, int seg, const char *name)
+{
+    if (e->dry)
+        return EX_OK;
+    unsigned b = cu_wrow_blocks(a->n * a->c, seg);
+    if (a->relu) /* the mask's loads and registers only where there is a mask */
+        cu_launch(e, dw_quad_data_kernel<K, D, true>, b, CU_THREADS, 0, *a, seg, e->gate);
+    else
+        cu_launch(e, dw_quad_data_kernel<K, D, false>, b, CU_THREADS, 0, *a, seg, e->gate);
+    return cu_launched(e, name);
+}
+
+template <int K, int D>
+static ex_status dw_quad_pass(cu_exec *e, int which, const cu_dw_args *a, int seg, const char *name)
+{
+    return which == 2 ? dw_quad_launch<K, D>(e, a, seg, name)
+                      : dw_quad_launch_data<K, D>(e, a, seg, name);
+}
+
+/* Runs the filter gradient (which 2) or the data gradient (which 1) on column quads when
+ * they apply: stride 1, equal dilations D of 1 or 2, "same" padding of at most 4, rows of
+ * 4k columns up to DW_QUAD_MAX_W that are runs of float4s in x and dy (and the mask). */
+static int dw_quad(cu_exec *e, int which, const cu_dw_args *a, const char *name, ex_status *st)
 {
     int d = a->dh, ha = (a->k - 1) * d / 2;
     if (a->s != 1 || a->dw != d || (d != 1 && d != 2) || ha > 4 || a->ph != ha || a->pw != ha ||
         a->ho != a->h || a->wo != a->w || a->w % 4 != 0 || a->w < 4 || a->w > DW_QUAD_MAX_W ||
-        a->n > 0x3fffffff || a->c > 65535 || !dw_quad_rows(a->x) || !dw_quad_rows(a->y))
+        a->n > 0x3fffffff || a->c > 65535 || !dw_quad_rows(a->x) || !dw_quad_rows(a->y) ||
+        (which == 1 && a->relu && !dw_quad_rows(a->mask)) ||
+        (which == 1 && cu_wrow_blocks(a->n * a->c, cu_wrow_seg(a->w / 4)) > 0x7fffffffu))
         return 0;
     int seg = cu_wrow_seg(a->w / 4);
     if (a->k == 3 && d == 1)
-        *st = dw_quad_launch<3, 1>(e, a, seg, name);
+        *st = dw_quad_pass<3, 1>(e, which, a, seg, name);
     else if (a->k == 3)
-        *st = dw_quad_launch<3, 2>(e, a, seg, name);
+        *st = dw_quad_pass<3, 2>(e, which, a, seg, name);
     else if (a->k == 5 && d == 1)
-        *st = dw_quad_launch<5, 1>(e, a, seg, name);
+        *st = dw_quad_pass<5, 1>(e, which, a, seg, name);
     else if (a->k == 5)
-        *st = dw_quad_launch<5, 2>(e, a, seg, name);
+        *st = dw_quad_pass<5, 2>(e, which, a, seg, name);
     else if (a->k == 7 && d == 1)
-        *st = dw_quad_launch<7, 1>(e, a, seg, name);
+        *st = dw_quad_pass<7, 1>(e, which, a, seg, name);
     else
         return 0;
     return 1;
@@ -952,7 +1091,7 @@ static int dw_rows(cu_exec *e, int which, const cu_dw_args *a, const char *name,
 
 int cu_dw_staged(cu_exec *e, int which, const cu_dw_args *a, const char *name, ex_status *st)
 {
-    if (which == 2 && dw_quad(e, a, name, st))
+    if (which != 0 && dw_quad(e, which, a, name, st))
         return 1;
     if (dw_rows(e, which, a, name, st))
         return 1;
