@@ -844,22 +844,23 @@ __global__ void __launch_bounds__(CU_THREADS, DW_QUAD_MIN_BLOCKS(K, D))
     }
 }
 
-/* ---- the data gradient for stride 1, "same" padding, rows of 4k columns ----
+/* ---- the forward and the data gradient for stride 1, "same" padding, rows of 4k ----
  * Column quads as the filter gradient: a thread holds four adjacent columns of a plane
- * and walks dy's rows once, bottom up, so that every dx row meets its dy rows in tap
- * order (tap row p reads dy row i + HA - p D: p ascending is dy descending). A dy row,
- * widened by its halo from the neighbouring lanes, is added into the K dx rows that read
- * it, which wait in a ring of (K-1) D + 1 float4 accumulators; the row that took its
- * last tap is stored (masked with the fused ReLU) and its slot starts the next row. */
+ * and walks the source's rows once, top down for the forward (tap row p reads x row
+ * i - HA + p D) and bottom up for the data gradient (dy row i + HA - p D), so that every
+ * destination row meets its source rows in tap order. A source row, widened by its halo
+ * from the neighbouring lanes, is added into the K destination rows that read it, which
+ * wait in a ring of (K-1) D + 1 float4 accumulators; the row that took its last tap is
+ * stored (dx masked with the fused ReLU) and its slot starts the next row. */
 
-/** dy rows whose loads a quad thread keeps in flight ahead of the row it adds. */
+/** Source rows whose loads a quad thread keeps in flight ahead of the row it adds. */
 #define DW_QUAD_AHEAD 2
 
-/* Adds dy row ds (4 + 2 HA columns, the halo included) into the K accumulators of the
- * dx rows that read it: slot (u - p D) mod R takes tap row p. Columns beyond the row
- * (left: this lane holds the first quad, right: the last) are skipped, not added as
- * zeros, as on warp rows. */
-template <int K, int D>
+/* Adds source row ds (4 + 2 HA columns, the halo included) into the K accumulators of
+ * the destination rows that read it: slot (u - p D) mod R takes tap row p. Columns
+ * beyond the row (left: this lane holds the first quad, right: the last) are skipped,
+ * not added as zeros, as on warp rows. */
+template <int K, int D, int WHICH>
 __device__ __forceinline__ void dw_quad_scatter(float4 *acc, const float *ds, const float *wk,
                                                 int u, bool left, bool right)
 {
@@ -872,7 +873,7 @@ __device__ __forceinline__ void dw_quad_scatter(float4 *acc, const float *ds, co
         for (int v = 0; v < 4; v++)
 #pragma unroll
             for (int b = 0; b < K; b++) {
-                const int o = v + HA - b * D; /* dy column 4q + o */
+                const int o = WHICH ? v + HA - b * D : v - HA + b * D; /* column 4q + o */
                 if ((o < 0 && left) || (o >= 4 && right))
                     continue;
                 s[v] += ds[o + HA] * wk[p * K + b];
@@ -891,58 +892,70 @@ __device__ __forceinline__ float4 dw_quad_masked(float4 v, float4 m, bool relu)
                        m.w > 0.0f ? v.w : 0.0f);
 }
 
-/* One plane's dx. Step t adds dy row s = h - 1 - t (none once s < 0) and completes dx
- * row s + HA (from step HA on); the loads of the rows DW_QUAD_AHEAD steps on are issued
- * before this step's arithmetic. */
-template <int K, int D, bool RELU>
-__device__ __forceinline__ void dw_quad_data_plane(const cu_dw_args &a, const float *yp,
-                                                   const float *mp, float *xp, const float *wk,
+/* max(x, 0) of a row of x with the fused ReLU, as dw_rows_load: a NaN stays. */
+__device__ __forceinline__ float4 dw_quad_relu(float4 x, bool relu)
+{
+    if (!relu)
+        return x;
+    return make_float4(x.x < 0.0f ? 0.0f : x.x, x.y < 0.0f ? 0.0f : x.y, x.z < 0.0f ? 0.0f : x.z,
+                       x.w < 0.0f ? 0.0f : x.w);
+}
+
+/* One plane. Step t adds source row s (t, or h - 1 - t for the data gradient; none once
+ * t >= h) and completes destination row s -+ HA (from step HA on); the loads of the rows
+ * DW_QUAD_AHEAD steps on are issued before this step's arithmetic. */
+template <int K, int D, int WHICH, bool RELU>
+__device__ __forceinline__ void dw_quad_conv_plane(const cu_dw_args &a, const float *sp,
+                                                   const float *mp, float *dp, const float *wk,
                                                    bool on, int q, int quads, int seg)
 {
     const int HA = (K - 1) * D / 2, R = (K - 1) * D + 1, steps = a.h + HA, h = a.h;
-    const bool left = q == 0, right = q + 1 == quads, mon = RELU && on;
-    float4 acc[R], dn[DW_QUAD_AHEAD], mn[DW_QUAD_AHEAD];
+    const int dir = WHICH ? -1 : 1, s0 = WHICH ? h - 1 : 0;
+    const int64_t src_sr = WHICH ? a.y.st[2] : a.x.st[2], dst_sr = WHICH ? a.x.st[2] : a.y.st[2];
+    const bool left = q == 0, right = q + 1 == quads, mon = WHICH && RELU && on;
+    float4 acc[R], sn[DW_QUAD_AHEAD], mn[DW_QUAD_AHEAD];
 #pragma unroll
     for (int u = 0; u < R; u++)
         acc[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
     for (int k = 0; k < DW_QUAD_AHEAD; k++) {
-        dn[k] = dw_quad_row(yp, a.y.st[2], h - 1 - k, h, on);
-        mn[k] = dw_quad_row(mp, a.mask.st[2], h - 1 - k + HA, h, mon);
+        sn[k] = dw_quad_row(sp, src_sr, s0 + dir * k, h, on);
+        mn[k] = dw_quad_row(mp, a.mask.st[2], s0 + dir * k + HA, h, mon);
     }
     for (int t0 = 0; t0 < steps; t0 += R) {
 #pragma unroll
         for (int u = 0; u < R; u++) {
-            const int t = t0 + u, s = h - 1 - t;
+            const int t = t0 + u, s = s0 + dir * t;
             if (t >= steps)
                 break;
-            const float4 d = dn[0], m = mn[0];
+            const float4 x = sn[0], m = mn[0];
 #pragma unroll
             for (int k = 0; k + 1 < DW_QUAD_AHEAD; k++) {
-                dn[k] = dn[k + 1];
+                sn[k] = sn[k + 1];
                 mn[k] = mn[k + 1];
             }
-            dn[DW_QUAD_AHEAD - 1] = dw_quad_row(yp, a.y.st[2], s - DW_QUAD_AHEAD, h, on);
+            sn[DW_QUAD_AHEAD - 1] = dw_quad_row(sp, src_sr, s + dir * DW_QUAD_AHEAD, h, on);
             mn[DW_QUAD_AHEAD - 1] = dw_quad_row(mp, a.mask.st[2], s - DW_QUAD_AHEAD + HA, h, mon);
-            if (s >= 0) { /* the same for the whole warp: the shuffles see every lane */
-                float ds[4 + 2 * HA];
-                dw_quad_halo<HA>(d, q, quads, seg, ds);
-                dw_quad_scatter<K, D>(acc, ds, wk, u, left, right);
+            if (t < h) { /* the same for the whole warp: the shuffles see every lane */
+                float xs[4 + 2 * HA];
+                dw_quad_halo<HA>(dw_quad_relu(x, !WHICH && RELU), q, quads, seg, xs);
+                dw_quad_scatter<K, D, WHICH>(acc, xs, wk, u, left, right);
             }
-            float4 &c = acc[(u + 1) % R]; /* dx row s + HA took tap row K - 1 */
+            float4 &c = acc[(u + 1) % R]; /* destination row s - dir HA took tap row K - 1 */
             if (on && t >= HA)            /* below HA the row lies past the plane */
-                *(float4 *)(xp + (s + HA) * a.x.st[2]) = dw_quad_masked(c, m, RELU);
+                *(float4 *)(dp + (s - dir * HA) * dst_sr) = dw_quad_masked(c, m, WHICH && RELU);
             c = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
     }
 }
 
-/* The data gradient on column quads: a segment of 2^seg lanes a plane, as warp rows.
- * The mask's rows cost the 3x3 kernel its fourth block (it would spill at 64 registers). */
-template <int K, int D, bool RELU>
-__global__ void __launch_bounds__(CU_THREADS,
-                                  (RELU && K == 3 && D == 1) ? 3 : DW_QUAD_MIN_BLOCKS(K, D))
-    dw_quad_data_kernel(cu_dw_args a, int seg, const float *gate)
+/* The forward (WHICH 0) or data gradient (1) on column quads: a segment of 2^seg lanes a
+ * plane, as warp rows. The mask's rows cost the 3x3 data gradient its fourth block (it
+ * would spill at 64 registers). */
+template <int K, int D, int WHICH, bool RELU>
+__global__ void
+__launch_bounds__(CU_THREADS, (WHICH && RELU && K == 3 && D == 1) ? 3 : DW_QUAD_MIN_BLOCKS(K, D))
+    dw_quad_conv_kernel(cu_dw_args a, int seg, const float *gate)
 {
     if (cu_gated_off(gate))
         return;
@@ -955,10 +968,10 @@ __global__ void __launch_bounds__(CU_THREADS,
 #pragma unroll
     for (int t = 0; t < K * K; t++)
         wk[t] = wp[(t / K) * a.wt.st[2] + (t % K) * a.wt.st[3]];
-    const float *yp = dw_rows_plane(a.y, pl, a.c) + 4 * r.col;
-    const float *mp = RELU ? dw_rows_plane(a.mask, pl, a.c) + 4 * r.col : NULL;
-    float *xp = dw_rows_plane(a.x, pl, a.c) + 4 * r.col;
-    dw_quad_data_plane<K, D, RELU>(a, yp, mp, xp, wk, on, r.col, quads, seg);
+    const float *sp = dw_rows_plane(WHICH ? a.y : a.x, pl, a.c) + 4 * r.col;
+    const float *mp = WHICH && RELU ? dw_rows_plane(a.mask, pl, a.c) + 4 * r.col : NULL;
+    float *dp = dw_rows_plane(WHICH ? a.x : a.y, pl, a.c) + 4 * r.col;
+    dw_quad_conv_plane<K, D, WHICH, RELU>(a, sp, mp, dp, wk, on, r.col, quads, seg);
 }
 
 /* Whether t's rows are runs of float4s: unit column stride, 16-byte aligned. */
@@ -993,29 +1006,30 @@ static ex_status dw_quad_launch(cu_exec *e, const cu_dw_args *a, int seg, const 
     return cu_launched(e, name);
 }
 
-template <int K, int D>
-static ex_status dw_quad_launch_data(cu_exec *e, const cu_dw_args *a, int seg, const char *name)
+template <int K, int D, int WHICH>
+static ex_status dw_quad_launch_conv(cu_exec *e, const cu_dw_args *a, int seg, const char *name)
 {
     if (e->dry)
         return EX_OK;
     unsigned b = cu_wrow_blocks(a->n * a->c, seg);
-    if (a->relu) /* the mask's loads and registers only where there is a mask */
-        cu_launch(e, dw_quad_data_kernel<K, D, true>, b, CU_THREADS, 0, *a, seg, e->gate);
+    if (a->relu) /* the ReLU's loads and registers only where it is fused */
+        cu_launch(e, dw_quad_conv_kernel<K, D, WHICH, true>, b, CU_THREADS, 0, *a, seg, e->gate);
     else
-        cu_launch(e, dw_quad_data_kernel<K, D, false>, b, CU_THREADS, 0, *a, seg, e->gate);
+        cu_launch(e, dw_quad_conv_kernel<K, D, WHICH, false>, b, CU_THREADS, 0, *a, seg, e->gate);
     return cu_launched(e, name);
 }
 
 template <int K, int D>
 static ex_status dw_quad_pass(cu_exec *e, int which, const cu_dw_args *a, int seg, const char *name)
 {
-    return which == 2 ? dw_quad_launch<K, D>(e, a, seg, name)
-                      : dw_quad_launch_data<K, D>(e, a, seg, name);
+    return which == 2   ? dw_quad_launch<K, D>(e, a, seg, name)
+           : which == 1 ? dw_quad_launch_conv<K, D, 1>(e, a, seg, name)
+                        : dw_quad_launch_conv<K, D, 0>(e, a, seg, name);
 }
 
-/* Runs the filter gradient (which 2) or the data gradient (which 1) on column quads when
- * they apply: stride 1, equal dilations D of 1 or 2, "same" padding of at most 4, rows of
- * 4k columns up to DW_QUAD_MAX_W that are runs of float4s in x and dy (and the mask). */
+/* Runs pass which on column quads when they apply: stride 1, equal dilations D of 1 or
+ * 2, "same" padding of at most 4, rows of 4k columns up to DW_QUAD_MAX_W that are runs
+ * of float4s in x and dy (and the mask). */
 static int dw_quad(cu_exec *e, int which, const cu_dw_args *a, const char *name, ex_status *st)
 {
     int d = a->dh, ha = (a->k - 1) * d / 2;
@@ -1023,7 +1037,7 @@ static int dw_quad(cu_exec *e, int which, const cu_dw_args *a, const char *name,
         a->ho != a->h || a->wo != a->w || a->w % 4 != 0 || a->w < 4 || a->w > DW_QUAD_MAX_W ||
         a->n > 0x3fffffff || a->c > 65535 || !dw_quad_rows(a->x) || !dw_quad_rows(a->y) ||
         (which == 1 && a->relu && !dw_quad_rows(a->mask)) ||
-        (which == 1 && cu_wrow_blocks(a->n * a->c, cu_wrow_seg(a->w / 4)) > 0x7fffffffu))
+        (which != 2 && cu_wrow_blocks(a->n * a->c, cu_wrow_seg(a->w / 4)) > 0x7fffffffu))
         return 0;
     int seg = cu_wrow_seg(a->w / 4);
     if (a->k == 3 && d == 1)
@@ -1091,7 +1105,7 @@ static int dw_rows(cu_exec *e, int which, const cu_dw_args *a, const char *name,
 
 int cu_dw_staged(cu_exec *e, int which, const cu_dw_args *a, const char *name, ex_status *st)
 {
-    if (which != 0 && dw_quad(e, which, a, name, st))
+    if (dw_quad(e, which, a, name, st))
         return 1;
     if (dw_rows(e, which, a, name, st))
         return 1;
