@@ -464,8 +464,8 @@ __device__ __forceinline__ float4 pool_quad_row(const float *p, int64_t sr, int 
 }
 
 /* The first maxima of the three-column windows of this lane's four columns in one x row
- * (hm) and their column offsets 0..2, two bits a column in *hj; columns outside the row
- * do not count. */
+ * (hm) and their column offsets 0..2, four bits a column in *hj (a nibble, so that the
+ * rows' codes merge by masks in pool_quad_vmax); columns outside the row do not count. */
 __device__ __forceinline__ void pool_quad_hmax(float4 x, int q, int quads, int seg, float *hm,
                                                int *hj)
 {
@@ -487,32 +487,35 @@ __device__ __forceinline__ void pool_quad_hmax(float4 x, int q, int quads, int s
             at = 2;
         }
         hm[v] = best;
-        packed |= at << (2 * v);
+        packed |= at << (4 * v);
     }
     *hj = packed;
 }
 
 /* Output row o's window maxima from the rows' maxima (hm[k], hj[k]: x row o - 1 + k) as
  * codes 4 k + column offset, four bits a column; the top row first, and rows outside
- * the plane do not count. */
+ * the plane do not count. Each column only picks a row: the rows' codes (4 k added to
+ * every nibble, no carries) merge by nibble masks, a few logic operations for all four
+ * columns instead of taking every column's offsets apart. */
 __device__ __forceinline__ int pool_quad_vmax(const float (*hm)[4], const int *hj, bool top,
                                               bool bottom)
 {
-    int packed = 0;
+    int m1 = 0, m2 = 0; /* the columns whose maximum lies in row 1, row 2 */
 #pragma unroll
     for (int v = 0; v < 4; v++) {
-        float best = top ? hm[0][v] : hm[1][v];
-        int j0 = (hj[0] >> (2 * v)) & 3, j1 = (hj[1] >> (2 * v)) & 3, j2 = (hj[2] >> (2 * v)) & 3;
-        int at = top ? j0 : 4 + j1;
-        if (top && pool_better(hm[1][v], best)) {
-            best = hm[1][v];
-            at = 4 + j1;
-        }
-        if (bottom && pool_better(hm[2][v], best))
-            at = 8 + j2;
-        packed |= at << (4 * v);
+        bool w1 = !top || pool_better(hm[1][v], hm[0][v]);
+        float best = w1 ? hm[1][v] : hm[0][v];
+        bool w2 = bottom && pool_better(hm[2][v], best);
+        m1 |= w1 && !w2 ? 15 << (4 * v) : 0;
+        m2 |= w2 ? 15 << (4 * v) : 0;
     }
-    return packed;
+    return (hj[0] & ~(m1 | m2)) | ((hj[1] + 0x4444) & m1) | ((hj[2] + 0x8888) & m2);
+}
+
+/* Whether nibble nib of code is val: one logic operation, no shift and mask first. */
+__device__ __forceinline__ bool pool_quad_is(int code, int nib, int val)
+{
+    return ((code ^ (val << (4 * nib))) & (15 << (4 * nib))) == 0;
 }
 
 /* Output row o's gradient into the dx ring (ring[k]: dx row o - 1 + k): the outputs of
@@ -525,16 +528,19 @@ __device__ __forceinline__ void pool_quad_route(float4 d, int code, int q, int q
     int cl = __shfl_up_sync(0xffffffffu, code, 1, 1 << seg);
     int cr = __shfl_down_sync(0xffffffffu, code, 1, 1 << seg);
     const float od[6] = {dl, d.x, d.y, d.z, d.w, dr};
-    const int oc[6] = {q > 0 ? cl >> 12 : -1, code & 15,  (code >> 4) & 15,
-                       (code >> 8) & 15,      code >> 12, q + 1 < quads ? cr & 15 : -1};
 #pragma unroll
     for (int v = 0; v < 4; v++)
 #pragma unroll
         for (int e = v; e < v + 3; e++) /* output column 4q - 1 + e, ascending */
 #pragma unroll
-            for (int k = 0; k < 3; k++)
-                if (oc[e] == 4 * k + (v - e + 2))
+            for (int k = 0; k < 3; k++) {
+                int val = 4 * k + (v - e + 2);
+                bool hit = e == 0   ? q > 0 && pool_quad_is(cl, 3, val)
+                           : e == 5 ? q + 1 < quads && pool_quad_is(cr, 0, val)
+                                    : pool_quad_is(code, e - 1, val);
+                if (hit)
                     ring[k][v] += od[e];
+            }
 }
 
 /* The running state of one lane's quad: the maxima of x rows o - 1 .. o + 1 and the dx
@@ -568,7 +574,9 @@ __device__ __forceinline__ void pool_quad_step(pool_quad_state &st, float4 x, fl
 }
 
 /* Two output rows a round, the next round's four rows loaded before this round's
- * arithmetic: loads in flight, and 256 contiguous bytes of a plane's rows at once. */
+ * arithmetic: loads in flight, and 256 contiguous bytes of a plane's rows at once.
+ * Three rounds are unrolled: the rings then come back to their registers, with no moves
+ * on the loop's back edge. */
 __global__ void __launch_bounds__(CU_THREADS, 4)
     pool_quad_max_bwd_kernel(pool_g32 g, int seg, cu_t4 x, cu_t4 dy, cu_t4 dx, const float *gate)
 {
@@ -582,15 +590,19 @@ __global__ void __launch_bounds__(CU_THREADS, 4)
     xp.p += 4 * q;
     dp.p += 4 * q;
     op.p += 4 * q;
-    pool_quad_state st;
+    pool_quad_state st; /* row -1's maxima only defined: output row 0 does not read them */
 #pragma unroll
     for (int k = 0; k < 3; k++)
 #pragma unroll
-        for (int v = 0; v < 4; v++)
+        for (int v = 0; v < 4; v++) {
             st.ring[k][v] = 0.0f;
+            st.hm[k][v] = 0.0f;
+        }
+    st.hj[0] = 0;
     pool_quad_hmax(pool_quad_row(xp.p, xp.sr, 0, g.h, on), q, quads, seg, st.hm[1], &st.hj[1]);
     float4 xa = pool_quad_row(xp.p, xp.sr, 1, g.h, on), xb = pool_quad_row(xp.p, xp.sr, 2, g.h, on);
     float4 da = pool_quad_row(dp.p, dp.sr, 0, g.h, on), db = pool_quad_row(dp.p, dp.sr, 1, g.h, on);
+#pragma unroll 3
     for (int o = 0; o < g.h; o += 2) {
         float4 x0 = xa, x1 = xb, d0 = da, d1 = db;
         xa = pool_quad_row(xp.p, xp.sr, o + 3, g.h, on);
