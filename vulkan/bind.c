@@ -300,7 +300,8 @@ uint32_t vk_scratch_ref(vk_exec *e, uint64_t at, uint64_t bytes, int use)
 
 ex_status vk_status_ref(vk_exec *e, uint32_t *ref)
 {
-    *ref = bind(e, internal_span(e->b, 0, VK_STATUS_WORDS * 4), 1, 0);
+    uint64_t slot = e->b->status_next++ % VK_STATUS_SLOTS;
+    *ref = bind(e, internal_span(e->b, slot * VK_STATUS_WORDS * 4, VK_STATUS_WORDS * 4), 1, 0);
     return EX_OK;
 }
 
@@ -333,7 +334,7 @@ static void barrier_now(vk_exec *e)
 {
     vk_backend *b = e->b;
     if (e->cmd) {
-        vk_full_barrier(e->cmd);
+        vk_compute_barrier(e->cmd);
         b->counts.barriers++;
     }
     b->nreads = b->nwrites = 0;

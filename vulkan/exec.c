@@ -199,14 +199,14 @@ static VkBuffer internal_buf(vk_backend *b)
 static void status_begin(vk_backend *b, VkCommandBuffer cmd)
 {
     vk_full_barrier(cmd);
-    vkCmdFillBuffer(cmd, internal_buf(b), b->internal->offset, VK_STATUS_WORDS * 4, 0);
+    vkCmdFillBuffer(cmd, internal_buf(b), b->internal->offset, VK_STATUS_BYTES, 0);
     vk_full_barrier(cmd);
 }
 
 static void status_end(vk_backend *b, VkCommandBuffer cmd)
 {
     vk_full_barrier(cmd);
-    VkBufferCopy r = {b->internal->offset, 0, VK_STATUS_WORDS * 4};
+    VkBufferCopy r = {b->internal->offset, 0, VK_STATUS_BYTES};
     vkCmdCopyBuffer(cmd, internal_buf(b), b->status_host, 1, &r);
     VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                           .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
@@ -383,8 +383,13 @@ static ex_status step_for(vk_backend *b, const ex_node_exec *nodes, int64_t coun
 /* Turns what a shader reported into a status and a message. */
 static ex_status status_read(vk_backend *b, const ex_node_exec *nodes, int64_t count)
 {
-    const uint32_t *s = b->status_map;
-    if (s[0] == VK_STATUS_OK)
+    const uint32_t *s = NULL; /* the report of the earliest node */
+    for (int k = 0; k < VK_STATUS_SLOTS; k++) {
+        const uint32_t *w = b->status_map + k * VK_STATUS_WORDS;
+        if (w[0] != VK_STATUS_OK && (!s || w[1] < s[1]))
+            s = w;
+    }
+    if (!s)
         return EX_OK;
     const ex_node_exec *n = s[1] < (uint64_t)count ? &nodes[s[1]] : NULL;
     const char *op = n ? ex_op_name(n->op) : "?";

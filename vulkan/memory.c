@@ -290,6 +290,16 @@ void vk_full_barrier(VkCommandBuffer cmd)
                          1, &mb, 0, NULL, 0, NULL);
 }
 
+void vk_compute_barrier(VkCommandBuffer cmd)
+{
+    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                          .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+                          .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_UNIFORM_READ_BIT |
+                                           VK_ACCESS_SHADER_WRITE_BIT};
+    vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+}
+
 /* Makes transfer writes visible to the host before the fence is waited on. */
 static void host_barrier(VkCommandBuffer cmd)
 {

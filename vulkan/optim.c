@@ -149,9 +149,10 @@ static ex_status clip(vk_exec *e, const ex_node_exec *n)
     return go(e, OPT_CLIP, &pc);
 }
 
-/* One sum of squares per tensor into its own word of scratch, each dispatch binding only
- * its tensor and its word (so the dispatches need no barrier between them), then the
- * square root of their sum in order. */
+/* One sum of squares per tensor into a word of scratch of its own, VK_ALIGN bytes apart
+ * so that no two bindings share bytes (a binding starts at the device's offset
+ * alignment): the dispatches need no barrier between them. Then the square root of their
+ * sum in order. */
 static ex_status grad_norm(vk_exec *e, const ex_node_exec *n)
 {
     if (n->nsrc < 0 || (n->nsrc > 0 && n->src == NULL))
@@ -165,18 +166,18 @@ static ex_status grad_norm(vk_exec *e, const ex_node_exec *n)
         return vk_fail(e, EX_ERR_ARG, "no tensors to take the norm of");
     uint64_t at = e->scratch_at;
     uint32_t part = 0;
-    ex_status st = vk_scratch(e, 4 * (uint64_t)n->nsrc, &part);
+    ex_status st = vk_scratch(e, VK_ALIGN * (uint64_t)n->nsrc, &part);
     for (int i = 0; i < n->nsrc && st == EX_OK; i++) {
         vk_bind_reset(e);
-        uint32_t p = vk_scratch_ref(e, at + 4 * (uint64_t)i, 4, VK_WRITE);
+        uint32_t p = vk_scratch_ref(e, at + VK_ALIGN * (uint64_t)i, 4, VK_WRITE);
         st = vk_reduce_all(e, &n->src[i], vk_ref(e, &n->src[i]), p, RED_SUMSQ);
     }
     if (st != EX_OK)
         return st;
     vk_barrier(e);
     vk_bind_reset(e);
-    uint32_t p = vk_scratch_ref(e, at, 4 * (uint64_t)n->nsrc, VK_READ);
-    return vk_reduce_flat(e, p, (uint32_t)n->nsrc, vk_ref(e, &n->dst), RED_SQRT_SUM);
+    uint32_t p = vk_scratch_ref(e, at, VK_ALIGN * (uint64_t)(n->nsrc - 1) + 4, VK_READ);
+    return vk_reduce_flat(e, p, (uint32_t)n->nsrc, VK_ALIGN / 4, vk_ref(e, &n->dst), RED_SQRT_SUM);
 }
 
 ex_status vk_run_optim(vk_exec *e, const ex_node_exec *n)

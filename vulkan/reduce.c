@@ -168,7 +168,8 @@ ex_status vk_run_reduce(vk_exec *e, const ex_node_exec *n)
     }
 }
 
-ex_status vk_reduce_flat(vk_exec *e, uint32_t src, uint32_t n, uint32_t dst, int variant)
+ex_status vk_reduce_flat(vk_exec *e, uint32_t src, uint32_t n, uint32_t stride, uint32_t dst,
+                         int variant)
 {
     red_pc pc;
     memset(&pc, 0, sizeof pc);
@@ -179,7 +180,7 @@ ex_status vk_reduce_flat(vk_exec *e, uint32_t src, uint32_t n, uint32_t dst, int
     for (int k = 0; k < 4; k++) {
         pc.kne[k] = 1;
         pc.rne[k] = k == 3 ? n : 1;
-        pc.rxs[k] = k == 3 ? 1 : 0;
+        pc.rxs[k] = k == 3 ? stride : 0;
     }
     return vk_dispatch(e, VK_SH_reduce_reduce, variant, &pc, sizeof pc, 1, 1, 1);
 }

@@ -131,7 +131,7 @@ static ex_status per_row(vk_exec *e, const ex_node_exec *n, int variant)
     vk_barrier(e);
     vk_bind_reset(e);
     rows_ref = vk_ref_rebind_read(e, rows_ref, 0);
-    return vk_reduce_flat(e, rows_ref, pc.rows, vk_ref(e, &n->dst),
+    return vk_reduce_flat(e, rows_ref, pc.rows, 1, vk_ref(e, &n->dst),
                           variant == SM_CE_ROWS ? RED_MEAN : RED_SUM);
 }
 

@@ -171,10 +171,11 @@ static inline int vk_fits32(const int64_t ne[4], const int64_t st[4])
 ex_status vk_run_elementwise(vk_exec *e, const ex_node_exec *n);
 /* reduce.c: SUM MEAN MAX MAX_BWD */
 ex_status vk_run_reduce(vk_exec *e, const ex_node_exec *n);
-/** Folds n contiguous f32 at src into the one f32 at dst in a fixed order, variant one of
- *  shaders/reduce/variants.h (RED_SUM, RED_MEAN, RED_SQRT_SUM): the last pass of the
- *  losses, counts and norms (reduce.c). */
-ex_status vk_reduce_flat(vk_exec *e, uint32_t src, uint32_t n, uint32_t dst, int variant);
+/** Folds n f32 at src, `stride` words apart, into the one f32 at dst in a fixed order,
+ *  variant one of shaders/reduce/variants.h (RED_SUM, RED_MEAN, RED_SQRT_SUM): the last
+ *  pass of the losses, counts and norms (reduce.c). */
+ex_status vk_reduce_flat(vk_exec *e, uint32_t src, uint32_t n, uint32_t stride, uint32_t dst,
+                         int variant);
 /** Folds every element of x (reference xref) into the f32 at dst (RED_SUM, RED_SUMSQ, ...). */
 ex_status vk_reduce_all(vk_exec *e, const ex_tdesc *x, uint32_t xref, uint32_t dst, int variant);
 /* softmax.c: SOFTMAX(_BWD) LOG_SOFTMAX(_BWD) CROSS_ENTROPY(_BWD) ACCURACY */
@@ -194,10 +195,18 @@ ex_status vk_run_batchnorm(vk_exec *e, const ex_node_exec *n);
 /* nas.c: MIXED_SUM(_BWD_W) GUMBEL_SOFTMAX(_BWD) HARDMAX_ST ENTROPY(_BWD) TOPK_MASK */
 ex_status vk_run_nas(vk_exec *e, const ex_node_exec *n);
 
+/** Sub-allocations are aligned to this (covers minStorageBufferOffsetAlignment ≤ 256), so
+ *  bytes this far apart never share a binding's aligned start. */
+#define VK_ALIGN 256u
+
 /** Status words a shader may report through (cross-entropy's label check): a
  *  reference to VK_STATUS_WORDS u32 that the step starts at 0; word 0 code, 1 node, 2
- *  row, 3 value. Written first-come (atomicCompSwap on word 0). */
+ *  row, 3 value. Written first-come (atomicCompSwap on word 0). Reporting dispatches
+ *  take VK_STATUS_SLOTS such slots in turn, so that neighbours in a recording write
+ *  bytes of their own and need no barrier between them; the host reads the report of
+ *  the earliest node. */
 #define VK_STATUS_WORDS 4
+#define VK_STATUS_SLOTS 16
 enum vk_status_code { VK_STATUS_OK = 0, VK_STATUS_LABEL = 1, VK_STATUS_SHAPE = 2 };
 /** The status words' reference for this node (a written binding of the dispatch). */
 ex_status vk_status_ref(vk_exec *e, uint32_t *ref);

@@ -18,11 +18,11 @@
 #define VK_SETS_MAX 131072
 /** Pipelines kept (one per shader, writable bindings and variant). */
 #define VK_PIPES 512
-/** Sub-allocations are aligned to this (covers minStorageBufferOffsetAlignment ≤ 256). */
-#define VK_ALIGN 256u
 /** The internal buffer: status words, then VK_ALIGN bytes nothing writes (what unused
  *  bindings point at), then scratch. */
 #define VK_STATUS_BYTES VK_ALIGN
+_Static_assert(VK_STATUS_SLOTS *VK_STATUS_WORDS * 4 <= VK_STATUS_BYTES,
+               "the status slots fit their bytes and the host's copy");
 #define VK_SCRATCH_AT (2 * VK_ALIGN)
 /** The scratch holds this many times the most any node needs. A level's nodes are
  *  recorded pass by pass in groups whose scratch lies side by side in it, taken as a ring,
@@ -155,6 +155,7 @@ struct vk_backend {
     uint64_t nsets, capsets;
     vk_step steps[VK_STEPS];
     uint64_t tick;
+    uint64_t status_next;      /**< the status slot the next reporting dispatch takes */
     vk_access *reads, *writes; /**< ranges read and written since the last barrier */
     int64_t nreads, nwrites, capreads, capwrites;
     vk_counts counts;
@@ -182,7 +183,11 @@ void vkm_free(vk_backend *b, vk_buffer *buf);
 ex_status vkm_submit_wait(vk_backend *b, VkCommandBuffer cmd);
 /** Begins b->xfer with a full barrier against all earlier work. */
 ex_status vkm_begin(vk_backend *b);
+/** Every earlier shader and transfer write before every later access. */
 void vk_full_barrier(VkCommandBuffer cmd);
+/** Earlier shader writes before later shader accesses: between the dispatches of a step,
+ *  whose transfers (the status words) have full barriers of their own. */
+void vk_compute_barrier(VkCommandBuffer cmd);
 ex_status vk_upload(void *impl, ex_buffer *buf, uint64_t off, const void *src, uint64_t n);
 ex_status vk_download(void *impl, ex_buffer *buf, uint64_t off, void *dst, uint64_t n);
 ex_status vk_copy(void *impl, ex_buffer *dst, uint64_t doff, ex_buffer *src, uint64_t soff,
