@@ -505,20 +505,29 @@ static void bnc_stats_args(const ex_node_exec *a, bnc_args *g)
 }
 
 /* One cluster of BNC_BLOCKS blocks per channel. */
-static ex_status bnc_launch(cu_exec *e, void (*k)(bnc_args, const float *), const bnc_args &g,
-                            const char *name)
+/* A launch of `blocks` blocks of `threads` in clusters of BNC_BLOCKS on e's stream; the
+ * cluster attribute lives in *attr, which must outlive the launch. */
+static cudaLaunchConfig_t bnc_config(const cu_exec *e, unsigned blocks, unsigned threads,
+                                     cudaLaunchAttribute *attr)
 {
     cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = BNC_BLOCKS;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.gridDim = dim3((unsigned)(g.c * BNC_BLOCKS));
-    cfg.blockDim = dim3(BNC_THREADS);
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = BNC_BLOCKS;
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(threads);
     cfg.stream = e->stream;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
+    return cfg;
+}
+
+static ex_status bnc_launch(cu_exec *e, void (*k)(bnc_args, const float *), const bnc_args &g,
+                            const char *name)
+{
+    cudaLaunchAttribute attr;
+    cudaLaunchConfig_t cfg = bnc_config(e, (unsigned)(g.c * BNC_BLOCKS), BNC_THREADS, &attr);
     ex_status st =
         cu_check(e, cudaLaunchKernelEx(&cfg, k, g, e->gate), "batch norm cluster launch");
     return st != EX_OK ? st : cu_launched(e, name);
@@ -557,17 +566,8 @@ static ex_status bnr_launch(cu_exec *e, const bnc_args &g)
     ex_status st = cu_scratch(e, sizeof(double) * 2 * (size_t)(clusters * g.c), &ws);
     if (st != EX_OK || e->dry)
         return st;
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = BNC_BLOCKS;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.gridDim = dim3((unsigned)(clusters * BNC_BLOCKS));
-    cfg.blockDim = dim3(BNR_THREADS);
-    cfg.stream = e->stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute attr;
+    cudaLaunchConfig_t cfg = bnc_config(e, (unsigned)(clusters * BNC_BLOCKS), BNR_THREADS, &attr);
     st =
         cu_check(e, cudaLaunchKernelEx(&cfg, bnr_stats_kernel, g, (double *)ws, e->ticket, e->gate),
                  "batch norm statistics launch");
