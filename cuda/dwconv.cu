@@ -661,6 +661,21 @@ __global__ void dw_rows_kernel(cu_dw_args a, int seg, const float *gate)
     }
 }
 
+/* The warp-row and quad filter gradients' end: block (c, grp)'s partial, and the last
+ * block's ordered sum of the groups' partials into dw. */
+template <int K>
+__device__ __forceinline__ void dw_rows_filter_finish(const cu_dw_args &a, const float *acc,
+                                                      float *red, double *part, int grp, int c,
+                                                      unsigned *ticket)
+{
+    dw_filter_partial<K>(acc, red, part + ((int64_t)grp * a.c + c) * (K * K));
+    if (cu_last_block(ticket)) {
+        dw_geo g = {};
+        g.c = (int)a.c;
+        dw_filter_sum<K>(g, part, (int)gridDim.y, a.wt);
+    }
+}
+
 /* The filter gradient: block (channel c, group) has its warps hold 32 / S samples of c
  * at once and sum dy · x for every tap in registers, then as dw_filter_kernel: warp
  * sums, the warps in order into a double partial, the last block adds the groups. */
@@ -711,12 +726,7 @@ __global__ void dw_rows_filter_kernel(cu_dw_args a, int seg, int per, double *pa
             }
         }
     }
-    dw_filter_partial<K>(acc, red, part + ((int64_t)grp * a.c + c) * (K * K));
-    if (cu_last_block(ticket)) {
-        dw_geo g = {};
-        g.c = (int)a.c;
-        dw_filter_sum<K>(g, part, (int)gridDim.y, a.wt);
-    }
+    dw_rows_filter_finish<K>(a, acc, red, part, grp, c, ticket);
 }
 
 /** Blocks the filter gradient's grouping aims at. */
@@ -836,12 +846,7 @@ __global__ void __launch_bounds__(CU_THREADS, DW_QUAD_MIN_BLOCKS(K, D))
         const float *yp = dw_rows_plane(a.y, pl, a.c) + 4 * q * a.y.st[3];
         dw_quad_plane<K, D>(a, xp, yp, nb < n1 && q < quads, q, quads, seg, acc);
     }
-    dw_filter_partial<K>(acc, red, part + ((int64_t)grp * a.c + c) * (K * K));
-    if (cu_last_block(ticket)) {
-        dw_geo g = {};
-        g.c = (int)a.c;
-        dw_filter_sum<K>(g, part, (int)gridDim.y, a.wt);
-    }
+    dw_rows_filter_finish<K>(a, acc, red, part, grp, c, ticket);
 }
 
 /* ---- the forward and the data gradient for stride 1, "same" padding, rows of 4k ----
