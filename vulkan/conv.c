@@ -4,8 +4,9 @@
  * conv/conv.comp (direct loops). See the shaders for the algorithms. The checks are the
  * CPU backend's; every operand keeps its own strides. The fused ReLU (ip6) is a variant
  * bit of the forward and filter passes, which read max(x, 0); the data gradient masks dx
- * in a second dispatch (conv.comp's CV_RELU_MASK), as both shaders' push constants are
- * full. */
+ * in dw.comp's pass where the mask has dx's strides (a word of push constants the data
+ * pass does not use), else in a second dispatch (conv.comp's CV_RELU_MASK), as conv.comp's
+ * push constants are full. */
 #include <string.h>
 
 #include "shaders/conv/variants.h"
@@ -113,7 +114,7 @@ typedef struct dw_pc {
     uint32_t n, c, h, wd;
     uint32_t ho, wo, pad, tile;
     uint32_t tiles_w, tiles, g, units;
-    uint32_t prow, pcol, items, ns;
+    uint32_t prow, pcol, items, ns; /* ns: the ReLU mask's reference in the data pass */
     uint32_t sx[4], sy[4];
     uint32_t swc, swh, sww, parts;
 } dw_pc;
@@ -252,16 +253,26 @@ static int dw_plan(int which, const ex_tdesc *x, const ex_tdesc *w, const ex_tde
 }
 
 /* A depthwise pass through dw.comp, planned by dw_plan; relu: the fused ReLU's variant
- * bit (forward and filter passes). */
+ * bit (forward and filter passes); mask (data pass, NULL without): the fused ReLU's
+ * mask, applied in the pass where it has dx's strides and finds a binding. Returns in
+ * *masked whether it was. */
 static ex_status dw_run(vk_exec *e, int which, const ex_tdesc *x, const ex_tdesc *w,
-                        const ex_tdesc *y, int geo, int relu, dw_pc *pc)
+                        const ex_tdesc *y, int geo, int relu, const ex_tdesc *mask, dw_pc *pc,
+                        int *masked)
 {
     int rv = relu ? DW_RELU : 0;
+    *masked = 0;
     if (which == 2)
         return dw_filter(e, x, w, y, geo, rv, pc);
     pc->x = vk_ref(e, x);
     pc->w = vk_ref(e, w);
     pc->y = vk_ref(e, y);
+    pc->ns = VK_NOREF;
+    uint32_t ms[4];
+    if (mask && conv_strides(mask, ms) && !memcmp(ms, pc->sx, sizeof ms) && vk_room(e, &mask, 1)) {
+        pc->ns = vk_ref(e, mask);
+        *masked = 1;
+    }
     int variant = which == 0 ? DW_FWD + rv : DW_DATA;
     return vk_dispatch(e, VK_SH_conv_dw, variant + 4 * geo, pc, sizeof *pc, vk_groups(pc->items, 1),
                        1, 1);
@@ -349,8 +360,10 @@ static ex_status conv_run(vk_exec *e, const ex_node_exec *nd, int which, int dep
     dw_pc dpc;
     int geo = depthwise ? dw_plan(which, x, w, y, g, &dpc) : -1;
     int dwv = depthwise ? CV_DEPTHWISE : 0, rv = relu ? CV_RELU : 0;
+    int masked = 0;
     if (geo >= 0) {
-        st = dw_run(e, which, x, w, y, geo, relu, &dpc);
+        const ex_tdesc *mask = relu && which == 1 ? &nd->src[2] : NULL;
+        st = dw_run(e, which, x, w, y, geo, relu, mask, &dpc, &masked);
     } else if (which == 2) {
         st = conv_filter(e, x, w, y, g, &pc, dwv, rv);
     } else {
@@ -361,7 +374,7 @@ static ex_status conv_run(vk_exec *e, const ex_node_exec *nd, int which, int dep
         st = vk_dispatch(e, VK_SH_conv_conv, (which == 0 ? CV_FWD + rv : CV_BWD_DATA) + dwv, &pc,
                          sizeof pc, vk_groups(count, 128), 1, 1);
     }
-    if (st == EX_OK && relu && which == 1)
+    if (st == EX_OK && relu && which == 1 && !masked)
         st = conv_relu_mask(e, &nd->src[2], x); /* x's role is dx's here */
     return st;
 }

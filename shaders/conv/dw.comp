@@ -12,8 +12,9 @@
 //             taps over its outputs, then a fixed two-level sum over the workgroup; the
 //             partial goes to scratch [part][channel][tap] (or to dw when one suffices).
 //   DW_FSUM   dw = the partials added in order (8 outputs x 16 lanes per workgroup).
-// With DW_RELU (the fused ReLU) DW_FWD and DW_FILTER stage max(x, 0); the data gradient's
-// mask is conv.comp's CV_RELU_MASK pass, after DW_DATA.
+// With DW_RELU (the fused ReLU) DW_FWD and DW_FILTER stage max(x, 0); DW_DATA stores 0
+// where the mask (the forward's input, at dx's strides; reference `ns`) is not above 0,
+// or, where the host cannot bind the mask so, conv.comp's CV_RELU_MASK pass follows.
 // No atomics: every sum has an order fixed by the shape, so results are repeatable.
 #version 450
 #extension GL_GOOGLE_include_directive : require
@@ -28,7 +29,8 @@ layout(push_constant) uniform PC
     uint n, c, h, wd;        // x's sizes (DW_FSUM: c channels)
     uint ho, wo, pad, tile;  // y's spatial sizes; ph | pw << 16; tile rows | columns << 16
     uint tiles_w, tiles, g, units; // tiles per tile row, per plane; planes per stage; units per plane
-    uint prow, pcol, items, ns;    // window rows and columns; work items; samples per item (filter)
+    uint prow, pcol, items, ns;    // window rows and columns; work items; samples per item
+                                   // (filter) or the ReLU mask (data: NOREF without)
     uvec4 sx, sy;                  // strides of x and y
     uint swc, swh, sww, parts;     // dw's strides (channel, row, column); partials per channel
 } pc;
@@ -157,9 +159,12 @@ void fwd_data_units(uint pi, uint lane, uint r0, uint c0, int offh, int offw)
         if (col >= ow)
             continue;
         [[unroll]] for (int i = 0; i < RH; i++) {
-            uint row = r0 + rg + uint(i);
-            if (rg + uint(i) < th && row < oh)
-                stf(PASS == DW_FWD ? pc.y : pc.x, base + row * s.z + col * s.w, acc[i]);
+            uint row = r0 + rg + uint(i), at = base + row * s.z + col * s.w;
+            if (rg + uint(i) >= th || row >= oh)
+                continue;
+            if (PASS == DW_DATA && pc.ns != NOREF && !(ldf(pc.ns, at) > 0.0))
+                acc[i] = 0.0;
+            stf(PASS == DW_FWD ? pc.y : pc.x, at, acc[i]);
         }
     }
 }
