@@ -29,6 +29,7 @@ static const struct {
 } feature_names[] = {
     {EX_FEAT_TIMESTAMPS, "timestamps"},
     {EX_FEAT_REFERENCE, "reference"},
+    {EX_FEAT_RECOMPUTE, "recompute"},
 };
 #define NFEATURES (sizeof feature_names / sizeof feature_names[0])
 
