@@ -119,6 +119,23 @@ static inline cu_t4 cu_t4_of(const ex_tdesc *t)
     return v;
 }
 
+/** Whether t's rows are runs of float4s (the column-quad kernels of dwconv.cu and
+ *  pool.cu): unit column stride, every row 16-byte aligned. */
+static inline bool cu_quad_rows(const cu_t4 &t)
+{
+    return t.st[3] == 1 && (uintptr_t)t.p % 16 == 0 && t.st[0] % 4 == 0 && t.st[1] % 4 == 0 &&
+           t.st[2] % 4 == 0;
+}
+
+/** Row `row` of a plane at p as a float4 (this lane's quad of columns; row stride sr),
+ *  or zeros outside [0, rows) or where the lane is off. */
+__device__ __forceinline__ float4 cu_quad_row(const float *p, int64_t sr, int row, int rows,
+                                              bool on)
+{
+    return on && row >= 0 && row < rows ? *(const float4 *)(p + row * sr)
+                                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+
 /** Blocks for a grid-stride loop over n items. */
 static inline unsigned cu_blocks(int64_t n, int threads)
 {

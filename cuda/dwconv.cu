@@ -761,12 +761,13 @@ __device__ __forceinline__ void dw_quad_halo(float4 x, int q, int quads, int seg
         xs[HA + v] = own[v];
 }
 
-/* Row `row` of a plane at p (this lane's quad), or zeros outside [0, rows) or off. */
-__device__ __forceinline__ float4 dw_quad_row(const float *p, int64_t sr, int row, int rows,
-                                              bool on)
+/* max(x, 0) of a row of x with the fused ReLU, as dw_rows_load: a NaN stays. */
+__device__ __forceinline__ float4 dw_quad_relu(float4 x, bool relu)
 {
-    return on && row >= 0 && row < rows ? *(const float4 *)(p + row * sr)
-                                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (!relu)
+        return x;
+    return make_float4(x.x < 0.0f ? 0.0f : x.x, x.y < 0.0f ? 0.0f : x.y, x.z < 0.0f ? 0.0f : x.z,
+                       x.w < 0.0f ? 0.0f : x.w);
 }
 
 /* One plane's taps into acc. Step t brings dy row t into the ring and x row t - HA,
@@ -781,8 +782,8 @@ __device__ __forceinline__ void dw_quad_plane(const cu_dw_args &a, const float *
 #pragma unroll
     for (int u = 0; u < R; u++)
         ring[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    float4 dn = dw_quad_row(yp, a.y.st[2], 0, a.h, on),
-           xn = dw_quad_row(xp, a.x.st[2], -HA, a.h, on);
+    float4 dn = cu_quad_row(yp, a.y.st[2], 0, a.h, on),
+           xn = cu_quad_row(xp, a.x.st[2], -HA, a.h, on);
     for (int t0 = 0; t0 < steps; t0 += R) {
 #pragma unroll
         for (int u = 0; u < R; u++) {
@@ -791,15 +792,12 @@ __device__ __forceinline__ void dw_quad_plane(const cu_dw_args &a, const float *
                 break;
             float4 x = xn;
             ring[u] = dn;
-            dn = dw_quad_row(yp, a.y.st[2], t + 1, a.h, on);
-            xn = dw_quad_row(xp, a.x.st[2], t + 1 - HA, a.h, on);
+            dn = cu_quad_row(yp, a.y.st[2], t + 1, a.h, on);
+            xn = cu_quad_row(xp, a.x.st[2], t + 1 - HA, a.h, on);
             if (t < HA)
                 continue;
-            if (a.relu) /* max(x, 0) as dw_rows_load: a NaN stays */
-                x = make_float4(x.x < 0.0f ? 0.0f : x.x, x.y < 0.0f ? 0.0f : x.y,
-                                x.z < 0.0f ? 0.0f : x.z, x.w < 0.0f ? 0.0f : x.w);
             float xs[4 + 2 * HA];
-            dw_quad_halo<HA>(x, q, quads, seg, xs);
+            dw_quad_halo<HA>(dw_quad_relu(x, a.relu), q, quads, seg, xs);
 #pragma unroll
             for (int p = 0; p < K; p++) {
                 const float4 d = ring[(u - p * D + R) % R];
@@ -897,15 +895,6 @@ __device__ __forceinline__ float4 dw_quad_masked(float4 v, float4 m, bool relu)
                        m.w > 0.0f ? v.w : 0.0f);
 }
 
-/* max(x, 0) of a row of x with the fused ReLU, as dw_rows_load: a NaN stays. */
-__device__ __forceinline__ float4 dw_quad_relu(float4 x, bool relu)
-{
-    if (!relu)
-        return x;
-    return make_float4(x.x < 0.0f ? 0.0f : x.x, x.y < 0.0f ? 0.0f : x.y, x.z < 0.0f ? 0.0f : x.z,
-                       x.w < 0.0f ? 0.0f : x.w);
-}
-
 /* One plane. Step t adds source row s (t, or h - 1 - t for the data gradient; none once
  * t >= h) and completes destination row s -+ HA (from step HA on); the loads of the rows
  * DW_QUAD_AHEAD steps on are issued before this step's arithmetic. */
@@ -924,8 +913,8 @@ __device__ __forceinline__ void dw_quad_conv_plane(const cu_dw_args &a, const fl
         acc[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
     for (int k = 0; k < DW_QUAD_AHEAD; k++) {
-        sn[k] = dw_quad_row(sp, src_sr, s0 + dir * k, h, on);
-        mn[k] = dw_quad_row(mp, a.mask.st[2], s0 + dir * k + HA, h, mon);
+        sn[k] = cu_quad_row(sp, src_sr, s0 + dir * k, h, on);
+        mn[k] = cu_quad_row(mp, a.mask.st[2], s0 + dir * k + HA, h, mon);
     }
     for (int t0 = 0; t0 < steps; t0 += R) {
 #pragma unroll
@@ -939,8 +928,8 @@ __device__ __forceinline__ void dw_quad_conv_plane(const cu_dw_args &a, const fl
                 sn[k] = sn[k + 1];
                 mn[k] = mn[k + 1];
             }
-            sn[DW_QUAD_AHEAD - 1] = dw_quad_row(sp, src_sr, s + dir * DW_QUAD_AHEAD, h, on);
-            mn[DW_QUAD_AHEAD - 1] = dw_quad_row(mp, a.mask.st[2], s - DW_QUAD_AHEAD + HA, h, mon);
+            sn[DW_QUAD_AHEAD - 1] = cu_quad_row(sp, src_sr, s + dir * DW_QUAD_AHEAD, h, on);
+            mn[DW_QUAD_AHEAD - 1] = cu_quad_row(mp, a.mask.st[2], s - DW_QUAD_AHEAD + HA, h, mon);
             if (t < h) { /* the same for the whole warp: the shuffles see every lane */
                 float xs[4 + 2 * HA];
                 dw_quad_halo<HA>(dw_quad_relu(x, !WHICH && RELU), q, quads, seg, xs);
@@ -979,13 +968,6 @@ __launch_bounds__(CU_THREADS, (WHICH && RELU && K == 3 && D == 1) ? 3 : DW_QUAD_
     dw_quad_conv_plane<K, D, WHICH, RELU>(a, sp, mp, dp, wk, on, r.col, quads, seg);
 }
 
-/* Whether t's rows are runs of float4s: unit column stride, 16-byte aligned. */
-static bool dw_quad_rows(const cu_t4 &t)
-{
-    return t.st[3] == 1 && (uintptr_t)t.p % 16 == 0 && t.st[0] % 4 == 0 && t.st[1] % 4 == 0 &&
-           t.st[2] % 4 == 0;
-}
-
 /* The samples each filter-gradient block takes (a multiple of step, the samples a
  * block holds at once) and the groups that makes, about DW_ROWS_FILTER_BLOCKS blocks. */
 static void dw_filter_groups(const cu_dw_args *a, int64_t step, int64_t *per, int64_t *groups)
@@ -997,8 +979,13 @@ static void dw_filter_groups(const cu_dw_args *a, int64_t step, int64_t *per, in
     *groups = a->n > 0 ? (a->n + p - 1) / p : 1;
 }
 
-template <int K, int D>
-static ex_status dw_quad_launch(cu_exec *e, const cu_dw_args *a, int seg, const char *name)
+/* A filter-gradient kernel (warp rows or quads): block (channel, group of samples, in
+ * steps of those a block holds at once), the groups' partials in scratch. */
+template <int K>
+static ex_status dw_rows_filter_launch(cu_exec *e, const cu_dw_args *a, int seg,
+                                       void (*k)(cu_dw_args, int, int, double *, unsigned *,
+                                                 const float *),
+                                       const char *name)
 {
     int64_t per, groups;
     dw_filter_groups(a, (int64_t)(CU_THREADS / 32) << (5 - seg), &per, &groups);
@@ -1006,8 +993,8 @@ static ex_status dw_quad_launch(cu_exec *e, const cu_dw_args *a, int seg, const 
     ex_status st = cu_scratch(e, sizeof(double) * (size_t)(groups * a->c * K * K), &ws);
     if (st != EX_OK || e->dry)
         return st;
-    cu_launch(e, dw_quad_filter_kernel<K, D>, dim3((unsigned)a->c, (unsigned)groups), CU_THREADS, 0,
-              *a, seg, (int)per, (double *)ws, e->ticket, e->gate);
+    cu_launch(e, k, dim3((unsigned)a->c, (unsigned)groups), CU_THREADS, 0, *a, seg, (int)per,
+              (double *)ws, e->ticket, e->gate);
     return cu_launched(e, name);
 }
 
@@ -1027,7 +1014,7 @@ static ex_status dw_quad_launch_conv(cu_exec *e, const cu_dw_args *a, int seg, c
 template <int K, int D>
 static ex_status dw_quad_pass(cu_exec *e, int which, const cu_dw_args *a, int seg, const char *name)
 {
-    return which == 2   ? dw_quad_launch<K, D>(e, a, seg, name)
+    return which == 2   ? dw_rows_filter_launch<K>(e, a, seg, dw_quad_filter_kernel<K, D>, name)
            : which == 1 ? dw_quad_launch_conv<K, D, 1>(e, a, seg, name)
                         : dw_quad_launch_conv<K, D, 0>(e, a, seg, name);
 }
@@ -1040,8 +1027,8 @@ static int dw_quad(cu_exec *e, int which, const cu_dw_args *a, const char *name,
     int d = a->dh, ha = (a->k - 1) * d / 2;
     if (a->s != 1 || a->dw != d || (d != 1 && d != 2) || ha > 4 || a->ph != ha || a->pw != ha ||
         a->ho != a->h || a->wo != a->w || a->w % 4 != 0 || a->w < 4 || a->w > DW_QUAD_MAX_W ||
-        a->n > 0x3fffffff || a->c > 65535 || !dw_quad_rows(a->x) || !dw_quad_rows(a->y) ||
-        (which == 1 && a->relu && !dw_quad_rows(a->mask)) ||
+        a->n > 0x3fffffff || a->c > 65535 || !cu_quad_rows(a->x) || !cu_quad_rows(a->y) ||
+        (which == 1 && a->relu && !cu_quad_rows(a->mask)) ||
         (which != 2 && cu_wrow_blocks(a->n * a->c, cu_wrow_seg(a->w / 4)) > 0x7fffffffu))
         return 0;
     int seg = cu_wrow_seg(a->w / 4);
@@ -1064,17 +1051,8 @@ template <int K, int D>
 static ex_status dw_rows_launch(cu_exec *e, int which, const cu_dw_args *a, int seg,
                                 const char *name)
 {
-    if (which == 2) {
-        int64_t per, groups; /* in steps of the samples a block holds */
-        dw_filter_groups(a, (int64_t)(CU_THREADS / 32) << (5 - seg), &per, &groups);
-        void *ws = NULL;
-        ex_status st = cu_scratch(e, sizeof(double) * (size_t)(groups * a->c * K * K), &ws);
-        if (st != EX_OK || e->dry)
-            return st;
-        cu_launch(e, dw_rows_filter_kernel<K, D>, dim3((unsigned)a->c, (unsigned)groups),
-                  CU_THREADS, 0, *a, seg, (int)per, (double *)ws, e->ticket, e->gate);
-        return cu_launched(e, name);
-    }
+    if (which == 2)
+        return dw_rows_filter_launch<K>(e, a, seg, dw_rows_filter_kernel<K, D>, name);
     if (e->dry)
         return EX_OK;
     unsigned b = cu_wrow_blocks(a->n * a->c, seg);

@@ -455,14 +455,6 @@ __global__ void pool_rows_bwd_kernel(pool_g32 g, int seg, cu_t4 x, cu_t4 dy, cu_
 /** Widest rows the quads take (a segment is at most a warp). */
 #define POOL_QUAD_MAX_W 128
 
-/* Row `row` of a plane at p (this lane's quad), or zeros outside [0, rows) or off. */
-__device__ __forceinline__ float4 pool_quad_row(const float *p, int64_t sr, int row, int rows,
-                                                bool on)
-{
-    return on && row >= 0 && row < rows ? *(const float4 *)(p + row * sr)
-                                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-}
-
 /* The first maxima of the three-column windows of this lane's four columns in one x row
  * (hm) and their column offsets 0..2, four bits a column in *hj (a nibble, so that the
  * rows' codes merge by masks in pool_quad_vmax); columns outside the row do not count. */
@@ -599,16 +591,16 @@ __global__ void __launch_bounds__(CU_THREADS, 4)
             st.hm[k][v] = 0.0f;
         }
     st.hj[0] = 0;
-    pool_quad_hmax(pool_quad_row(xp.p, xp.sr, 0, g.h, on), q, quads, seg, st.hm[1], &st.hj[1]);
-    float4 xa = pool_quad_row(xp.p, xp.sr, 1, g.h, on), xb = pool_quad_row(xp.p, xp.sr, 2, g.h, on);
-    float4 da = pool_quad_row(dp.p, dp.sr, 0, g.h, on), db = pool_quad_row(dp.p, dp.sr, 1, g.h, on);
+    pool_quad_hmax(cu_quad_row(xp.p, xp.sr, 0, g.h, on), q, quads, seg, st.hm[1], &st.hj[1]);
+    float4 xa = cu_quad_row(xp.p, xp.sr, 1, g.h, on), xb = cu_quad_row(xp.p, xp.sr, 2, g.h, on);
+    float4 da = cu_quad_row(dp.p, dp.sr, 0, g.h, on), db = cu_quad_row(dp.p, dp.sr, 1, g.h, on);
 #pragma unroll 3
     for (int o = 0; o < g.h; o += 2) {
         float4 x0 = xa, x1 = xb, d0 = da, d1 = db;
-        xa = pool_quad_row(xp.p, xp.sr, o + 3, g.h, on);
-        xb = pool_quad_row(xp.p, xp.sr, o + 4, g.h, on);
-        da = pool_quad_row(dp.p, dp.sr, o + 2, g.h, on);
-        db = pool_quad_row(dp.p, dp.sr, o + 3, g.h, on);
+        xa = cu_quad_row(xp.p, xp.sr, o + 3, g.h, on);
+        xb = cu_quad_row(xp.p, xp.sr, o + 4, g.h, on);
+        da = cu_quad_row(dp.p, dp.sr, o + 2, g.h, on);
+        db = cu_quad_row(dp.p, dp.sr, o + 3, g.h, on);
         pool_quad_step(st, x0, d0, o, g.h, q, quads, seg, op.p, op.sr, on);
         if (o + 1 < g.h)
             pool_quad_step(st, x1, d1, o + 1, g.h, q, quads, seg, op.p, op.sr, on);
@@ -618,21 +610,14 @@ __global__ void __launch_bounds__(CU_THREADS, 4)
             make_float4(st.ring[0][0], st.ring[0][1], st.ring[0][2], st.ring[0][3]);
 }
 
-/* Whether t's rows are runs of float4s: unit column stride, 16-byte aligned. */
-static bool pool_quad_rows(const cu_t4 &t)
-{
-    return t.st[3] == 1 && (uintptr_t)t.p % 16 == 0 && t.st[0] % 4 == 0 && t.st[1] % 4 == 0 &&
-           t.st[2] % 4 == 0;
-}
-
 /* The quads' segment (log2 of the lanes a plane) when they take max pooling's backward:
  * 3x3, stride 1, padding 1, rows of 4k columns up to POOL_QUAD_MAX_W that are runs of
  * float4s in x, dy and dx; else -1. */
 static int pool_quad_seg(const pool_g32 &g, const cu_t4 &x, const cu_t4 &dy, const cu_t4 &dx)
 {
     if (g.kh != 3 || g.kw != 3 || g.sh != 1 || g.sw != 1 || g.ph != 1 || g.pw != 1 ||
-        g.w % 4 != 0 || g.w > POOL_QUAD_MAX_W || !pool_quad_rows(x) || !pool_quad_rows(dy) ||
-        !pool_quad_rows(dx) || cu_wrow_blocks(g.planes, 0) > 0x7fffffffu / 32)
+        g.w % 4 != 0 || g.w > POOL_QUAD_MAX_W || !cu_quad_rows(x) || !cu_quad_rows(dy) ||
+        !cu_quad_rows(dx) || cu_wrow_blocks(g.planes, 0) > 0x7fffffffu / 32)
         return -1;
     return cu_wrow_seg(g.w / 4);
 }
