@@ -84,6 +84,17 @@ static const tcase mixed_sum_cases[] = {
            {GIN("x4"), SHAPE(8, 16, 32, 32), UNI(-1, 1)},
            {GIN("x5"), SHAPE(8, 16, 32, 32), UNI(-1, 1)}},
      .ip = {1, 2, 3, 4, 5, 7, 0, 0xbf}, .bwd = B_FD, .init = i_mixed_sum},
+    /* dense candidates of a multiple of 4 elements: the forward reads the weights and the
+     * mask itself (Vulkan: mixd.comp, no table); two inactive candidates hold NaN */
+    {CASE("mixed_sum dense, weights read directly", EX_OP_MIXED_SUM, b_mixed_sum, r_mixed_sum, 7),
+     .r = {{PAR("alpha"), SHAPE(3, 6), UNI(-1, 1)},
+           {IN("mask"), SHAPE(6), CONST(0)},
+           {GIN("x0"), SHAPE(2, 4, 6, 8), UNI(-1, 1)},
+           {GIN("x1"), SHAPE(2, 4, 6, 8), POISON, .nocheck = true},
+           {GIN("x2"), SHAPE(2, 4, 6, 8), UNI(-1, 1)},
+           {GIN("x3"), SHAPE(2, 4, 6, 8), UNI(-1, 1)},
+           {GIN("x4"), SHAPE(2, 4, 6, 8), POISON, .nocheck = true}},
+     .ip = {5, 0, 3, 1, 4, 0, 2, 0x2a}, .bwd = B_FD, .init = i_mixed_sum},
     /* 532480 elements: more than 128 chunks (Vulkan's last pass loads 128 at a time) */
     {CASE("mixed_sum over 130 chunks", EX_OP_MIXED_SUM, b_mixed_sum, r_mixed_sum, 3),
      .r = {{PAR("alpha"), SHAPE(1, 2), UNI(-1, 1)},

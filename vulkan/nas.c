@@ -8,9 +8,12 @@
  * writing dst and the others adding to it (candidates in index order, as on the CPU).
  * The weight gradient dots each chunk of dy with every active candidate (a fixed tree
  * per chunk into scratch) and nas/mixdw.comp adds the chunks by a fixed tree: no float
- * atomics, repeatable. Each dispatch binds only what it touches, so the candidates may
- * lie anywhere; a group takes as many candidates as find storage bindings (the table and
- * the weights are small and come as uniform buffers).
+ * atomics, repeatable. A forward whose candidates all fit and are dense, like dst, of a
+ * multiple of 4 elements goes through nas/mixd.comp instead, which reads the weights and
+ * the mask itself: no table, no barrier before the first group. Each dispatch binds only
+ * what it touches, so the candidates may lie anywhere; a group takes as many candidates
+ * as find storage bindings (the table and the weights are small and come as uniform
+ * buffers).
  *
  * The row ops (nas/rows.comp) give each row of K to one invocation. Checks mirror the
  * CPU backend's; a candidate that does not fit fails the node only if its mask entry is
@@ -40,6 +43,13 @@ typedef struct mix_pc {
     uint32_t x[MIX_GROUP];
 } mix_pc;
 
+/* Mirrors mixd.comp's push constants. */
+typedef struct mixd_pc {
+    uint32_t gate, d, w, mask;
+    uint32_t n, cnt, r0, r1;
+    uint32_t at[MIX_GROUP], x[MIX_GROUP];
+} mixd_pc;
+
 /* Mirrors mixdw.comp's push constants. */
 typedef struct mixdw_pc {
     uint32_t gate, d, tab, part;
@@ -59,6 +69,7 @@ typedef struct rows_pc {
 
 _Static_assert(sizeof(mixtab_pc) <= VK_PC_BYTES, "mixtab.comp's push constants");
 _Static_assert(sizeof(mix_pc) <= VK_PC_BYTES, "mix.comp's push constants");
+_Static_assert(sizeof(mixd_pc) <= VK_PC_BYTES, "mixd.comp's push constants");
 _Static_assert(sizeof(mixdw_pc) <= VK_PC_BYTES, "mixdw.comp's push constants");
 _Static_assert(sizeof(rows_pc) <= VK_PC_BYTES, "rows.comp's push constants");
 
@@ -258,6 +269,59 @@ static ex_status mix_groups(vk_exec *e, const ex_node_exec *n, mix_ops *m, const
     return EX_OK;
 }
 
+/* Whether the forward can do without the table (mixd.comp): every candidate fits, dst and
+ * the candidates are dense, of a multiple of 4 elements, and each candidate's weight and
+ * mask entry lie within 2^16 elements of their tensors' first. */
+static int mix_direct(const ex_node_exec *n, const mix_ops *m)
+{
+    uint32_t ne[4], st[4];
+    put4(ne, m->ne);
+    put4(st, m->sd);
+    if (m->bad || m->numel % 4 != 0 || !mix_dense(ne, st))
+        return 0;
+    for (int j = 0; j < m->n; j++) {
+        put4(st, m->st[j]);
+        if (!mix_dense(ne, st) || ex_td_at(&n->src[0], n->ip[j]) > 0xFFFF ||
+            ex_td_at(&n->src[1], n->ip[j]) > 0xFFFF)
+            return 0;
+    }
+    return 1;
+}
+
+/* The forward through mixd.comp: groups of consecutive candidates, as many as find
+ * bindings, the first writing dst (even without candidates) and the others adding to it. */
+static ex_status mix_direct_groups(vk_exec *e, const ex_node_exec *n, const mix_ops *m)
+{
+    int j = 0, first = 1;
+    while (j < m->n || first) {
+        vk_bind_reset(e);
+        mixd_pc pc;
+        memset(&pc, 0, sizeof pc);
+        pc.d = vk_ref(e, &n->dst);
+        pc.w = vk_ref_small(e, &n->src[0]);
+        pc.mask = vk_ref_small(e, &n->src[1]);
+        pc.n = (uint32_t)m->numel;
+        for (; j < m->n && (int)pc.cnt < MIX_GROUP; j++, pc.cnt++) {
+            const ex_tdesc *x = &n->src[2 + j];
+            if (!vk_room(e, &x, 1))
+                break;
+            pc.x[pc.cnt] = vk_ref(e, x);
+            pc.at[pc.cnt] = (uint32_t)ex_td_at(&n->src[0], n->ip[j]) |
+                            (uint32_t)ex_td_at(&n->src[1], n->ip[j]) << 16;
+        }
+        if (j < m->n && pc.cnt == 0)
+            return vk_fail(e, EX_ERR_UNSUPPORTED, "candidate %d finds no binding left", j);
+        ex_status st = vk_dispatch(e, VK_SH_nas_mixd, first ? MIX_FWD : MIX_FWD_ACC, &pc, sizeof pc,
+                                   vk_groups(m->numel / 4, 128), 1, 1);
+        if (st != EX_OK)
+            return st;
+        if (j < m->n)
+            vk_barrier(e); /* the next group adds to what this one wrote */
+        first = 0;
+    }
+    return EX_OK;
+}
+
 static ex_status mixed_sum(vk_exec *e, const ex_node_exec *n)
 {
     mix_ops m;
@@ -274,6 +338,8 @@ static ex_status mixed_sum(vk_exec *e, const ex_node_exec *n)
         return vk_fail(e, EX_ERR_UNSUPPORTED, "dst is beyond 32-bit indexing");
     m.numel = ex_td_numel(d);
     mix_align(n, &m);
+    if (mix_direct(n, &m))
+        return mix_direct_groups(e, n, &m);
     st = mix_table(e, n, &n->src[0], &m);
     return st == EX_OK ? mix_groups(e, n, &m, d, 0) : st;
 }
