@@ -342,13 +342,8 @@ static void barrier_now(vk_exec *e)
 
 void vk_barrier(vk_exec *e)
 {
-    if (e->last - e->first > 1) /* else pass by pass: the recorder puts one between passes */
+    if (e->last - e->first > 1) /* else pass by pass: the tracker orders the passes */
         barrier_now(e);
-}
-
-void vkx_barrier(vk_exec *e)
-{
-    barrier_now(e);
 }
 
 /* Before a dispatch of bindings s[0..n): a barrier when one overlaps what is written and

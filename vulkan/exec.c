@@ -162,16 +162,21 @@ static uint64_t vk_where(const ex_tdesc *t)
 }
 
 /* Checks every node and makes the scratch large enough; a new scratch drops what was
- * recorded against the old one. need (NULL: not wanted): each node's scratch bytes. */
-static ex_status dry_pass(vk_backend *b, const ex_node_exec *nodes, int64_t count, uint64_t *need)
+ * recorded against the old one. need and disp (NULL: not wanted): each node's scratch
+ * bytes and dispatches. */
+static ex_status dry_pass(vk_backend *b, const ex_node_exec *nodes, int64_t count, uint64_t *need,
+                          int *disp)
 {
     vk_exec e = exec_of(b, VK_NULL_HANDLE);
     for (int64_t i = 0; i < count; i++) {
+        e.dispatches = 0;
         ex_status st = run_one(&e, &nodes[i], i, 0);
         if (st != EX_OK)
             return st;
         if (need)
             need[i] = e.scratch_at;
+        if (disp)
+            disp[i] = e.dispatches;
     }
     if (e.need <= b->scratch_slot)
         return EX_OK;
@@ -215,86 +220,109 @@ static void status_end(vk_backend *b, VkCommandBuffer cmd)
                          0, NULL, 0, NULL);
 }
 
-/* The end of the group of nodes from order[a] on: nodes of one level whose scratch fits
- * side by side in the ring from *ring on (the group's first node starts the ring again
- * when it does not fit at its end). base[k - a]: where node order[k]'s scratch starts. */
-static int64_t group_end(const vk_backend *b, const int64_t *order, const int64_t *level,
-                         const uint64_t *need, int64_t a, int64_t count, uint64_t *ring,
-                         uint64_t *base)
-{
-    int64_t z = a;
-    do {
-        uint64_t n = need[order[z]];
-        if (*ring + n > b->scratch_bytes) {
-            if (z > a)
-                break;
-            *ring = 0;
-        }
-        base[z - a] = *ring;
-        *ring += n;
-        z++;
-    } while (z < count && level[order[z]] == level[order[a]]);
-    return z;
-}
+/* A node recorded over several rounds: its next pass and its scratch. */
+typedef struct vk_live {
+    int64_t i;
+    int pass, passes;
+    uint64_t base, bytes;
+} vk_live;
 
-/* Records the nodes order[a, z) of one group pass by pass: every node's first dispatch,
- * a barrier, every second dispatch of the nodes that have one, and so on. The nodes of
- * a level are independent, so multi-pass nodes (a batch norm's sums, then their finish)
- * share one barrier per pass instead of one each; a node of more than VK_PASSES_MAX
- * dispatches is recorded whole, its first pass at once followed by the rest. Node
- * order[k] has its scratch from base[k - a] on in every pass: what its first pass leaves
- * there must outlive the other nodes' first passes. ndisp: room for z - a counts. */
-static ex_status record_level(vk_exec *e, const ex_node_exec *nodes, const int64_t *order,
-                              int64_t a, int64_t z, const uint64_t *base, int *ndisp)
+/* Records pass `pass` of node i (every dispatch when it has more than VK_PASSES_MAX: its
+ * own barriers then come from vk_barrier()). */
+static ex_status record_pass(vk_exec *e, const ex_node_exec *nodes, int64_t i, int pass,
+                             int whole, uint64_t base)
 {
-    int most = 0;
-    ex_status st = EX_OK;
-    for (int pass = 0; st == EX_OK && (pass == 0 || pass < most); pass++) {
-        if (pass > 0)
-            vkx_barrier(e);
-        for (int64_t k = a; k < z && st == EX_OK; k++) {
-            if (pass > 0 && ndisp[k - a] <= pass)
-                continue;
-            e->first = pass;
-            e->last = pass + 1;
-            e->dispatches = 0;
-            st = run_one(e, &nodes[order[k]], order[k], base[k - a]);
-            if (pass > 0)
-                continue;
-            ndisp[k - a] = e->dispatches;
-            if (st == EX_OK && e->dispatches > VK_PASSES_MAX) { /* the rest, whole */
-                e->first = 1;
-                e->last = INT_MAX;
-                e->dispatches = 0;
-                st = run_one(e, &nodes[order[k]], order[k], base[k - a]);
-                ndisp[k - a] = 1;
-            }
-            most = ndisp[k - a] > most ? ndisp[k - a] : most;
-        }
-    }
+    e->first = whole ? 0 : pass;
+    e->last = whole ? INT_MAX : pass + 1;
+    e->dispatches = 0;
+    ex_status st = run_one(e, &nodes[i], i, base);
     e->first = 0;
     e->last = INT_MAX;
     return st;
 }
 
-/* Records the nodes by dependency level (vkx_order), each under its own index; need:
- * each node's scratch bytes (dry_pass). */
+/* The next pass of every live node; the finished ones leave the list. */
+static ex_status live_next(vk_exec *e, const ex_node_exec *nodes, vk_live *live, int *nlive)
+{
+    int kept = 0;
+    ex_status st = EX_OK;
+    for (int j = 0; j < *nlive && st == EX_OK; j++) {
+        st = record_pass(e, nodes, live[j].i, live[j].pass, 0, live[j].base);
+        if (++live[j].pass < live[j].passes)
+            live[kept++] = live[j];
+    }
+    *nlive = kept;
+    return st;
+}
+
+/* Where `bytes` of scratch go: on in the ring from *ring (from 0 when they do not fit
+ * before its end). Bytes a live node still needs are not taken: its remaining passes are
+ * recorded first. */
+static ex_status scratch_place(vk_exec *e, const ex_node_exec *nodes, vk_live *live, int *nlive,
+                               uint64_t bytes, uint64_t *ring, uint64_t *at)
+{
+    bytes = (bytes + VK_ALIGN - 1) & ~(uint64_t)(VK_ALIGN - 1);
+    if (*ring + bytes > e->b->scratch_bytes)
+        *ring = 0;
+    ex_status st = EX_OK;
+    for (int j = 0; j < *nlive && bytes > 0; j++)
+        if (*ring < live[j].base + live[j].bytes && live[j].base < *ring + bytes) {
+            while (*nlive > 0 && st == EX_OK)
+                st = live_next(e, nodes, live, nlive);
+            break;
+        }
+    *at = *ring;
+    *ring += bytes;
+    return st;
+}
+
+/* Records the nodes round by round (vkx_order): in each, the next pass of the nodes that
+ * started earlier, then the first pass of those that start in it. A node's scratch stays
+ * its own over all its passes. disp: each node's dispatches, need: its scratch bytes
+ * (dry_pass). The tracker (vulkan/bind.c) puts the barriers where dispatches depend on
+ * each other: about one a round. live: room for count entries. */
+static ex_status record_rounds(vk_exec *e, const ex_node_exec *nodes, const int64_t *order,
+                               const int64_t *start, const int *disp, const uint64_t *need,
+                               int64_t count, vk_live *live)
+{
+    int nlive = 0;
+    uint64_t ring = 0;
+    ex_status st = EX_OK;
+    for (int64_t k = 0, r = 0; st == EX_OK && (k < count || nlive > 0); r++) {
+        st = live_next(e, nodes, live, &nlive);
+        for (; st == EX_OK && k < count && start[order[k]] <= r; k++) {
+            int64_t i = order[k];
+            int whole = disp[i] > VK_PASSES_MAX;
+            uint64_t at = 0;
+            st = scratch_place(e, nodes, live, &nlive, need[i], &ring, &at);
+            if (st == EX_OK)
+                st = record_pass(e, nodes, i, 0, whole, at);
+            if (!whole && disp[i] > 1)
+                live[nlive++] = (vk_live){i, 1, disp[i], at, need[i]};
+        }
+    }
+    return st;
+}
+
+/* Records the nodes (record_rounds), each under its own index. */
 static ex_status record(vk_backend *b, const ex_node_exec *nodes, int64_t count,
-                        const uint64_t *need, VkCommandBuffer cmd)
+                        const uint64_t *need, const int *disp, VkCommandBuffer cmd)
 {
     double t0 = now_ms();
     size_t n = (size_t)count + 1;
-    int64_t *order = malloc(n * sizeof *order), *level = malloc(n * sizeof *level);
-    uint64_t *base = malloc(n * sizeof *base);
-    int *ndisp = malloc(n * sizeof *ndisp);
+    int64_t *order = malloc(n * sizeof *order), *start = malloc(n * sizeof *start);
+    int *passes = malloc(n * sizeof *passes);
+    vk_live *live = malloc(n * sizeof *live);
     ex_status st = EX_OK;
-    if (!order || !level || !base || !ndisp) {
+    if (!order || !start || !passes || !live) {
         snprintf(b->msg, sizeof b->msg, "vulkan: out of host memory recording %lld nodes",
                  (long long)count);
         st = EX_ERR_NOMEM;
     }
+    for (int64_t i = 0; st == EX_OK && i < count; i++)
+        passes[i] = disp[i] > VK_PASSES_MAX || disp[i] < 1 ? 1 : disp[i];
     if (st == EX_OK)
-        st = vkx_order(b, nodes, count, order, level);
+        st = vkx_order(b, nodes, count, passes, order, start);
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     if (st == EX_OK)
         st = vk_check(b, vkBeginCommandBuffer(cmd, &bi), "vkBeginCommandBuffer");
@@ -303,19 +331,15 @@ static ex_status record(vk_backend *b, const ex_node_exec *nodes, int64_t count,
         status_begin(b, cmd);
         b->nreads = b->nwrites = 0;
         vk_exec e = exec_of(b, cmd);
-        uint64_t ring = 0;
-        for (int64_t a = 0, z; a < count && st == EX_OK; a = z) {
-            z = group_end(b, order, level, need, a, count, &ring, base);
-            st = record_level(&e, nodes, order, a, z, base, ndisp);
-        }
+        st = record_rounds(&e, nodes, order, start, disp, need, count, live);
         status_end(b, cmd);
         ex_status end = vk_check(b, vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
         st = st != EX_OK ? st : end;
     }
     free(order);
-    free(level);
-    free(base);
-    free(ndisp);
+    free(start);
+    free(passes);
+    free(live);
     b->counts.record_ms = now_ms() - t0;
     return st;
 }
@@ -337,14 +361,18 @@ static ex_status step_for(vk_backend *b, const ex_node_exec *nodes, int64_t coun
             lru = s;
     }
     uint64_t *need = malloc(((size_t)count + 1) * sizeof *need);
-    if (!need) {
+    int *disp = malloc(((size_t)count + 1) * sizeof *disp);
+    ex_status st = EX_OK;
+    if (!need || !disp) {
         snprintf(b->msg, sizeof b->msg, "vulkan: out of host memory recording %lld nodes",
                  (long long)count);
-        return EX_ERR_NOMEM;
+        st = EX_ERR_NOMEM;
     }
-    ex_status st = dry_pass(b, nodes, count, need);
+    if (st == EX_OK)
+        st = dry_pass(b, nodes, count, need, disp);
     if (st != EX_OK) {
         free(need);
+        free(disp);
         return st;
     }
     if (b->nsets > VK_SETS_MAX)
@@ -362,13 +390,15 @@ static ex_status step_for(vk_backend *b, const ex_node_exec *nodes, int64_t coun
         if (st != EX_OK) {
             lru->cmd = VK_NULL_HANDLE;
             free(need);
+            free(disp);
             return st;
         }
         vk_count_object(b, 1);
     }
     lru->used = 0;
-    st = record(b, nodes, count, need, lru->cmd);
+    st = record(b, nodes, count, need, disp, lru->cmd);
     free(need);
+    free(disp);
     if (st != EX_OK)
         return st;
     lru->nodes = nodes;
@@ -450,7 +480,7 @@ static ex_status run_profiled(vk_backend *b, const ex_node_exec *nodes, int64_t 
 {
     ex_status st = vkm_submit_wait(b, NULL); /* pending uploads leave the staging buffer */
     if (st == EX_OK)
-        st = dry_pass(b, nodes, count, NULL);
+        st = dry_pass(b, nodes, count, NULL, NULL);
     int ts = b->feat.timestamps;
     if (st == EX_OK && ts)
         st = queries_reserve(b, (uint32_t)(2 * count));

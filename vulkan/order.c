@@ -2,10 +2,13 @@
  * after a node they do not depend on (the candidates of an edge, the edges of a cell run
  * one chain at a time), and recorded in that order almost every dispatch needed a barrier
  * behind the one before: 24,000 barriers for 35,000 dispatches, the GPU draining at each.
- * Recorded by dependency level instead (level 0: nodes that depend on no earlier node;
- * level k + 1: nodes whose latest dependency is of level k; the plan's order within a
- * level), the tracker in vulkan/bind.c needs a barrier about once per level, and the
- * nodes of a level run side by side.
+ * Recorded by rounds instead, the tracker in vulkan/bind.c needs a barrier about once per
+ * round, and the nodes of a round run side by side. A node of p dispatches that depend
+ * on each other (a batch norm's sums, then their finish) spans p rounds, one dispatch in
+ * each; it starts in the round after the last one of every node it depends on (round 0:
+ * it depends on no earlier node), the plan's order within a round. So a chain that runs
+ * past a two-pass node does not hold up the chains beside it, as whole levels of nodes
+ * would.
  *
  * A node depends on an earlier one when both touch a byte and one of them writes it:
  * sources read, sources an op updates, the gate, dst. Scratch and the status words are
@@ -23,7 +26,7 @@
 
 typedef struct ord_rec {
     uint64_t lo, hi;
-    int64_t level;
+    int64_t level; /* the last round of the node that made the access */
     int write;
 } ord_rec;
 
@@ -78,7 +81,7 @@ static ord_bucket *buckets(const ord_map *m, vk_access a, int64_t *first, int64_
     return m->blocks[a.block];
 }
 
-/* The least level after every earlier access that conflicts with a. */
+/* The first round after every earlier access that conflicts with a. */
 static int64_t level_after(const ord_map *m, vk_access a, int write)
 {
     int64_t first, last, level = 0;
@@ -106,8 +109,8 @@ static int push(ord_bucket *b, ord_rec r)
     return 1;
 }
 
-/* Notes access a of a node of level `level`: a write replaces the accesses it covers, a
- * read of bytes already read raises that access's level. */
+/* Notes access a of a node whose last round is `level`: a write replaces the accesses it
+ * covers, a read of bytes already read raises that access's round. */
 static int note(ord_map *m, vk_access a, int write, int64_t level)
 {
     int64_t first, last;
@@ -155,8 +158,8 @@ static int accesses(const ex_node_exec *n, vk_access *a, int *write)
     return k;
 }
 
-ex_status vkx_order(vk_backend *b, const ex_node_exec *nodes, int64_t count, int64_t *order,
-                    int64_t *level)
+ex_status vkx_order(vk_backend *b, const ex_node_exec *nodes, int64_t count, const int *passes,
+                    int64_t *order, int64_t *level)
 {
     ord_map m;
     int most = 0;
@@ -175,7 +178,7 @@ ex_status vkx_order(vk_backend *b, const ex_node_exec *nodes, int64_t count, int
             l = after > l ? after : l;
         }
         for (int j = 0; j < k && ok; j++)
-            ok = note(&m, a[j], write[j], l);
+            ok = note(&m, a[j], write[j], l + passes[i] - 1);
         level[i] = l;
         top = l > top ? l : top;
     }

@@ -143,8 +143,8 @@ uint32_t vk_scratch_ref(vk_exec *e, uint64_t at, uint64_t bytes, int use);
 ex_status vk_dispatch(vk_exec *e, vk_shader_id shader, int32_t variant, const void *pc,
                       size_t pc_bytes, uint32_t gx, uint32_t gy, uint32_t gz);
 /** A compute-to-compute memory barrier between two dependent dispatches of one node.
- *  Where a level's nodes are recorded pass by pass (one dispatch of each at a time) the
- *  recorder places one between passes instead, and this does nothing. */
+ *  Where nodes are recorded pass by pass (one dispatch of each a round, vulkan/exec.c)
+ *  this does nothing: the tracker orders a pass after the one it reads. */
 void vk_barrier(vk_exec *e);
 
 /** Workgroups for a grid-stride loop over n items with wg invocations per group. */

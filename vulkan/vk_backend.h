@@ -24,10 +24,10 @@
 _Static_assert(VK_STATUS_SLOTS *VK_STATUS_WORDS * 4 <= VK_STATUS_BYTES,
                "the status slots fit their bytes and the host's copy");
 #define VK_SCRATCH_AT (2 * VK_ALIGN)
-/** The scratch holds this many times the most any node needs. A level's nodes are
- *  recorded pass by pass in groups whose scratch lies side by side in it, taken as a ring,
- *  so that nodes that all use scratch (the batch norms of one level) need no barrier
- *  between them (vulkan/exec.c). */
+/** The scratch holds this many times the most any node needs. Nodes take it in turn, as a
+ *  ring, so that nodes recorded side by side that all use scratch (the batch norms of one
+ *  round) need no barrier between them, and a node keeps its bytes over all its rounds
+ *  (vulkan/exec.c). */
 #define VK_SCRATCH_SLOTS 8
 /** Nodes of more dispatches than this are recorded whole, after their first, rather than
  *  pass by pass: GRAD_NORM's hundreds of independent sums would get a barrier each. */
@@ -213,13 +213,12 @@ vk_access vk_span_of(const ex_tdesc *t);
 /** Sources an op updates in place besides dst (bit i: source i): optimizer states,
  *  running statistics. SGD's gradient, lr and (clipped) norm, source 4, are only read. */
 unsigned vk_updated_sources(const ex_node_exec *n);
-/** The order to record count nodes in (order[k]: the k-th node to record) and each
- *  node's dependency level (level[i] for node i): by level, the plan's order within a
- *  level (vulkan/order.c). EX_ERR_NOMEM with a message when host memory runs out. */
-ex_status vkx_order(vk_backend *b, const ex_node_exec *nodes, int64_t count, int64_t *order,
-                    int64_t *level);
-/** A full barrier, whatever e->first and e->last: between two passes of a level's nodes. */
-void vkx_barrier(vk_exec *e);
+/** The order to record count nodes in (order[k]: the k-th node to record) and the round
+ *  each starts in (level[i] for node i), node i spanning passes[i] (at least 1) rounds:
+ *  by round, the plan's order within a round (vulkan/order.c). EX_ERR_NOMEM with a
+ *  message when host memory runs out. */
+ex_status vkx_order(vk_backend *b, const ex_node_exec *nodes, int64_t count, const int *passes,
+                    int64_t *order, int64_t *level);
 /** Drops every descriptor set (the pools stay for the next recording). */
 void vkx_sets_drop(vk_backend *b);
 /** Drops the sets and destroys the pools. */
