@@ -192,6 +192,18 @@ static const tcase conv_cases[] = {
     DWX("dwconv2d 3x3 dilation 2, 3x2x11x128", (3, 2, 11, 128), 2, 3, 1, 2),
     DWX("dwconv2d 7x7, 2x3x9x64", (2, 3, 9, 64), 3, 7, 1, 1),
     DWX("dwconv2d 3x3, 37x3x6x4", (37, 3, 6, 4), 3, 3, 1, 1),
+    /* Vulkan's column quads (dw.comp, DW_QUAD: stride 1, "same", rows of 4m columns with m
+     * dividing 128): a single row (one band, one range: the filter gradient writes dw),
+     * rows of 4, 16, 32 and 512 (one quad a row, one row of quads a workgroup), bands
+     * that the height does not divide; rows of 12 and 20 fail the quad condition (the
+     * staged tiles) */
+    DWX("dwconv2d 3x3, a single row of 32 (column quads)", (3, 4, 1, 32), 4, 3, 1, 1),
+    DWX("dwconv2d 5x5 dilation 2, a single row of 16 (column quads)", (2, 3, 1, 16), 3, 5, 1, 2),
+    DWX("dwconv2d 3x3 dilation 2, rows of 4 (column quads)", (5, 2, 7, 4), 2, 3, 1, 2),
+    DWX("dwconv2d 5x5, 16x16 planes in bands (column quads)", (9, 3, 16, 16), 3, 5, 1, 1),
+    DWX("dwconv2d 3x3, rows of 512 (column quads)", (1, 2, 3, 512), 2, 3, 1, 1),
+    DWX("dwconv2d 3x3, rows of 12 (no quads)", (2, 3, 10, 12), 3, 3, 1, 1),
+    DWX("dwconv2d 5x5 dilation 2, rows of 20 (no quads)", (2, 3, 9, 20), 3, 5, 1, 2),
     {CASE("dwconv2d 3x5 stride (1, 2) dilation (2, 1)", EX_OP_DWCONV2D, b_dwconv, r_dwconv, 2),
      .r = {{GIN("x"), SHAPE(2, 4, 12, 13), UNI(-1, 1)}, {PAR("w"), SHAPE(4, 1, 3, 5), UNI(-1, 1)}},
      .ip = {1, 2, 2, 2, 2, 1}, .bwd = B_FD},
@@ -214,6 +226,11 @@ static const tcase conv_cases[] = {
          (2, 2, 84, 90), 2, 3, 1, 1),
     DWRZ("dwconv2d_relu 5x5 dilation 2, 8x16x32x32 with exact zeros", (8, 16, 32, 32), 16, 5, 1, 2),
     DWRZ("dwconv2d_relu 3x3, 5x4x16x16 with exact zeros", (5, 4, 16, 16), 4, 3, 1, 1),
+    DWRZ("dwconv2d_relu 3x3 dilation 2, rows of 8 with exact zeros (column quads)", (3, 4, 7, 8), 4,
+         3, 1, 2),
+    DWRZ("dwconv2d_relu 5x5, a single row of 16 with exact zeros (column quads)", (2, 3, 1, 16), 3,
+         5, 1, 1),
+    DWRZ("dwconv2d_relu 3x3, rows of 4 with exact zeros (column quads)", (6, 2, 5, 4), 2, 3, 1, 1),
     {CASE("dwconv2d_relu 3x3 on a channel slice with exact zeros", EX_OP_DWCONV2D, b_dwconv_relu,
           r_dwconv_relu, 2),
      .r = {{GIN("x"), SHAPE(2, 8, 11, 13), UNI(-1, 1), SLICE(1, 3, 5)},

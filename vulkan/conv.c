@@ -108,6 +108,10 @@ static ex_status conv_filter(vk_exec *e, const ex_tdesc *x, const ex_tdesc *w, c
                        vk_groups(taps, 128), 1, 1);
 }
 
+/** Units (quad columns of a band) the column quads' forward and data passes aim at
+ *  before they cut planes into bands. */
+#define DW_QUAD_UNITS 65536
+
 /* Mirrors dw.comp's push constants. */
 typedef struct dw_pc {
     uint32_t gate, x, w, y;
@@ -180,21 +184,20 @@ static int dw_tiles(int which, const int64_t g[16], dw_pc *pc)
  * channel and tile writes dw directly). Each dispatch binds only what it touches: x, dy
  * and the partials it writes, then the partials it reads and dw. */
 static ex_status dw_filter(vk_exec *e, const ex_tdesc *x, const ex_tdesc *w, const ex_tdesc *y,
-                           int geo, int relu, dw_pc *pc)
+                           int vb, int relu, dw_pc *pc)
 {
+    int geo = (vb & (DW_RELU - 1)) / 4;
     int64_t c = pc->c, parts = pc->parts, t = (int64_t)(3 + 2 * (geo / 4)) * (3 + 2 * (geo / 4));
     uint32_t groups = vk_groups(pc->items, 1);
     pc->x = vk_ref(e, x);
     pc->y = vk_ref(e, y);
     if (parts == 1) {
         pc->w = vk_ref(e, w);
-        return vk_dispatch(e, VK_SH_conv_dw, DW_FILTER + 4 * geo + relu, pc, sizeof *pc, groups, 1,
-                           1);
+        return vk_dispatch(e, VK_SH_conv_dw, DW_FILTER + vb + relu, pc, sizeof *pc, groups, 1, 1);
     }
     ex_status st = vk_scratch(e, 4 * (uint64_t)(parts * c * t), &pc->w);
     if (st == EX_OK)
-        st =
-            vk_dispatch(e, VK_SH_conv_dw, DW_FILTER + 4 * geo + relu, pc, sizeof *pc, groups, 1, 1);
+        st = vk_dispatch(e, VK_SH_conv_dw, DW_FILTER + vb + relu, pc, sizeof *pc, groups, 1, 1);
     if (st != EX_OK)
         return st;
     vk_barrier(e);
@@ -224,18 +227,68 @@ static int dw_ranges(const int64_t g[16], dw_pc *pc)
     return 1;
 }
 
-/* Fills pc for a depthwise pass through dw.comp and returns its geometry index, or -1
- * where dw.comp does not take the geometry, a tile does not fit or the counts are beyond
- * its indexing or scratch (conv.comp then takes the pass). */
+/* Whether the column quads (DW_QUAD) take the geometry: stride 1, "same" padding, a
+ * ring of at most 9 rows ((k - 1) d <= 8), rows of 4m columns with m dividing 128 (the
+ * filter gradient's workgroup holds whole rows of quads). */
+static int dw_quad_ok(const int64_t g[16])
+{
+    int64_t p = (g[8] - 1) * g[14] / 2, q = g[5] / 4;
+    return g[10] == 1 && g[11] == 1 && g[12] == p && g[13] == p && (g[8] - 1) * g[14] <= 8 &&
+           g[5] % 4 == 0 && q >= 1 && q <= 128 && 128 % q == 0;
+}
+
+/* Rows per band (pc->tile), bands per plane (tiles), quads per row (tiles_w) for the
+ * column quads: whole planes while there are fewer than DW_QUAD_UNITS units, else
+ * bands halved to at least 8 rows (a band re-reads (k - 1) d halo rows). The filter
+ * gradient's bands: at most 8 rows, and ranges (ns samples, parts per channel) of about
+ * DW_PARTS workgroups, each with at least one unit per invocation where the shape has
+ * them. */
+static int dw_quad_plan(int which, const int64_t g[16], dw_pc *pc)
+{
+    int64_t n = g[0], c = g[1], h = g[4], qw = g[5] / 4, band = h;
+    if (which != 2)
+        while (band > 8 && n * c * qw * ((h + band - 1) / band) < DW_QUAD_UNITS)
+            band = (band + 1) / 2;
+    else
+        band = h < 8 ? h : 8;
+    int64_t nb = (h + band - 1) / band;
+    pc->tile = (uint32_t)band;
+    pc->tiles = (uint32_t)nb;
+    pc->tiles_w = (uint32_t)qw;
+    if (which != 2) {
+        int64_t units = n * c * qw * nb;
+        pc->units = (uint32_t)units;
+        return units <= INT32_MAX;
+    }
+    int64_t slots = 128 / qw, nsmin = (slots + nb - 1) / nb, per = DW_PARTS / c;
+    int64_t ranges = (n + nsmin - 1) / nsmin;
+    ranges = ranges < per ? ranges : per < 1 ? 1 : per;
+    int64_t ns = (n + ranges - 1) / ranges;
+    ranges = (n + ns - 1) / ns;
+    pc->ns = (uint32_t)ns;
+    pc->parts = (uint32_t)ranges;
+    pc->items = (uint32_t)(c * ranges);
+    return c * ranges <= INT32_MAX && (ranges == 1 || ranges * c * g[8] * g[9] <= DW_PART_MAX);
+}
+
+/* Fills pc for a depthwise pass through dw.comp and returns its variant base (the
+ * geometry index times 4, plus DW_QUAD where the column quads take it, else the staged
+ * tiles), or -1 where dw.comp does not take the geometry, a tile does not fit or the
+ * counts are beyond its indexing or scratch (conv.comp then takes the pass). */
 static int dw_plan(int which, const ex_tdesc *x, const ex_tdesc *w, const ex_tdesc *y,
                    const int64_t g[16], dw_pc *pc)
 {
-    int geo = dw_geometry(g);
+    int geo = dw_geometry(g), quad = 0;
     memset(pc, 0, sizeof *pc);
-    if (geo < 0 || !dw_tiles(which, g, pc) || !conv_strides(x, pc->sx) ||
-        !conv_strides(y, pc->sy) || !vk_fits32(w->ne, w->st) ||
-        (g[0] * g[1] + pc->g - 1) / pc->g * pc->tiles > INT32_MAX ||
-        (which == 2 && !dw_ranges(g, pc)))
+    if (geo >= 0 && dw_quad_ok(g))
+        quad = dw_quad_plan(which, g, pc);
+    if (!quad)
+        memset(pc, 0, sizeof *pc);
+    if (geo < 0 || !conv_strides(x, pc->sx) || !conv_strides(y, pc->sy) || !vk_fits32(w->ne, w->st))
+        return -1;
+    if (!quad &&
+        (!dw_tiles(which, g, pc) || (g[0] * g[1] + pc->g - 1) / pc->g * pc->tiles > INT32_MAX ||
+         (which == 2 && !dw_ranges(g, pc))))
         return -1;
     pc->n = (uint32_t)g[0];
     pc->c = (uint32_t)g[1];
@@ -247,9 +300,9 @@ static int dw_plan(int which, const ex_tdesc *x, const ex_tdesc *w, const ex_tde
     pc->swc = (uint32_t)w->st[0];
     pc->swh = (uint32_t)w->st[2];
     pc->sww = (uint32_t)w->st[3];
-    if (which != 2)
+    if (which != 2 && !quad)
         pc->items = (uint32_t)((g[0] * g[1] + pc->g - 1) / pc->g * pc->tiles);
-    return geo;
+    return 4 * geo + (quad ? DW_QUAD : 0);
 }
 
 /* A depthwise pass through dw.comp, planned by dw_plan; relu: the fused ReLU's variant
@@ -257,13 +310,13 @@ static int dw_plan(int which, const ex_tdesc *x, const ex_tdesc *w, const ex_tde
  * mask, applied in the pass where it has dx's strides and finds a binding. Returns in
  * *masked whether it was. */
 static ex_status dw_run(vk_exec *e, int which, const ex_tdesc *x, const ex_tdesc *w,
-                        const ex_tdesc *y, int geo, int relu, const ex_tdesc *mask, dw_pc *pc,
+                        const ex_tdesc *y, int vb, int relu, const ex_tdesc *mask, dw_pc *pc,
                         int *masked)
 {
     int rv = relu ? DW_RELU : 0;
     *masked = 0;
     if (which == 2)
-        return dw_filter(e, x, w, y, geo, rv, pc);
+        return dw_filter(e, x, w, y, vb, rv, pc);
     pc->x = vk_ref(e, x);
     pc->w = vk_ref(e, w);
     pc->y = vk_ref(e, y);
@@ -273,9 +326,9 @@ static ex_status dw_run(vk_exec *e, int which, const ex_tdesc *x, const ex_tdesc
         pc->ns = vk_ref(e, mask);
         *masked = 1;
     }
-    int variant = which == 0 ? DW_FWD + rv : DW_DATA;
-    return vk_dispatch(e, VK_SH_conv_dw, variant + 4 * geo, pc, sizeof *pc, vk_groups(pc->items, 1),
-                       1, 1);
+    int variant = (which == 0 ? DW_FWD + rv : DW_DATA) + vb;
+    uint32_t groups = vb & DW_QUAD ? vk_groups(pc->units, 128) : vk_groups(pc->items, 1);
+    return vk_dispatch(e, VK_SH_conv_dw, variant, pc, sizeof *pc, groups, 1, 1);
 }
 
 /* The fused ReLU's data gradient, after the pass that wrote dx: dx = 0 where the input x

@@ -319,13 +319,155 @@ void filter_parts()
     }
 }
 
+// Column quads (DW_QUAD: stride 1, "same" padding P, rows of 4m columns). An invocation
+// owns 4 adjacent columns of a band of rows of one plane and walks the band top to
+// bottom, keeping the QR input rows its outputs need in a register ring (QC columns: the
+// quad and P halo columns each side, which come straight from memory and mostly hit the
+// cache) while the next row's loads are in flight. No shared memory and no barriers
+// except the filter gradient's ordered workgroup sum; no subgroup operations.
+const bool QUAD = (VARIANT & DW_QUAD) != 0;
+const int P = (K - 1) * D / 2;
+const int QR = (K - 1) * D + 1;
+const int QC = 4 + 2 * P;
+const int QG = (QC + 3) / 4;
+
+// Row iy, columns c0 - P .. c0 + 3 + P, of the plane at `base` into v: zeros outside
+// [0, hh) x [0, ww); relu: max(x, 0). Loads go four at a time under one switch.
+void quad_row(uint ref, uvec4 s, uint base, int iy, int c0, uint hh, uint ww, bool relu,
+              out float v[QC])
+{
+    [[unroll]] for (int j = 0; j < QC; j++)
+        v[j] = 0.0;
+    if (iy < 0 || iy >= int(hh))
+        return;
+    uint rb = base + uint(iy) * s.z;
+    [[unroll]] for (int gq = 0; gq < QG; gq++) {
+        uvec4 off;
+        bvec4 ok;
+        [[unroll]] for (int j = 0; j < 4; j++) {
+            int cx = c0 - P + 4 * gq + j;
+            ok[j] = 4 * gq + j < QC && cx >= 0 && cx < int(ww);
+            off[j] = ok[j] ? rb + uint(cx) * s.w : 0u;
+        }
+        vec4 q = ldf4(ref, off);
+        [[unroll]] for (int j = 0; j < 4; j++)
+            if (4 * gq + j < QC && ok[j])
+                v[4 * gq + j] = relu && q[j] < 0.0 ? 0.0 : q[j];
+    }
+}
+
+// The ring moves down a row: row i takes row i + 1's values, the last row nx's.
+void quad_shift(inout float ring[QR][QC], float nx[QC])
+{
+    [[unroll]] for (int i = 0; i < QR; i++)
+        [[unroll]] for (int j = 0; j < QC; j++)
+            ring[i][j] = i + 1 < QR ? ring[min(i + 1, QR - 1)][j] : nx[j];
+}
+
+// The forward (y from x) and data gradient (dx from dy: the flipped filter over dy,
+// which has dx's size) over units (plane, band, quad), quads fastest so neighbours
+// read neighbouring columns. pc.tile: rows per band; pc.tiles_w: quads per row;
+// pc.tiles: bands per plane; pc.units: units.
+void quad_fwd_data()
+{
+    bool fwd = PASS == DW_FWD;
+    uint src = fwd ? pc.x : pc.y, dst = fwd ? pc.y : pc.x;
+    uvec4 ss = fwd ? pc.sx : pc.sy, sd = fwd ? pc.sy : pc.sx;
+    for (uint u = gl_GlobalInvocationID.x; u < pc.units; u += gl_NumWorkGroups.x * 128u) {
+        uint q = u % pc.tiles_w, rest = u / pc.tiles_w, bd = rest % pc.tiles;
+        uint plane = rest / pc.tiles, n = plane / pc.c, ch = plane % pc.c;
+        float wr[T];
+        [[unroll]] for (int k = 0; k < T; k++) {
+            int tap = fwd ? k : T - 1 - k;
+            wr[k] = ldf(pc.w, ch * pc.swc + uint(tap / K) * pc.swh + uint(tap % K) * pc.sww);
+        }
+        int c0 = int(4u * q);
+        uint r0 = bd * pc.tile, r1 = min(pc.h, r0 + pc.tile);
+        uint bs = n * ss.x + ch * ss.y, bo = n * sd.x + ch * sd.y;
+        float ring[QR][QC], nx[QC]; // ring[i]: row r - P + i while output row r is computed
+        [[unroll]] for (int i = 1; i < QR; i++)
+            quad_row(src, ss, bs, int(r0) - P + i - 1, c0, pc.h, pc.wd, fwd && RELU, ring[i]);
+        quad_row(src, ss, bs, int(r0) + P, c0, pc.h, pc.wd, fwd && RELU, nx);
+        for (uint r = r0; r < r1; r++) {
+            quad_shift(ring, nx);
+            if (r + 1u < r1)
+                quad_row(src, ss, bs, int(r) + 1 + P, c0, pc.h, pc.wd, fwd && RELU, nx);
+            vec4 acc = vec4(0.0);
+            [[unroll]] for (int a = 0; a < K; a++)
+                [[unroll]] for (int b = 0; b < K; b++)
+                    [[unroll]] for (int j = 0; j < 4; j++)
+                        acc[j] += wr[a * K + b] * ring[a * D][j + b * D];
+            uint at = bo + r * sd.z + uint(c0) * sd.w;
+            uvec4 o = uvec4(at, at + sd.w, at + 2u * sd.w, at + 3u * sd.w);
+            if (!fwd && pc.ns != NOREF) {
+                vec4 m = ldf4(pc.ns, o);
+                [[unroll]] for (int j = 0; j < 4; j++)
+                    if (!(m[j] > 0.0))
+                        acc[j] = 0.0;
+            }
+            [[unroll]] for (int j = 0; j < 4; j++)
+                stf(dst, o[j], acc[j]);
+        }
+    }
+}
+
+// The filter gradient: a workgroup per (channel, range of pc.ns samples); invocation t
+// takes quad t % quads of every (sample, band) unit t / quads + k (128 / quads) of its
+// range, summing all taps in registers; then filter_sum_wg's fixed order, and the ranges
+// (pc.parts per channel) in order by DW_FSUM.
+void quad_filter()
+{
+    uint t = gl_LocalInvocationID.x, slots = 128u / pc.tiles_w;
+    uint q = t % pc.tiles_w, slot = t / pc.tiles_w;
+    int c0 = int(4u * q);
+    for (uint item = gl_WorkGroupID.x; item < pc.items; item += gl_NumWorkGroups.x) {
+        uint rg = item % pc.parts, ch = item / pc.parts;
+        uint n0 = rg * pc.ns, n1 = min(pc.n, n0 + pc.ns), units = (n1 - n0) * pc.tiles;
+        float acc[49];
+        [[unroll]] for (int k = 0; k < T; k++)
+            acc[k] = 0.0;
+        for (uint u = slot; u < units; u += slots) {
+            uint n = n0 + u / pc.tiles, bd = u % pc.tiles;
+            uint r0 = bd * pc.tile, r1 = min(pc.h, r0 + pc.tile);
+            uint bs = n * pc.sx.x + ch * pc.sx.y, by = n * pc.sy.x + ch * pc.sy.y;
+            float ring[QR][QC], nx[QC];
+            [[unroll]] for (int i = 1; i < QR; i++)
+                quad_row(pc.x, pc.sx, bs, int(r0) - P + i - 1, c0, pc.h, pc.wd, RELU, ring[i]);
+            quad_row(pc.x, pc.sx, bs, int(r0) + P, c0, pc.h, pc.wd, RELU, nx);
+            uint ya = by + r0 * pc.sy.z + uint(c0) * pc.sy.w;
+            vec4 dy = ldf4(pc.y, uvec4(ya, ya + pc.sy.w, ya + 2u * pc.sy.w, ya + 3u * pc.sy.w));
+            for (uint r = r0; r < r1; r++) {
+                quad_shift(ring, nx);
+                vec4 g = dy;
+                if (r + 1u < r1) {
+                    quad_row(pc.x, pc.sx, bs, int(r) + 1 + P, c0, pc.h, pc.wd, RELU, nx);
+                    ya += pc.sy.z;
+                    dy = ldf4(pc.y, uvec4(ya, ya + pc.sy.w, ya + 2u * pc.sy.w, ya + 3u * pc.sy.w));
+                }
+                [[unroll]] for (int a = 0; a < K; a++)
+                    [[unroll]] for (int b = 0; b < K; b++) {
+                        float s = 0.0;
+                        [[unroll]] for (int j = 0; j < 4; j++)
+                            s += g[j] * ring[a * D][j + b * D];
+                        acc[a * K + b] += s;
+                    }
+            }
+        }
+        filter_sum_wg(acc, ch, (rg * pc.c + ch) * uint(T), pc.parts == 1u);
+    }
+}
+
 void main()
 {
     GATE_RETURN();
-    if (PASS == DW_FILTER)
-        filter_grad();
-    else if (PASS == DW_FSUM)
+    if (PASS == DW_FSUM)
         filter_parts();
+    else if (QUAD && PASS == DW_FILTER)
+        quad_filter();
+    else if (QUAD)
+        quad_fwd_data();
+    else if (PASS == DW_FILTER)
+        filter_grad();
     else
         fwd_data();
 }
