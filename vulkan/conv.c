@@ -179,6 +179,18 @@ static int dw_tiles(int which, const int64_t g[16], dw_pc *pc)
     return 1;
 }
 
+/* Whether an operand (reference ref, strides s) of a column-quad pass can be read and
+ * written as 16-byte quads (DW_VEC4): its binding starts on 16 bytes, its reference's
+ * offset and its row and plane strides are multiples of 4 elements, its columns are
+ * adjacent. */
+static int dw_vec4_ok(const vk_exec *e, uint32_t ref, const uint32_t s[4])
+{
+    if (ref == VK_NOREF || (ref & VK_REF_UNIFORM))
+        return 0;
+    return e->slot[ref >> 30].lo % 16 == 0 && (ref & VK_REF_MAX_ELEM) % 4 == 0 && s[3] == 1 &&
+           s[2] % 4 == 0 && s[1] % 4 == 0 && s[0] % 4 == 0;
+}
+
 /* The depthwise filter gradient through dw.comp: a workgroup per (channel, range of
  * samples, tile) (dw_ranges), partials into scratch and their ordered sum (one range per
  * channel and tile writes dw directly). Each dispatch binds only what it touches: x, dy
@@ -191,6 +203,8 @@ static ex_status dw_filter(vk_exec *e, const ex_tdesc *x, const ex_tdesc *w, con
     uint32_t groups = vk_groups(pc->items, 1);
     pc->x = vk_ref(e, x);
     pc->y = vk_ref(e, y);
+    if ((vb & DW_QUAD) && dw_vec4_ok(e, pc->x, pc->sx) && dw_vec4_ok(e, pc->y, pc->sy))
+        vb += DW_VEC4;
     if (parts == 1) {
         pc->w = vk_ref(e, w);
         return vk_dispatch(e, VK_SH_conv_dw, DW_FILTER + vb + relu, pc, sizeof *pc, groups, 1, 1);
@@ -326,7 +340,9 @@ static ex_status dw_run(vk_exec *e, int which, const ex_tdesc *x, const ex_tdesc
         pc->ns = vk_ref(e, mask);
         *masked = 1;
     }
-    int variant = (which == 0 ? DW_FWD + rv : DW_DATA) + vb;
+    int vec = (vb & DW_QUAD) && dw_vec4_ok(e, pc->x, pc->sx) && dw_vec4_ok(e, pc->y, pc->sy) &&
+              (pc->ns == VK_NOREF || dw_vec4_ok(e, pc->ns, pc->sx));
+    int variant = (which == 0 ? DW_FWD + rv : DW_DATA) + vb + (vec ? DW_VEC4 : 0);
     uint32_t groups = vb & DW_QUAD ? vk_groups(pc->units, 128) : vk_groups(pc->items, 1);
     return vk_dispatch(e, VK_SH_conv_dw, variant, pc, sizeof *pc, groups, 1, 1);
 }

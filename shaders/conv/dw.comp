@@ -326,13 +326,66 @@ void filter_parts()
 // cache) while the next row's loads are in flight. No shared memory and no barriers
 // except the filter gradient's ordered workgroup sum; no subgroup operations.
 const bool QUAD = (VARIANT & DW_QUAD) != 0;
+const bool VEC = (VARIANT & DW_VEC4) != 0;
 const int P = (K - 1) * D / 2;
 const int QR = (K - 1) * D + 1;
 const int QC = 4 + 2 * P;
 const int QG = (QC + 3) / 4;
 
+// DW_VEC4: the storage bindings again as 16-byte words, for operands whose every quad
+// starts on one (the host checks the binding's start, the reference's offset and the
+// strides: unit columns, rows and planes of 4m elements). Aliases of b0..b3.
+layout(std430, set = 0, binding = 0) buffer V0 { vec4 v[]; } v0;
+layout(std430, set = 0, binding = 1) EX_B1 buffer V1 { vec4 v[]; } v1;
+layout(std430, set = 0, binding = 2) EX_B2 buffer V2 { vec4 v[]; } v2;
+layout(std430, set = 0, binding = 3) EX_B3 buffer V3 { vec4 v[]; } v3;
+
+// The quad at element i (a multiple of 4 from the operand's element 0) of ref.
+vec4 ldv4(uint ref, uint i)
+{
+    uint a = ((ref & REF_ELEM) + i) >> 2;
+    switch (ref >> 30) {
+    case 0u: return v0.v[a];
+    case 1u: return v1.v[a];
+    case 2u: return v2.v[a];
+    default: return v3.v[a];
+    }
+}
+
+// The quad at element i of ref, into the writable bindings (as st()).
+void stv4(uint ref, uint i, vec4 q)
+{
+    uint a = ((ref & REF_ELEM) + i) >> 2;
+#if WRITES == 1
+    v0.v[a] = q;
+#else
+    switch (ref >> 30) {
+    case 0u: v0.v[a] = q; break;
+#if WRITES == 2
+    default: v1.v[a] = q; break;
+#else
+    case 1u: v1.v[a] = q; break;
+#if WRITES == 3
+    default: v2.v[a] = q; break;
+#else
+    case 2u: v2.v[a] = q; break;
+    default: v3.v[a] = q; break;
+#endif
+#endif
+    }
+#endif
+}
+
+// The 4 elements of ref at o, o + sw, o + 2 sw, o + 3 sw: one 16-byte load with DW_VEC4
+// (sw is then 1).
+vec4 quad_ld(uint ref, uint o, uint sw)
+{
+    return VEC ? ldv4(ref, o) : ldf4(ref, uvec4(o, o + sw, o + 2u * sw, o + 3u * sw));
+}
+
 // Row iy, columns c0 - P .. c0 + 3 + P, of the plane at `base` into v: zeros outside
-// [0, hh) x [0, ww); relu: max(x, 0). Loads go four at a time under one switch.
+// [0, hh) x [0, ww); relu: max(x, 0). Loads go four at a time under one switch; with
+// DW_VEC4 the halo (P <= 4) comes from the neighbouring quads' 16-byte loads.
 void quad_row(uint ref, uvec4 s, uint base, int iy, int c0, uint hh, uint ww, bool relu,
               out float v[QC])
 {
@@ -341,6 +394,18 @@ void quad_row(uint ref, uvec4 s, uint base, int iy, int c0, uint hh, uint ww, bo
     if (iy < 0 || iy >= int(hh))
         return;
     uint rb = base + uint(iy) * s.z;
+    if (VEC) {
+        bool lok = c0 > 0, rok = c0 + 4 < int(ww);
+        uint cc = rb + uint(c0);
+        vec4 l = ldv4(ref, lok ? cc - 4u : cc), m = ldv4(ref, cc), r = ldv4(ref, rok ? cc + 4u : cc);
+        [[unroll]] for (int j = 0; j < QC; j++) {
+            int k = j - P; // column c0 + k
+            float x = k < 0 ? (lok ? l[min(4 + k, 3)] : 0.0)
+                            : k < 4 ? m[min(k, 3)] : (rok ? r[min(k - 4, 3)] : 0.0);
+            v[j] = relu && x < 0.0 ? 0.0 : x;
+        }
+        return;
+    }
     [[unroll]] for (int gq = 0; gq < QG; gq++) {
         uvec4 off;
         bvec4 ok;
@@ -393,20 +458,22 @@ void quad_fwd_data()
             if (r + 1u < r1)
                 quad_row(src, ss, bs, int(r) + 1 + P, c0, pc.h, pc.wd, fwd && RELU, nx);
             vec4 acc = vec4(0.0);
-            [[unroll]] for (int a = 0; a < K; a++)
-                [[unroll]] for (int b = 0; b < K; b++)
+            [[unroll]] for (int b = 0; b < K; b++)
+                [[unroll]] for (int a = 0; a < K; a++)
                     [[unroll]] for (int j = 0; j < 4; j++)
                         acc[j] += wr[a * K + b] * ring[a * D][j + b * D];
             uint at = bo + r * sd.z + uint(c0) * sd.w;
-            uvec4 o = uvec4(at, at + sd.w, at + 2u * sd.w, at + 3u * sd.w);
             if (!fwd && pc.ns != NOREF) {
-                vec4 m = ldf4(pc.ns, o);
+                vec4 m = quad_ld(pc.ns, at, sd.w);
                 [[unroll]] for (int j = 0; j < 4; j++)
                     if (!(m[j] > 0.0))
                         acc[j] = 0.0;
             }
-            [[unroll]] for (int j = 0; j < 4; j++)
-                stf(dst, o[j], acc[j]);
+            if (VEC)
+                stv4(dst, at, acc);
+            else
+                [[unroll]] for (int j = 0; j < 4; j++)
+                    stf(dst, at + uint(j) * sd.w, acc[j]);
         }
     }
 }
@@ -435,14 +502,14 @@ void quad_filter()
                 quad_row(pc.x, pc.sx, bs, int(r0) - P + i - 1, c0, pc.h, pc.wd, RELU, ring[i]);
             quad_row(pc.x, pc.sx, bs, int(r0) + P, c0, pc.h, pc.wd, RELU, nx);
             uint ya = by + r0 * pc.sy.z + uint(c0) * pc.sy.w;
-            vec4 dy = ldf4(pc.y, uvec4(ya, ya + pc.sy.w, ya + 2u * pc.sy.w, ya + 3u * pc.sy.w));
+            vec4 dy = quad_ld(pc.y, ya, pc.sy.w);
             for (uint r = r0; r < r1; r++) {
                 quad_shift(ring, nx);
                 vec4 g = dy;
                 if (r + 1u < r1) {
                     quad_row(pc.x, pc.sx, bs, int(r) + 1 + P, c0, pc.h, pc.wd, RELU, nx);
                     ya += pc.sy.z;
-                    dy = ldf4(pc.y, uvec4(ya, ya + pc.sy.w, ya + 2u * pc.sy.w, ya + 3u * pc.sy.w));
+                    dy = quad_ld(pc.y, ya, pc.sy.w);
                 }
                 [[unroll]] for (int a = 0; a < K; a++)
                     [[unroll]] for (int b = 0; b < K; b++) {
