@@ -108,9 +108,12 @@ static ex_status conv_filter(vk_exec *e, const ex_tdesc *x, const ex_tdesc *w, c
                        vk_groups(taps, 128), 1, 1);
 }
 
-/** Units (quad columns of a band) the column quads' forward and data passes aim at
- *  before they cut planes into bands. */
-#define DW_QUAD_UNITS 65536
+/** Units (a quad column of a band of rows) the column quads' forward and data passes aim
+ *  at: bands are halved, down to 8 rows, while there are fewer. On the H100 (NVIDIA's
+ *  driver) 2^18 beat 2^16 at 256x64x32x32 (forward 0.078 -> 0.071 ms) and left DARTS'
+ *  shapes as they were; 4-row bands sped up the lone 64x16x32x32 pass but slowed the
+ *  DARTS step, whose levels run many passes at once. */
+#define DW_QUAD_UNITS 262144
 
 /* Mirrors dw.comp's push constants. */
 typedef struct dw_pc {
@@ -252,8 +255,8 @@ static int dw_quad_ok(const int64_t g[16])
 }
 
 /* Rows per band (pc->tile), bands per plane (tiles), quads per row (tiles_w) for the
- * column quads: whole planes while there are fewer than DW_QUAD_UNITS units, else
- * bands halved to at least 8 rows (a band re-reads (k - 1) d halo rows). The filter
+ * column quads: bands halved from whole planes, down to 8 rows, while there are fewer
+ * than DW_QUAD_UNITS units (a band re-reads (k - 1) d halo rows). The filter
  * gradient's bands: at most 8 rows, and ranges (ns samples, parts per channel) of about
  * DW_PARTS workgroups, each with at least one unit per invocation where the shape has
  * them. */
