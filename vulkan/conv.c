@@ -1,6 +1,7 @@
 /* Convolution family: CONV2D, CONV2D_BWD_DATA, CONV2D_BWD_FILTER and their depthwise
  * forms. The depthwise geometries of a search (square 3, 5, 7; stride and dilation 1 or 2)
- * go through conv/dw.comp (staged tiles, taps in registers); everything else through
+ * go through conv/dw.comp (column quads at stride 1 with "same" padding and rows of 4m
+ * columns, else staged tiles; taps in registers); everything else through
  * conv/conv.comp (direct loops). See the shaders for the algorithms. The checks are the
  * CPU backend's; every operand keeps its own strides. The fused ReLU (ip6) is a variant
  * bit of the forward and filter passes, which read max(x, 0); the data gradient masks dx

@@ -15,6 +15,8 @@
 // With DW_RELU (the fused ReLU) DW_FWD and DW_FILTER stage max(x, 0); DW_DATA stores 0
 // where the mask (the forward's input, at dx's strides; reference `ns`) is not above 0,
 // or, where the host cannot bind the mask so, conv.comp's CV_RELU_MASK pass follows.
+// Stride 1 with "same" padding and rows of 4m columns take the column quads instead
+// (DW_QUAD, below: a register ring of rows per 4-column quad, no staging).
 // No atomics: every sum has an order fixed by the shape, so results are repeatable.
 #version 450
 #extension GL_GOOGLE_include_directive : require
