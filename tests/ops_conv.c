@@ -193,10 +193,11 @@ static const tcase conv_cases[] = {
     DWX("dwconv2d 7x7, 2x3x9x64", (2, 3, 9, 64), 3, 7, 1, 1),
     DWX("dwconv2d 3x3, 37x3x6x4", (37, 3, 6, 4), 3, 3, 1, 1),
     /* Vulkan's column quads (dw.comp, DW_QUAD: stride 1, "same", rows of 4m columns with m
-     * dividing 128): a single row (one band, one range: the filter gradient writes dw),
+     * at most 128): a single row (one band, one range: the filter gradient writes dw),
      * rows of 4, 16, 32 and 512 (one quad a row, one row of quads a workgroup), bands
-     * that the height does not divide; rows of 12 and 20 fail the quad condition (the
-     * staged tiles) */
+     * that the height does not divide; rows of 12, 20 and 28, whose quads do not divide a
+     * workgroup (the filter gradient's last invocations idle); rows of 14 and 10 fail
+     * the quad condition (the staged tiles) */
     DWX("dwconv2d 3x3, a single row of 32 (column quads)", (3, 4, 1, 32), 4, 3, 1, 1),
     DWX("dwconv2d 5x5 dilation 2, a single row of 16 (column quads)", (2, 3, 1, 16), 3, 5, 1, 2),
     DWX("dwconv2d 3x3 dilation 2, rows of 4 (column quads)", (5, 2, 7, 4), 2, 3, 1, 2),
@@ -213,8 +214,13 @@ static const tcase conv_cases[] = {
      .r = {{GIN("x"), SHAPE(3, 4, 8, 8), UNI(-1, 1), TRANS(2, 3)},
            {PAR("w"), SHAPE(4, 1, 5, 5), UNI(-1, 1)}},
      .ip = {1, 1, 2, 2, 1, 1}, .bwd = B_FD},
-    DWX("dwconv2d 3x3, rows of 12 (no quads)", (2, 3, 10, 12), 3, 3, 1, 1),
-    DWX("dwconv2d 5x5 dilation 2, rows of 20 (no quads)", (2, 3, 9, 20), 3, 5, 1, 2),
+    DWX("dwconv2d 3x3, rows of 12 (column quads, 3 a row)", (2, 3, 10, 12), 3, 3, 1, 1),
+    DWX("dwconv2d 5x5 dilation 2, rows of 20 (column quads, 5 a row)", (2, 3, 9, 20), 3, 5, 1, 2),
+    DWX("dwconv2d 3x3, 28x28 planes (column quads, 7 a row)", (5, 2, 28, 28), 2, 3, 1, 1),
+    DWRZ("dwconv2d_relu 5x5 dilation 2, rows of 28 with exact zeros (column quads)", (3, 2, 9, 28),
+         2, 5, 1, 2),
+    DWX("dwconv2d 3x3, rows of 14 (no quads)", (2, 3, 10, 14), 3, 3, 1, 1),
+    DWX("dwconv2d 5x5 dilation 2, rows of 10 (no quads)", (2, 3, 9, 10), 3, 5, 1, 2),
     {CASE("dwconv2d 3x5 stride (1, 2) dilation (2, 1)", EX_OP_DWCONV2D, b_dwconv, r_dwconv, 2),
      .r = {{GIN("x"), SHAPE(2, 4, 12, 13), UNI(-1, 1)}, {PAR("w"), SHAPE(4, 1, 3, 5), UNI(-1, 1)}},
      .ip = {1, 2, 2, 2, 2, 1}, .bwd = B_FD},

@@ -246,13 +246,13 @@ static int dw_ranges(const int64_t g[16], dw_pc *pc)
 }
 
 /* Whether the column quads (DW_QUAD) take the geometry: stride 1, "same" padding, a
- * ring of at most 9 rows ((k - 1) d <= 8), rows of 4m columns with m dividing 128 (the
- * filter gradient's workgroup holds whole rows of quads). */
+ * ring of at most 9 rows ((k - 1) d <= 8), rows of 4m columns with m at most 128 (the
+ * filter gradient's workgroup holds whole rows of quads: 128 / m of them). */
 static int dw_quad_ok(const int64_t g[16])
 {
     int64_t p = (g[8] - 1) * g[14] / 2, q = g[5] / 4;
     return g[10] == 1 && g[11] == 1 && g[12] == p && g[13] == p && (g[8] - 1) * g[14] <= 8 &&
-           g[5] % 4 == 0 && q >= 1 && q <= 128 && 128 % q == 0;
+           g[5] % 4 == 0 && q >= 1 && q <= 128;
 }
 
 /* Rows per band (pc->tile), bands per plane (tiles), quads per row (tiles_w) for the

@@ -495,7 +495,8 @@ void quad_filter()
         float acc[49];
         [[unroll]] for (int k = 0; k < T; k++)
             acc[k] = 0.0;
-        for (uint u = slot; u < units; u += slots) {
+        // 128 % quads invocations hold no whole row: their sums stay 0
+        for (uint u = slot; slot < slots && u < units; u += slots) {
             uint n = n0 + u / pc.tiles, bd = u % pc.tiles;
             uint r0 = bd * pc.tile, r1 = min(pc.h, r0 + pc.tile);
             uint bs = n * pc.sx.x + ch * pc.sx.y, by = n * pc.sy.x + ch * pc.sy.y;
