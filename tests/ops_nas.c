@@ -95,6 +95,19 @@ static const tcase mixed_sum_cases[] = {
            {GIN("x3"), SHAPE(2, 4, 6, 8), UNI(-1, 1)},
            {GIN("x4"), SHAPE(2, 4, 6, 8), POISON, .nocheck = true}},
      .ip = {5, 0, 3, 1, 4, 0, 2, 0x2a}, .bwd = B_FD, .init = i_mixed_sum},
+    /* dense candidates with gaps between them (slices along the batch): more of them than
+     * a dispatch has bindings, so a group widens a binding over the gaps (Vulkan), in the
+     * forward and in the weight gradient's dot products */
+    {CASE("mixed_sum of batch slices, bindings widened", EX_OP_MIXED_SUM, b_mixed_sum, r_mixed_sum,
+          7),
+     .r = {{PAR("alpha"), SHAPE(2, 6), UNI(-1, 1)},
+           {IN("mask"), SHAPE(6), CONST(0)},
+           {GIN("x0"), SHAPE(4, 4, 4, 4), UNI(-1, 1), SLICE(0, 1, 2)},
+           {GIN("x1"), SHAPE(4, 4, 4, 4), UNI(-1, 1), SLICE(0, 2, 2)},
+           {GIN("x2"), SHAPE(4, 4, 4, 4), POISON, SLICE(0, 1, 2), .nocheck = true},
+           {GIN("x3"), SHAPE(4, 4, 4, 4), UNI(-1, 1), SLICE(0, 0, 2)},
+           {GIN("x4"), SHAPE(4, 4, 4, 4), UNI(-1, 1), SLICE(0, 1, 2)}},
+     .ip = {1, 2, 0, 4, 5, 0, 1, 0x36}, .bwd = B_FD, .init = i_mixed_sum},
     /* 532480 elements: more than 128 chunks (Vulkan's last pass loads 128 at a time) */
     {CASE("mixed_sum over 130 chunks", EX_OP_MIXED_SUM, b_mixed_sum, r_mixed_sum, 3),
      .r = {{PAR("alpha"), SHAPE(1, 2), UNI(-1, 1)},

@@ -130,9 +130,9 @@ static int joins(const vk_slot *s, vk_access a, int write, uint64_t limit)
     return s->write == write || (!write && a.hi <= s->hi);
 }
 
-/* Bytes a as a storage binding, exactly when a binding is left; otherwise, if inexact,
- * by widening a binding of the same block over the gap (a read may widen a written
- * one: the bytes then count as written). -1 when neither works. */
+/* Bytes a as a storage binding, exactly when a binding is left; otherwise, with inexact
+ * 1, by widening a binding of the same block and use over the gap, with inexact 2 also a
+ * written one for a read (the bytes then count as written). -1 when none works. */
 static int bind_storage(vk_exec *e, vk_access a, int write, int inexact)
 {
     uint64_t limit = e->b->feat.max_range;
@@ -150,7 +150,7 @@ static int bind_storage(vk_exec *e, vk_access a, int write, int inexact)
         e->nblocks = e->nw + e->nr;
         return k;
     }
-    for (int pass = 0; inexact && pass < 2; pass++)
+    for (int pass = 0; pass < inexact; pass++)
         for (int k = 0; k < VK_BINDINGS; k++) {
             vk_slot *s = &e->slot[k];
             int mode_ok = pass == 0 ? s->write == write : !write && s->write;
@@ -172,7 +172,7 @@ static uint32_t bind(vk_exec *e, vk_access a, int write, int small)
         if (k >= 0)
             return ref_of(k, 1, &e->uslot[k], a.lo, &e->ref_error);
     }
-    int k = bind_storage(e, a, write, 1);
+    int k = bind_storage(e, a, write, 2);
     if (k < 0) {
         e->ref_error = 1;
         return VK_NOREF;
@@ -258,7 +258,7 @@ uint32_t vk_ref_rebind_read(vk_exec *e, uint32_t ref, int small)
     return rebind(e, ref, 1, small);
 }
 
-int vk_room(const vk_exec *e, const ex_tdesc *const *t, int n)
+static int room(const vk_exec *e, const ex_tdesc *const *t, int n, int inexact)
 {
     vk_exec c = *e;
     c.dry = 1;
@@ -266,10 +266,20 @@ int vk_room(const vk_exec *e, const ex_tdesc *const *t, int n)
         if (!t[i] || !t[i]->buf)
             continue;
         vk_access a = vk_span_of(t[i]);
-        if (bind_storage(&c, a, node_writes(&c, a), 0) < 0)
+        if (bind_storage(&c, a, node_writes(&c, a), inexact) < 0)
             return 0;
     }
     return 1;
+}
+
+int vk_room(const vk_exec *e, const ex_tdesc *const *t, int n)
+{
+    return room(e, t, n, 0);
+}
+
+int vk_room_widened(const vk_exec *e, const ex_tdesc *t)
+{
+    return room(e, &t, 1, 1);
 }
 
 static vk_access internal_span(const vk_backend *b, uint64_t at, uint64_t bytes)

@@ -195,7 +195,7 @@ static int mix_group(vk_exec *e, const ex_node_exec *n, const mix_ops *m, int j0
     pc->cnt = 0;
     for (; j < m->n && (int)pc->cnt < MIX_GROUP && !((m->bad >> j) & 1); j++) {
         const ex_tdesc *x = &n->src[2 + j];
-        if (memcmp(m->st[j], m->st[j0], sizeof m->st[j]) != 0 || !vk_room(e, &x, 1))
+        if (memcmp(m->st[j], m->st[j0], sizeof m->st[j]) != 0 || !vk_room_widened(e, x))
             break;
         pc->x[pc->cnt++] = vk_ref(e, x);
     }
@@ -303,7 +303,7 @@ static ex_status mix_direct_groups(vk_exec *e, const ex_node_exec *n, const mix_
         pc.n = (uint32_t)m->numel;
         for (; j < m->n && (int)pc.cnt < MIX_GROUP; j++, pc.cnt++) {
             const ex_tdesc *x = &n->src[2 + j];
-            if (!vk_room(e, &x, 1))
+            if (!vk_room_widened(e, x))
                 break;
             pc.x[pc.cnt] = vk_ref(e, x);
             pc.at[pc.cnt] = (uint32_t)ex_td_at(&n->src[0], n->ip[j]) |

@@ -127,6 +127,10 @@ uint32_t vk_ref_rebind_read(vk_exec *e, uint32_t ref, int small);
  *  now, each with a binding of its own: a multi-pass family frees the bindings
  *  (vk_bind_reset) only when they cannot. */
 int vk_room(const vk_exec *e, const ex_tdesc *const *t, int n);
+/** Whether t can be bound besides what is bound now, with a binding of its own or by
+ *  widening one of the same block and use (read or written) over the bytes between:
+ *  vk_ref() then does so, and the tracker counts the bytes between as touched. */
+int vk_room_widened(const vk_exec *e, const ex_tdesc *t);
 /** Scratch of bytes (a multiple of 4) for this node, written by the dispatch that takes
  *  it: *ref addresses it. It starts at byte e->scratch_at (as it was before the call) of
  *  the node's scratch. */
