@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "bench_time.h"
 #include "exapt/exapt.h"
 #include "exapt/search.h"
 
@@ -292,8 +293,6 @@ static int step(ex_search *s, const batch *b, ex_search_stats *st)
 }
 
 /* The weights before, one step, everything after: what the PyTorch reference compares. */
-static double now_ms(void);
-
 static int first_step(ex_search *s, const batch *b, const char *dir, double *ms)
 {
     ex_search_stats st;
@@ -310,19 +309,6 @@ static int first_step(ex_search *s, const batch *b, const char *dir, double *ms)
                             "valid_acc", (double)st.valid_acc, "lr", (double)STEP_LR, "tau",
                             (double)STEP_TAU);
     return json_write(dir, "step1.json", doc);
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 static void summarise(timing *t, int iters)

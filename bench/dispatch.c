@@ -10,22 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench_time.h"
 #include "exapt/exapt.h"
-
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* The graph: n scalings of an input of e floats, side by side or chained. */
 static ex_status build(ex_ctx *ctx, ex_backend *be, int n, int64_t e, int chain, ex_plan **plan)
