@@ -29,8 +29,9 @@ _Static_assert(VK_STATUS_SLOTS *VK_STATUS_WORDS * 4 <= VK_STATUS_BYTES,
  *  round) need no barrier between them, and a node keeps its bytes over all its rounds
  *  (vulkan/exec.c). */
 #define VK_SCRATCH_SLOTS 8
-/** Nodes of more dispatches than this are recorded whole, after their first, rather than
- *  pass by pass: GRAD_NORM's hundreds of independent sums would get a barrier each. */
+/** Nodes of more dispatches than this are recorded whole in their first round, rather
+ *  than a dispatch a round: GRAD_NORM's hundreds of independent sums would take a round
+ *  and a barrier each. */
 #define VK_PASSES_MAX 4
 
 /** A free range of a block. */
