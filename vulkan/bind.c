@@ -130,9 +130,10 @@ static int joins(const vk_slot *s, vk_access a, int write, uint64_t limit)
     return s->write == write || (!write && a.hi <= s->hi);
 }
 
-/* Bytes a as a storage binding, exactly when a binding is left; otherwise, with inexact
- * 1, by widening a binding of the same block and use over the gap, with inexact 2 also a
- * written one for a read (the bytes then count as written). -1 when none works. */
+/* Bytes a as a storage binding, exactly when a binding is left; otherwise, if inexact,
+ * by widening a binding of the same block and use (read or written) over the gap. A read
+ * never widens a written binding: in the mixed sum's weight gradient that gave wrong
+ * sums on lavapipe. -1 when none works. */
 static int bind_storage(vk_exec *e, vk_access a, int write, int inexact)
 {
     uint64_t limit = e->b->feat.max_range;
@@ -150,17 +151,15 @@ static int bind_storage(vk_exec *e, vk_access a, int write, int inexact)
         e->nblocks = e->nw + e->nr;
         return k;
     }
-    for (int pass = 0; pass < inexact; pass++)
-        for (int k = 0; k < VK_BINDINGS; k++) {
-            vk_slot *s = &e->slot[k];
-            int mode_ok = pass == 0 ? s->write == write : !write && s->write;
-            if (s->block == a.block && mode_ok && s->lo <= a.lo && a.hi - s->lo <= limit) {
-                s->hi = max_u64(s->hi, a.hi);
-                if (!e->dry)
-                    e->b->counts.inexact++;
-                return k;
-            }
+    for (int k = 0; inexact && k < VK_BINDINGS; k++) {
+        vk_slot *s = &e->slot[k];
+        if (s->block == a.block && s->write == write && s->lo <= a.lo && a.hi - s->lo <= limit) {
+            s->hi = max_u64(s->hi, a.hi);
+            if (!e->dry)
+                e->b->counts.inexact++;
+            return k;
         }
+    }
     return -1;
 }
 
@@ -172,7 +171,7 @@ static uint32_t bind(vk_exec *e, vk_access a, int write, int small)
         if (k >= 0)
             return ref_of(k, 1, &e->uslot[k], a.lo, &e->ref_error);
     }
-    int k = bind_storage(e, a, write, 2);
+    int k = bind_storage(e, a, write, 1);
     if (k < 0) {
         e->ref_error = 1;
         return VK_NOREF;

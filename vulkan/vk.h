@@ -105,8 +105,8 @@ ex_status vk_fail(vk_exec *e, ex_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /** The reference of t's element 0 (one of the node's operands, f32 or i32), binding its
  *  bytes for this dispatch and the next ones of the node: written if they overlap what the
- *  node writes, read otherwise. When no binding is left (nor one of the same block to
- *  widen) the next vk_dispatch() fails with EX_ERR_UNSUPPORTED. */
+ *  node writes, read otherwise. When no binding is left (nor one of the same block and
+ *  use to widen) the next vk_dispatch() fails with EX_ERR_UNSUPPORTED. */
 uint32_t vk_ref(vk_exec *e, const ex_tdesc *t);
 /** vk_ref() for a small operand read with uniform indices (a scalar, a per-channel vector,
  *  a row of alpha, labels): a uniform-buffer binding when it fits one (VK_UBO_BYTES), so
@@ -128,8 +128,8 @@ uint32_t vk_ref_rebind_read(vk_exec *e, uint32_t ref, int small);
  *  (vk_bind_reset) only when they cannot. */
 int vk_room(const vk_exec *e, const ex_tdesc *const *t, int n);
 /** Whether t can be bound besides what is bound now, with a binding of its own or by
- *  widening one of the same block and use (read or written) over the bytes between:
- *  vk_ref() then does so, and the tracker counts the bytes between as touched. */
+ *  widening one of the same block and use over the bytes between (as vk_ref() then
+ *  does; the tracker counts the bytes between as touched). */
 int vk_room_widened(const vk_exec *e, const ex_tdesc *t);
 /** Scratch of bytes (a multiple of 4) for this node, written by the dispatch that takes
  *  it: *ref addresses it. It starts at byte e->scratch_at (as it was before the call) of
