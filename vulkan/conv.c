@@ -113,7 +113,7 @@ static ex_status conv_filter(vk_exec *e, const ex_tdesc *x, const ex_tdesc *w, c
  *  at: bands are halved, down to 8 rows, while there are fewer. On the H100 (NVIDIA's
  *  driver) 2^18 beat 2^16 at 256x64x32x32 (forward 0.078 -> 0.071 ms) and left DARTS'
  *  shapes as they were; 4-row bands sped up the lone 64x16x32x32 pass but slowed the
- *  DARTS step, whose levels run many passes at once. */
+ *  DARTS step, whose rounds run many passes at once. */
 #define DW_QUAD_UNITS 262144
 
 /* Mirrors dw.comp's push constants. */

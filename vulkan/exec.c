@@ -255,13 +255,12 @@ static ex_status live_next(vk_exec *e, const ex_node_exec *nodes, vk_live *live,
     return st;
 }
 
-/* Where `bytes` of scratch go: on in the ring from *ring (from 0 when they do not fit
- * before its end). Bytes a live node still needs are not taken: its remaining passes are
- * recorded first. */
+/* Where `bytes` of scratch go (a multiple of VK_ALIGN, as vk_scratch() takes them): on
+ * in the ring from *ring (from 0 when they do not fit before its end). Bytes a live node
+ * still needs are not taken: its remaining passes are recorded first. */
 static ex_status scratch_place(vk_exec *e, const ex_node_exec *nodes, vk_live *live, int *nlive,
                                uint64_t bytes, uint64_t *ring, uint64_t *at)
 {
-    bytes = (bytes + VK_ALIGN - 1) & ~(uint64_t)(VK_ALIGN - 1);
     if (*ring + bytes > e->b->scratch_bytes)
         *ring = 0;
     ex_status st = EX_OK;
