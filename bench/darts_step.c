@@ -390,6 +390,39 @@ static int profile_rows(ex_plan *p, op_row *rows, double *total_ms)
     return n;
 }
 
+static int cmp_node_info(const void *a, const void *b)
+{
+    const ex_node_info *x = a, *y = b;
+    if (x->op != y->op)
+        return (x->op > y->op) - (x->op < y->op);
+    return (x->min_bytes > y->min_bytes) - (x->min_bytes < y->min_bytes);
+}
+
+/* The profiled step's node times by op and size (the nodes' minimal traffic stands for
+ * their shape): which shapes of an op are slow. */
+static json_t *profile_by_size(ex_plan *p)
+{
+    int64_t n = ex_plan_node_count(p), m = 0;
+    ex_node_info *in = malloc((size_t)(n > 0 ? n : 1) * sizeof *in);
+    json_t *rows = json_array();
+    for (int64_t i = 0; in && i < n; i++)
+        if (ex_plan_node_info(p, i, &in[m]) == EX_OK && !in[m].skipped && in[m].ms > 0)
+            m++;
+    if (in)
+        qsort(in, (size_t)m, sizeof *in, cmp_node_info);
+    for (int64_t i = 0, j; i < m; i = j) {
+        double ms = 0;
+        for (j = i; j < m && !cmp_node_info(&in[i], &in[j]); j++)
+            ms += in[j].ms;
+        json_array_append_new(rows, json_pack("{s:s, s:I, s:I, s:f}", "op",
+                                              ex_op_name(in[i].op), "min_bytes",
+                                              (json_int_t)in[i].min_bytes, "calls",
+                                              (json_int_t)(j - i), "ms", ms));
+    }
+    free(in);
+    return rows;
+}
+
 /* One more step with every node timed (GPU backends launch node by node then, so the
  * sum exceeds a replayed step by the launch gaps): where the step's time goes. */
 static json_t *profile_step(ex_search *s, const batch *b, double peak_gbs)
@@ -417,7 +450,8 @@ static json_t *profile_step(ex_search *s, const batch *b, double peak_gbs)
                                         "min_bytes", r->bytes, "flops", r->flops, "gbs", gbs));
     }
     printf("%-22s %7s %10.3f\n", "sum of nodes", "", total);
-    return json_pack("{s:f, s:f, s:o}", "sum_ms", total, "peak_gbs", peak_gbs, "by_op", ops);
+    return json_pack("{s:f, s:f, s:o, s:o}", "sum_ms", total, "peak_gbs", peak_gbs, "by_op", ops,
+                     "by_op_size", profile_by_size(p));
 }
 
 /* ---- the report ---- */
