@@ -1,7 +1,7 @@
 /* Convolution family: CONV2D, CONV2D_BWD_DATA, CONV2D_BWD_FILTER and their depthwise
  * forms. The depthwise geometries of a search (square 3, 5, 7; stride and dilation 1 or 2)
- * go through conv/dw.comp (column quads at stride 1 with "same" padding and rows of 4m
- * columns, else staged tiles; taps in registers); everything else through
+ * go through conv/dw.comp (column quads at stride 1 with "same" padding, else staged
+ * tiles; taps in registers); everything else through
  * conv/conv.comp (direct loops). See the shaders for the algorithms. The checks are the
  * CPU backend's; every operand keeps its own strides. The fused ReLU (ip6) is a variant
  * bit of the forward and filter passes, which read max(x, 0); the data gradient masks dx
@@ -184,15 +184,25 @@ static int dw_tiles(int which, const int64_t g[16], dw_pc *pc)
 }
 
 /* Whether an operand (reference ref, strides s) of a column-quad pass can be read and
- * written as 16-byte quads (DW_VEC4): its binding starts on 16 bytes, its reference's
- * offset and its row and plane strides are multiples of 4 elements, its columns are
- * adjacent. */
+ * written as 16-byte quads: its binding starts on 16 bytes, its reference's offset and
+ * its row and plane strides are multiples of 4 elements, its columns are adjacent. */
 static int dw_vec4_ok(const vk_exec *e, uint32_t ref, const uint32_t s[4])
 {
     if (ref == VK_NOREF || (ref & VK_REF_UNIFORM))
         return 0;
     return e->slot[ref >> 30].lo % 16 == 0 && (ref & VK_REF_MAX_ELEM) % 4 == 0 && s[3] == 1 &&
            s[2] % 4 == 0 && s[1] % 4 == 0 && s[0] % 4 == 0;
+}
+
+/* DW_VEC4 for a column-quad pass (variant base vb) whose references pc already holds
+ * (mask: the data pass's ReLU mask, VK_NOREF without): rows of whole quads (so not single
+ * columns either), and x, y and the mask readable as 16-byte words. */
+static int dw_vec4(const vk_exec *e, int vb, const dw_pc *pc, uint32_t mask)
+{
+    return (vb & DW_QUAD) && pc->wd % 4 == 0 && dw_vec4_ok(e, pc->x, pc->sx) &&
+                   dw_vec4_ok(e, pc->y, pc->sy) && (mask == VK_NOREF || dw_vec4_ok(e, mask, pc->sx))
+               ? DW_VEC4
+               : 0;
 }
 
 /* The depthwise filter gradient through dw.comp: a workgroup per (channel, range of
@@ -207,8 +217,7 @@ static ex_status dw_filter(vk_exec *e, const ex_tdesc *x, const ex_tdesc *w, con
     uint32_t groups = vk_groups(pc->items, 1);
     pc->x = vk_ref(e, x);
     pc->y = vk_ref(e, y);
-    if ((vb & DW_QUAD) && dw_vec4_ok(e, pc->x, pc->sx) && dw_vec4_ok(e, pc->y, pc->sy))
-        vb += DW_VEC4;
+    vb += dw_vec4(e, vb, pc, VK_NOREF);
     if (parts == 1) {
         pc->w = vk_ref(e, w);
         return vk_dispatch(e, VK_SH_conv_dw, DW_FILTER + vb + relu, pc, sizeof *pc, groups, 1, 1);
@@ -245,14 +254,22 @@ static int dw_ranges(const int64_t g[16], dw_pc *pc)
     return 1;
 }
 
+/* Columns a column-quad invocation owns: 4, or 1 (DW_COL1) for rows of fewer than 8
+ * columns that are not of whole quads (dw.comp says why). */
+static int64_t dw_quad_width(const int64_t g[16])
+{
+    return g[5] % 4 != 0 && g[5] < 8 ? 1 : 4;
+}
+
 /* Whether the column quads (DW_QUAD) take the geometry: stride 1, "same" padding, a
- * ring of at most 9 rows ((k - 1) d <= 8), rows of 4m columns with m at most 128 (the
- * filter gradient's workgroup holds whole rows of quads: 128 / m of them). */
+ * ring of at most 9 rows ((k - 1) d <= 8), rows of m quads (the last may be partial) or
+ * columns (DW_COL1) with m at most 128 (the filter gradient's workgroup holds whole rows
+ * of them: 128 / m). */
 static int dw_quad_ok(const int64_t g[16])
 {
-    int64_t p = (g[8] - 1) * g[14] / 2, q = g[5] / 4;
+    int64_t qw = dw_quad_width(g), p = (g[8] - 1) * g[14] / 2, q = (g[5] + qw - 1) / qw;
     return g[10] == 1 && g[11] == 1 && g[12] == p && g[13] == p && (g[8] - 1) * g[14] <= 8 &&
-           g[5] % 4 == 0 && q >= 1 && q <= 128;
+           q >= 1 && q <= 128;
 }
 
 /* Rows per band (pc->tile), bands per plane (tiles), quads per row (tiles_w) for the
@@ -263,7 +280,8 @@ static int dw_quad_ok(const int64_t g[16])
  * them. */
 static int dw_quad_plan(int which, const int64_t g[16], dw_pc *pc)
 {
-    int64_t n = g[0], c = g[1], h = g[4], qw = g[5] / 4, band = h;
+    int64_t n = g[0], c = g[1], h = g[4], band = h;
+    int64_t qw = (g[5] + dw_quad_width(g) - 1) / dw_quad_width(g);
     if (which != 2)
         while (band > 8 && n * c * qw * ((h + band - 1) / band) < DW_QUAD_UNITS)
             band = (band + 1) / 2;
@@ -290,9 +308,10 @@ static int dw_quad_plan(int which, const int64_t g[16], dw_pc *pc)
 }
 
 /* Fills pc for a depthwise pass through dw.comp and returns its variant base (the
- * geometry index times 4, plus DW_QUAD where the column quads take it, else the staged
- * tiles), or -1 where dw.comp does not take the geometry, a tile does not fit or the
- * counts are beyond its indexing or scratch (conv.comp then takes the pass). */
+ * geometry index times 4, plus DW_QUAD, and DW_COL1 for single columns, where the
+ * column quads take it, else the staged tiles), or -1 where dw.comp does not take the geometry, a
+ * tile does not fit or the counts are beyond its indexing or scratch (conv.comp then takes the
+ * pass). */
 static int dw_plan(int which, const ex_tdesc *x, const ex_tdesc *w, const ex_tdesc *y,
                    const int64_t g[16], dw_pc *pc)
 {
@@ -320,7 +339,7 @@ static int dw_plan(int which, const ex_tdesc *x, const ex_tdesc *w, const ex_tde
     pc->sww = (uint32_t)w->st[3];
     if (which != 2 && !quad)
         pc->items = (uint32_t)((g[0] * g[1] + pc->g - 1) / pc->g * pc->tiles);
-    return 4 * geo + (quad ? DW_QUAD : 0);
+    return 4 * geo + (quad ? DW_QUAD + (dw_quad_width(g) == 1 ? DW_COL1 : 0) : 0);
 }
 
 /* A depthwise pass through dw.comp, planned by dw_plan; relu: the fused ReLU's variant
@@ -344,9 +363,7 @@ static ex_status dw_run(vk_exec *e, int which, const ex_tdesc *x, const ex_tdesc
         pc->ns = vk_ref(e, mask);
         *masked = 1;
     }
-    int vec = (vb & DW_QUAD) && dw_vec4_ok(e, pc->x, pc->sx) && dw_vec4_ok(e, pc->y, pc->sy) &&
-              (pc->ns == VK_NOREF || dw_vec4_ok(e, pc->ns, pc->sx));
-    int variant = (which == 0 ? DW_FWD + rv : DW_DATA) + vb + (vec ? DW_VEC4 : 0);
+    int variant = (which == 0 ? DW_FWD + rv : DW_DATA) + vb + dw_vec4(e, vb, pc, pc->ns);
     uint32_t groups = vb & DW_QUAD ? vk_groups(pc->units, 128) : vk_groups(pc->items, 1);
     return vk_dispatch(e, VK_SH_conv_dw, variant, pc, sizeof *pc, groups, 1, 1);
 }

@@ -15,8 +15,8 @@
 // With DW_RELU (the fused ReLU) DW_FWD and DW_FILTER stage max(x, 0); DW_DATA stores 0
 // where the mask (the forward's input, at dx's strides; reference `ns`) is not above 0,
 // or, where the host cannot bind the mask so, conv.comp's CV_RELU_MASK pass follows.
-// Stride 1 with "same" padding and rows of 4m columns take the column quads instead
-// (DW_QUAD, below: a register ring of rows per 4-column quad, no staging).
+// Stride 1 with "same" padding takes the column quads instead (DW_QUAD, below: a
+// register ring of rows per 4-column quad, or per column, no staging).
 // No atomics: every sum has an order fixed by the shape, so results are repeatable.
 #version 450
 #extension GL_GOOGLE_include_directive : require
@@ -321,17 +321,24 @@ void filter_parts()
     }
 }
 
-// Column quads (DW_QUAD: stride 1, "same" padding P, rows of 4m columns). An invocation
-// owns 4 adjacent columns of a band of rows of one plane and walks the band top to
-// bottom, keeping the QR input rows its outputs need in a register ring (QC columns: the
-// quad and P halo columns each side, which come straight from memory and mostly hit the
+// Column quads (DW_QUAD: stride 1, "same" padding P). An invocation owns QW = 4
+// adjacent columns of a band of rows of one plane and walks the band top to bottom,
+// keeping the QR input rows its outputs need in a register ring (QC columns: the quad
+// and P halo columns each side, which come straight from memory and mostly hit the
 // cache) while the next row's loads are in flight. No shared memory and no barriers
-// except the filter gradient's ordered workgroup sum; no subgroup operations.
+// except the filter gradient's ordered workgroup sum; no subgroup operations. A row's
+// last quad may be partial (rows of 14: 4 quads): its missing columns are neither read
+// nor written. Rows of fewer than 8 columns, not of whole quads (7), take DW_COL1,
+// QW = 1 instead: neighbouring invocations then own neighbouring columns, so each load
+// of the ring is one coalesced row segment, where partial quads that cannot be read as
+// 16-byte words would take four loads, each touching four times the cache lines
+// (measured on an H100: half the time at 7x7; at 14x14 the quads are faster).
 const bool QUAD = (VARIANT & DW_QUAD) != 0;
 const bool VEC = (VARIANT & DW_VEC4) != 0;
+const int QW = (VARIANT & DW_COL1) != 0 ? 1 : 4;
 const int P = (K - 1) * D / 2;
 const int QR = (K - 1) * D + 1;
-const int QC = 4 + 2 * P;
+const int QC = QW + 2 * P;
 const int QG = (QC + 3) / 4;
 
 // DW_VEC4: the storage bindings again as 16-byte words, for operands whose every quad
@@ -378,14 +385,21 @@ void stv4(uint ref, uint i, vec4 q)
 #endif
 }
 
-// The 4 elements of ref at o, o + sw, o + 2 sw, o + 3 sw: one 16-byte load with DW_VEC4
-// (sw is then 1).
-vec4 quad_ld(uint ref, uint o, uint sw)
+// The QW elements of ref at o, o + sw, ... (as a vec4), those of columns c0 + j past the
+// row's ww (a row's last quad may be partial) and past QW as 0: one 16-byte load with
+// DW_VEC4 (sw is then 1, and rows hold whole quads).
+vec4 quad_ld(uint ref, uint o, uint sw, int c0, uint ww)
 {
-    return VEC ? ldv4(ref, o) : ldf4(ref, uvec4(o, o + sw, o + 2u * sw, o + 3u * sw));
+    if (VEC)
+        return ldv4(ref, o);
+    if (QW == 1)
+        return vec4(ldf(ref, o), 0.0, 0.0, 0.0);
+    bvec4 ok = lessThan(ivec4(c0) + ivec4(0, 1, 2, 3), ivec4(ww));
+    uvec4 at = uvec4(o) + uvec4(0u, 1u, 2u, 3u) * sw;
+    return mix(vec4(0.0), ldf4(ref, mix(uvec4(o), at, ok)), ok);
 }
 
-// Row iy, columns c0 - P .. c0 + 3 + P, of the plane at `base` into v: zeros outside
+// Row iy, columns c0 - P .. c0 + QW - 1 + P, of the plane at `base` into v: zeros outside
 // [0, hh) x [0, ww); relu: max(x, 0). Loads go four at a time under one switch; with
 // DW_VEC4 the halo (P <= 4) comes from the neighbouring quads' 16-byte loads.
 void quad_row(uint ref, uvec4 s, uint base, int iy, int c0, uint hh, uint ww, bool relu,
@@ -448,7 +462,7 @@ void quad_fwd_data()
             int tap = fwd ? k : T - 1 - k;
             wr[k] = ldf(pc.w, ch * pc.swc + uint(tap / K) * pc.swh + uint(tap % K) * pc.sww);
         }
-        int c0 = int(4u * q);
+        int c0 = QW * int(q);
         uint r0 = bd * pc.tile, r1 = min(pc.h, r0 + pc.tile);
         uint bs = n * ss.x + ch * ss.y, bo = n * sd.x + ch * sd.y;
         float ring[QR][QC], nx[QC]; // ring[i]: row r - P + i while output row r is computed
@@ -462,20 +476,21 @@ void quad_fwd_data()
             vec4 acc = vec4(0.0);
             [[unroll]] for (int b = 0; b < K; b++)
                 [[unroll]] for (int a = 0; a < K; a++)
-                    [[unroll]] for (int j = 0; j < 4; j++)
+                    [[unroll]] for (int j = 0; j < QW; j++)
                         acc[j] += wr[a * K + b] * ring[a * D][j + b * D];
             uint at = bo + r * sd.z + uint(c0) * sd.w;
             if (!fwd && pc.ns != NOREF) {
-                vec4 m = quad_ld(pc.ns, at, sd.w);
-                [[unroll]] for (int j = 0; j < 4; j++)
+                vec4 m = quad_ld(pc.ns, at, sd.w, c0, pc.wd);
+                [[unroll]] for (int j = 0; j < QW; j++)
                     if (!(m[j] > 0.0))
                         acc[j] = 0.0;
             }
             if (VEC)
                 stv4(dst, at, acc);
             else
-                [[unroll]] for (int j = 0; j < 4; j++)
-                    stf(dst, at + uint(j) * sd.w, acc[j]);
+                [[unroll]] for (int j = 0; j < QW; j++)
+                    if (c0 + j < int(pc.wd))
+                        stf(dst, at + uint(j) * sd.w, acc[j]);
         }
     }
 }
@@ -488,7 +503,7 @@ void quad_filter()
 {
     uint t = gl_LocalInvocationID.x, slots = 128u / pc.tiles_w;
     uint q = t % pc.tiles_w, slot = t / pc.tiles_w;
-    int c0 = int(4u * q);
+    int c0 = QW * int(q);
     for (uint item = gl_WorkGroupID.x; item < pc.items; item += gl_NumWorkGroups.x) {
         uint rg = item % pc.parts, ch = item / pc.parts;
         uint n0 = rg * pc.ns, n1 = min(pc.n, n0 + pc.ns), units = (n1 - n0) * pc.tiles;
@@ -505,19 +520,19 @@ void quad_filter()
                 quad_row(pc.x, pc.sx, bs, int(r0) - P + i - 1, c0, pc.h, pc.wd, RELU, ring[i]);
             quad_row(pc.x, pc.sx, bs, int(r0) + P, c0, pc.h, pc.wd, RELU, nx);
             uint ya = by + r0 * pc.sy.z + uint(c0) * pc.sy.w;
-            vec4 dy = quad_ld(pc.y, ya, pc.sy.w);
+            vec4 dy = quad_ld(pc.y, ya, pc.sy.w, c0, pc.wd);
             for (uint r = r0; r < r1; r++) {
                 quad_shift(ring, nx);
                 vec4 g = dy;
                 if (r + 1u < r1) {
                     quad_row(pc.x, pc.sx, bs, int(r) + 1 + P, c0, pc.h, pc.wd, RELU, nx);
                     ya += pc.sy.z;
-                    dy = quad_ld(pc.y, ya, pc.sy.w);
+                    dy = quad_ld(pc.y, ya, pc.sy.w, c0, pc.wd);
                 }
                 [[unroll]] for (int a = 0; a < K; a++)
                     [[unroll]] for (int b = 0; b < K; b++) {
                         float s = 0.0;
-                        [[unroll]] for (int j = 0; j < 4; j++)
+                        [[unroll]] for (int j = 0; j < QW; j++)
                             s += g[j] * ring[a * D][j + b * D];
                         acc[a * K + b] += s;
                     }

@@ -16,6 +16,7 @@
 #define DW_RELU 64   // added to DW_FWD and DW_FILTER: x staged as max(x, 0) (the fused ReLU)
 #define DW_QUAD 128  // added to DW_FWD, DW_DATA, DW_FILTER: column quads (stride 1, "same")
 #define DW_VEC4 256  // added to DW_QUAD: operands read and written as aligned 16-byte quads
+#define DW_COL1 512  // added to DW_QUAD: one column an invocation (rows not of 4m columns)
 #define DW_RH 4      // output rows per invocation (their inputs overlap: fewer shared loads)
 #define DW_SMEM 2816 // floats of staged planes per workgroup (11 KB)
 #define DW_MAXG 16   // planes per workgroup at most (small planes)
