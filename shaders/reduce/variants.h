@@ -4,3 +4,4 @@
 #define RED_MAX 2
 #define RED_SUMSQ 3    // sum of squares (GRAD_NORM's partials)
 #define RED_SQRT_SUM 4 // square root of the sum (GRAD_NORM's last pass)
+#define RED_LANES 8u   // accumulators (loads in flight) an invocation keeps
