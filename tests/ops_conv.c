@@ -716,6 +716,16 @@ static const tcase pool_cases[] = {
           1),
      .r = {{GIN("x"), SHAPE(2, 3, 21, 16), UNI(-1, 1)}}, .ip = {5, 1}, .bwd = B_HOOK,
      .init = i_quantize, .after = a_max_pool_ties},
+    /* Vulkan's column walk (PL_COLS, 3x3 stride 1): bands that the height does not divide
+     * (19 rows above), 14x14 and 7x7 planes, planes of one element and of one column */
+    {CASE("avg_pool 3x3 stride 1 on 14x14 planes", EX_OP_AVG_POOL, b_avg_pool, r_avg_pool, 1),
+     .r = {{GIN("x"), SHAPE(4, 6, 14, 14), UNI(-1, 1)}}, .ip = {3, 1}, .bwd = B_FD},
+    {CASE("max_pool 3x3 stride 1 on 7x7 planes", EX_OP_MAX_POOL, b_max_pool, r_max_pool, 1),
+     .r = {{GIN("x"), SHAPE(3, 5, 7, 7), DISTINCT(1e-3)}}, .ip = {3, 1}, .bwd = B_FD, .step = 1e-5},
+    {CASE("avg_pool 3x3 stride 1 on 1x1 planes", EX_OP_AVG_POOL, b_avg_pool, r_avg_pool, 1),
+     .r = {{GIN("x"), SHAPE(3, 2, 1, 1), UNI(-1, 1)}}, .ip = {3, 1}, .bwd = B_FD},
+    {CASE("avg_pool 3x3 stride 1 on 9x1 planes", EX_OP_AVG_POOL, b_avg_pool, r_avg_pool, 1),
+     .r = {{GIN("x"), SHAPE(2, 3, 9, 1), UNI(-1, 1)}}, .ip = {3, 1}, .bwd = B_FD},
     {CASE("global_avg_pool", EX_OP_GLOBAL_AVG_POOL, b_gap, r_gap, 1),
      .r = {{GIN("x"), SHAPE(3, 5, 9, 11), UNI(-1, 1)}}, .bwd = B_FD},
     {CASE("global_avg_pool of a channel slice", EX_OP_GLOBAL_AVG_POOL, b_gap, r_gap, 1),

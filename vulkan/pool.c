@@ -1,8 +1,9 @@
 /* Pooling family: AVG_POOL, MAX_POOL, AVG_POOL_BWD, MAX_POOL_BWD and GLOBAL_AVG_POOL,
- * all through pool/pool.comp (see the shader for the algorithm). The checks are the CPU
- * backend's. MAX_POOL_BWD takes two dispatches: the places of the window maxima go to
- * scratch (one u32 per output), then the gather reads them; each dispatch binds only
- * what it reads and writes, so the node never needs more than four blocks. */
+ * all through pool/pool.comp (see the shader for the algorithm; DARTS's 3x3 stride-1
+ * windows walk by columns, PL_COLS). The checks are the CPU backend's. MAX_POOL_BWD takes two
+ * dispatches: the places of the window maxima go to scratch (one u32 per output), then the gather
+ * reads them; each dispatch binds only what it reads and writes, so the node never needs more than
+ * four blocks. */
 #include <string.h>
 
 #include "shaders/pool/variants.h"
@@ -83,6 +84,24 @@ static ex_status go(vk_exec *e, int variant, const pool_pc *pc, int64_t count)
     return vk_dispatch(e, VK_SH_pool_pool, variant, pc, sizeof *pc, vk_groups(count, 128), 1, 1);
 }
 
+/* Whether pool.comp's column walk (PL_COLS) takes the geometry in pc: 3x3 windows,
+ * stride 1, padding 1. If so, its bands: halved from whole planes, down to 8 rows, while
+ * there are fewer than PL_COLS_UNITS (plane, band, column) units; then pc->g2 holds the
+ * rows per band and the bands per plane, and *units their count. */
+static int pool_cols(pool_pc *pc, int64_t *units)
+{
+    static const uint32_t same3[8] = {3, 3, 1, 1, 1, 1};
+    if (memcmp(&pc->g1[2], same3, 2 * sizeof *same3) || memcmp(pc->g2, &same3[2], sizeof pc->g2))
+        return 0;
+    int64_t planes = (int64_t)pc->g0[0] * pc->g0[1], h = pc->g0[2], w = pc->g0[3], band = h;
+    while (band > 8 && planes * w * ((h + band - 1) / band) < PL_COLS_UNITS)
+        band = (band + 1) / 2;
+    pc->g2[0] = (uint32_t)band;
+    pc->g2[1] = (uint32_t)((h + band - 1) / band);
+    *units = planes * w * pc->g2[1];
+    return 1;
+}
+
 /* AVG_POOL, MAX_POOL (x -> y) and AVG_POOL_BWD (dy -> dx): one dispatch. */
 static ex_status pool_simple(vk_exec *e, const ex_node_exec *n, int variant)
 {
@@ -100,6 +119,9 @@ static ex_status pool_simple(vk_exec *e, const ex_node_exec *n, int variant)
     pc.at = VK_NOREF;
     put_strides(pc.sa, &n->src[0]);
     put_strides(pc.sd, &n->dst);
+    int64_t units = 0;
+    if (pool_cols(&pc, &units))
+        return go(e, variant + PL_COLS, &pc, units);
     return go(e, variant, &pc, ex_td_numel(&n->dst));
 }
 
