@@ -834,6 +834,11 @@ static const tcase bn_cases[] = {
     /* DARTS' planes (batch 64, 32x32 and 8x8; the search's batch norms are not affine) */
     BN("batch_norm train, 64x5x32x32", 1, 3, (SHAPE(64, 5, 32, 32), UNI(-1, 3)), {0}),
     BN("batch_norm train, 64x5x8x8", 1, 3, (SHAPE(64, 5, 8, 8), UNI(-1, 3)), {0}),
+    /* planes of 4m elements in rows that are not (14x14, 6x10): Vulkan's 4 neighbours of
+     * a plane span two rows; a channel slice keeps its planes dense */
+    BN("batch_norm train affine, 14x14 planes", 1, 5, (SHAPE(4, 5, 14, 14), UNI(-1, 3)), AFFINE),
+    BN("batch_norm train, 6x10 planes of a channel slice", 1, 3,
+       (SHAPE(3, 8, 6, 10), UNI(-1, 3), SLICE(1, 2, 5)), {0}),
     /* profiled: BN_STATS runs alone (CUDA: planes in memory order, clusters of samples, a
      * last cluster of fewer samples than blocks) */
     {CASE("batch_norm train, 11x5x16x16, profiled", EX_OP_BN_APPLY, b_bn, r_bn, 3),

@@ -220,11 +220,21 @@ static void pw_common(vk_exec *e, const ex_node_exec *n, bn_pw_pc *pc)
     pc->n = (uint32_t)ex_td_numel(x);
 }
 
-/* Four neighbours of a row an invocation where rows allow it (BN_QUAD). */
+/* Whether strides s (x's, dst's or dy's) are unit along rows, and with dense planes
+ * also a row's width between rows. */
+static int bn_unit(const uint32_t *s, const uint32_t *ne, int dense)
+{
+    return s[3] == 1 && (!dense || s[2] == ne[3]);
+}
+
+/* Four neighbours an invocation where the layout allows it (BN_QUAD): rows of 4m
+ * elements, or dense planes of 4m (14x14), whose 4 neighbours may span two rows. */
 static ex_status pointwise(vk_exec *e, int variant, bn_pw_pc *pc)
 {
-    if (pc->ne[3] % 4 == 0 && pc->sx[3] == 1 && pc->sd[3] == 1 &&
-        (variant == BN_APPLY || pc->sy[3] == 1))
+    int dense = pc->ne[3] % 4 != 0;
+    if ((pc->ne[3] % 4 == 0 || (pc->ne[2] * pc->ne[3]) % 4 == 0) &&
+        bn_unit(pc->sx, pc->ne, dense) && bn_unit(pc->sd, pc->ne, dense) &&
+        (variant == BN_APPLY || bn_unit(pc->sy, pc->ne, dense)))
         pc->flags |= BN_QUAD;
     uint32_t items = pc->flags & BN_QUAD ? pc->n / 4 : pc->n;
     return vk_dispatch(e, VK_SH_batchnorm_pointwise, variant, pc, sizeof *pc, vk_groups(items, 128),

@@ -1,8 +1,9 @@
 // Batch-norm apply and backward-data: element-wise over x's shape [N, C, H, W], with the
 // per-channel constants folded as the CPU backend's fast path folds them. With BN_QUAD
-// (rows of a multiple of 4 elements, x, dst and dy dense along them) an invocation takes
-// 4 neighbours of a row: one index computation and one channel's constants for 4
-// elements, and their loads in flight together.
+// (rows of a multiple of 4 elements, x, dst and dy dense along them; or planes of a
+// multiple of 4, dense) an invocation takes 4 neighbours of a row (or plane): one index
+// computation and one channel's constants for 4 elements, and their loads in flight
+// together.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
