@@ -109,34 +109,33 @@ void bwd()
 // PL_COLS: 3x3 windows, stride 1, padding 1 (DARTS's pools), for PL_AVG, PL_MAX and
 // PL_AVG_BWD. An invocation owns one column of a band of rows (pc.g2.x rows, pc.g2.y
 // bands a plane; neighbouring invocations neighbouring columns, so each load is one
-// coalesced row segment) and walks it top to bottom: each source row is reduced across
-// its three columns once (h, clipped to the row) and serves the three output rows that
-// read it from a ring of three in registers, while the next row's loads are in flight.
-// Forward: the maximum (NaN wins, as in fwd()) or the average over the clipped window;
-// the backward of the average: dy / count over the windows that hold the element. Sums
-// go by rows of three, so they may differ from fwd()'s and bwd()'s in the last bits.
+// coalesced row segment) and walks it top to bottom, keeping the three source rows
+// (x, or dy / count for the backward) that an output row reads in a ring in registers
+// while the next row's loads are in flight. The arithmetic is fwd()'s and bwd()'s, in
+// their order (row-major over the window, or over the outputs; a place outside the
+// plane adds 0, which changes no sum that starts at 0): the same bits.
 const int BASE = VARIANT & (PL_COLS - 1);
 
-// Row iy of the source (x, or dy for the backward) reduced over columns c - 1 .. c + 1
-// of [0, w): the maximum, the sum, or (backward) the sum of dy / the window's count.
-float cols_row(uvec4 s, uint base, int iy, int c, int w, int h)
+// Columns c - 1 .. c + 1 of source row iy (0 outside the plane; the backward's dy over
+// the count of its window), and for max pooling in .x their first maximum (NaN wins).
+vec3 cols_row(uvec4 s, uint base, int iy, int c, int w, int h)
 {
     bool mx = BASE == PL_MAX;
-    float acc = mx ? uintBitsToFloat(0xFF800000u) : 0.0;
+    vec3 v = vec3(mx ? uintBitsToFloat(0xFF800000u) : 0.0, 0.0, 0.0);
     if (iy < 0 || iy >= h)
-        return acc;
+        return v;
     float rows = float(1 + int(iy > 0) + int(iy < h - 1));
     uint rb = base + uint(iy) * s.z;
     for (int j = max(c - 1, 0); j <= min(c + 1, w - 1); j++) {
-        float v = ldf(pc.a, rb + uint(j) * s.w);
+        float x = ldf(pc.a, rb + uint(j) * s.w);
         if (BASE == PL_AVG_BWD)
-            v /= rows * float(1 + int(j > 0) + int(j < w - 1));
+            x /= rows * float(1 + int(j > 0) + int(j < w - 1));
         if (!mx)
-            acc += v;
-        else if (better(v, acc))
-            acc = v;
+            v[j - c + 1] = x;
+        else if (better(x, v.x))
+            v.x = x;
     }
-    return acc;
+    return v;
 }
 
 void cols()
@@ -149,20 +148,23 @@ void cols()
         uint n = plane / c, ch = plane % c;
         uint bs = n * pc.sa.x + ch * pc.sa.y, bo = n * pc.sd.x + ch * pc.sd.y;
         int r0 = int(bd * band), r1 = min(h, r0 + int(band));
-        float h0 = cols_row(pc.sa, bs, r0 - 1, int(col), wi, h);
-        float h1 = cols_row(pc.sa, bs, r0, int(col), wi, h);
+        vec3 ring[3];
+        ring[1] = cols_row(pc.sa, bs, r0 - 1, int(col), wi, h);
+        ring[2] = cols_row(pc.sa, bs, r0, int(col), wi, h);
         for (int r = r0; r < r1; r++) {
-            float h2 = cols_row(pc.sa, bs, r + 1, int(col), wi, h), y;
-            if (BASE == PL_MAX)
-                y = better(h1, h0) ? h1 : h0, y = better(h2, y) ? h2 : y;
-            else
-                y = h0 + h1 + h2;
+            ring[0] = ring[1];
+            ring[1] = ring[2];
+            ring[2] = cols_row(pc.sa, bs, r + 1, int(col), wi, h);
+            float y = BASE == PL_MAX ? ring[0].x : 0.0;
+            for (int i = 0; i < 3; i++)
+                if (BASE == PL_MAX)
+                    y = i > 0 && better(ring[i].x, y) ? ring[i].x : y;
+                else
+                    y = ((y + ring[i].x) + ring[i].y) + ring[i].z;
             if (BASE == PL_AVG)
                 y /= float((1 + int(r > 0) + int(r < h - 1)) *
                            (1 + int(col > 0u) + int(col + 1u < w)));
             stf(pc.d, bo + uint(r) * pc.sd.z + col * pc.sd.w, y);
-            h0 = h1;
-            h1 = h2;
         }
     }
 }
