@@ -197,8 +197,9 @@ static const tcase conv_cases[] = {
      * 4, 16, 32 and 512 (one quad a row, one row of quads a workgroup), bands that the
      * height does not divide; rows of 12, 20 and 28, whose quads do not divide a
      * workgroup (the filter gradient's last invocations idle); rows of 14 and 10, whose
-     * last quad is partial, and of 7, 3 and 1, which take single columns (DW_COL1), the
-     * fused ReLU's mask among them */
+     * last quad is partial, and of 7, 6 and 5, which take single columns (DW_COL1), the
+     * fused ReLU's mask among them; narrower rows, a column and 2x2 planes whose padding
+     * passes the plane, stay on the staged tiles */
     DWX("dwconv2d 3x3, a single row of 32 (column quads)", (3, 4, 1, 32), 4, 3, 1, 1),
     DWX("dwconv2d 5x5 dilation 2, a single row of 16 (column quads)", (2, 3, 1, 16), 3, 5, 1, 2),
     DWX("dwconv2d 3x3 dilation 2, rows of 4 (column quads)", (5, 2, 7, 4), 2, 3, 1, 2),
@@ -226,10 +227,13 @@ static const tcase conv_cases[] = {
     DWX("dwconv2d 5x5, 7x7 planes (single columns)", (6, 5, 7, 7), 5, 5, 1, 1),
     DWX("dwconv2d 3x3 dilation 2, 14x14 planes (column quads, the last partial)", (4, 3, 14, 14), 3,
         3, 1, 2),
-    DWX("dwconv2d 3x3, rows of 3 (single columns)", (3, 2, 5, 3), 2, 3, 1, 1),
-    DWX("dwconv2d 5x5, a column (single columns)", (2, 3, 9, 1), 3, 5, 1, 1),
+    DWX("dwconv2d 3x3, rows of 5 (single columns)", (3, 2, 5, 5), 2, 3, 1, 1),
+    DWX("dwconv2d 5x5, rows of 6 (single columns)", (2, 3, 9, 6), 3, 5, 1, 1),
+    DWX("dwconv2d 5x5, a column (staged tiles)", (2, 3, 9, 1), 3, 5, 1, 1),
     DWRZ("dwconv2d_relu 3x3, 7x7 planes with exact zeros (single columns)", (4, 3, 7, 7), 3, 3, 1,
          1),
+    DWX("dwconv2d 5x5 dilation 2, 2x2 planes (staged tiles)", (4, 3, 2, 2), 3, 5, 1, 2),
+    DWRZ("dwconv2d_relu 3x3, 2x2 planes with exact zeros (staged tiles)", (4, 3, 2, 2), 3, 3, 1, 1),
     {CASE("dwconv2d 3x5 stride (1, 2) dilation (2, 1)", EX_OP_DWCONV2D, b_dwconv, r_dwconv, 2),
      .r = {{GIN("x"), SHAPE(2, 4, 12, 13), UNI(-1, 1)}, {PAR("w"), SHAPE(4, 1, 3, 5), UNI(-1, 1)}},
      .ip = {1, 2, 2, 2, 2, 1}, .bwd = B_FD},
