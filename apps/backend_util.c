@@ -16,12 +16,14 @@ const char *cli_backend_error(const ex_backend *be)
 ex_status cli_measure_peak(ex_backend *be, double *gbs)
 {
     /* 256 MiB is far beyond every cache, yet a copy of it takes well under a second on
-     * the CPU; backends with a smaller allocation limit (Vulkan guarantees 1 GiB, some
-     * devices less) get the largest copy they allow. */
+     * the CPU; backends with a smaller allocation or binding limit (Vulkan guarantees
+     * 1 GiB and 128 MiB, some devices less) get the largest copy they allow. */
     uint64_t bytes = 256ull << 20;
     const ex_backend_caps *caps = ex_backend_get_caps(be);
     if (caps->max_alloc_bytes != 0 && caps->max_alloc_bytes < bytes)
         bytes = caps->max_alloc_bytes;
+    if (caps->max_binding_bytes != 0 && caps->max_binding_bytes < bytes)
+        bytes = caps->max_binding_bytes;
     return ex_backend_measure_bandwidth(be, bytes, gbs);
 }
 

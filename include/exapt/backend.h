@@ -143,8 +143,11 @@ void ex_backend_close(ex_backend *be);
 /** The backend's capabilities (never NULL for an open backend; NULL for NULL). */
 const ex_backend_caps *ex_backend_get_caps(const ex_backend *be);
 
-/** Measures the peak device copy bandwidth (GB/s) with n-byte copies and stores it in
- *  the capabilities. */
+/** Measures the peak device copy bandwidth (GB/s) with n-byte copies (read and written
+ *  bytes counted, the best of 5) and stores it in the capabilities. A backend with
+ *  EX_FEAT_TIMESTAMPS runs each copy as a COPY node timed on its own clock (the device's,
+ *  on a GPU), so launch and wait are not counted: n must then fit one binding
+ *  (max_binding_bytes). Others are timed on the host around copy(). */
 ex_status ex_backend_measure_bandwidth(ex_backend *be, uint64_t bytes, double *gbs);
 
 /** How many times the host has waited for the device since the backend opened: read it
