@@ -219,6 +219,16 @@ static const tcase elementwise_cases[] = {
      .bwd = B_FD},
     {CASE("mul broadcast b [11,13]", EX_OP_MUL, b_mul, r_mul, 2),
      .r = {{GIN("a"), X4, UNI(-2, 2)}, {GIN("b"), SHAPE(11, 13), UNI(-2, 2)}}, .bwd = B_FD},
+    /* Vulkan merges the dims every operand steps over as one: 7x7 planes times a scalar
+     * become one row of 4m elements (4 an invocation), a channel slice of 14x14 planes one
+     * row a sample */
+    {CASE("mul of 7x7 planes by a scalar", EX_OP_MUL, b_mul, r_mul, 2),
+     .r = {{GIN("a"), SHAPE(4, 4, 7, 7), UNI(-2, 2)}, {GIN("b"), SHAPE(1), UNI(-2, 2)}},
+     .bwd = B_FD},
+    {CASE("add of a channel slice of 14x14 planes", EX_OP_ADD, b_add, r_add, 2),
+     .r = {{GIN("a"), SHAPE(2, 6, 14, 14), UNI(-1, 1), SLICE(1, 1, 4)},
+           {GIN("b"), SHAPE(2, 4, 14, 14), UNI(-1, 1)}},
+     .bwd = B_FD},
     {CASE("scale", EX_OP_SCALE, b_scale, r_scale, 1), .r = {{GIN("x"), X4, UNI(-3, 3)}},
      .fp = {-1.7}, .bwd = B_FD},
     {CASE("scale channel slice", EX_OP_SCALE, b_scale, r_scale, 1),

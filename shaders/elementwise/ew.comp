@@ -1,6 +1,7 @@
 // Every element-wise op: one invocation per dst element, sources at dst's coordinates
 // through their own (possibly 0) strides; COPY_RESHAPE pairs elements by logical index.
-// Where rows hold a multiple of 4 elements (vulkan/elementwise.c's ew_quads()), the ops
+// Where rows hold a multiple of 4 elements (vulkan/elementwise.c's ew_quads(), after it
+// merged the dims every operand steps over as one: a dense tensor is one row), the ops
 // but COPY_RESHAPE and DROP_PATH take 4 neighbours of a row an invocation: one index
 // computation for 4 elements, and each operand's 4 loads in one request.
 #version 450
