@@ -27,26 +27,6 @@ static ex_status build(ex_ctx *ctx, ex_backend *be, int n, int64_t e, int chain,
     return ex_graph_plan(ctx, be, NULL, plan);
 }
 
-/* Median ms of a whole run (submission and host wait included) over iters runs. */
-static ex_status median_run(ex_plan *p, int iters, double *ms)
-{
-    double *t = malloc((size_t)iters * sizeof *t);
-    if (!t)
-        return EX_ERR_NOMEM;
-    ex_status st = EX_OK;
-    for (int i = 0; st == EX_OK && i < 3; i++)
-        st = ex_plan_run(p);
-    for (int i = 0; st == EX_OK && i < iters; i++) {
-        double t0 = now_ms();
-        st = ex_plan_run(p);
-        t[i] = now_ms() - t0;
-    }
-    qsort(t, (size_t)iters, sizeof *t, cmp_double);
-    *ms = t[iters / 2];
-    free(t);
-    return st;
-}
-
 typedef struct result {
     double ms;
     ex_backend_counters c;
@@ -60,7 +40,7 @@ static ex_status run_case(ex_backend *be, int n, int64_t e, int chain, int iters
         return EX_ERR_NOMEM;
     ex_status st = build(ctx, be, n, e, chain, &plan);
     if (st == EX_OK)
-        st = median_run(plan, iters, &r->ms);
+        st = bench_median_run(plan, iters, &r->ms);
     memset(&r->c, 0, sizeof r->c);
     if (st == EX_OK)
         ex_backend_get_counters(be, &r->c); /* absent counters stay 0 */

@@ -127,25 +127,6 @@ typedef struct result {
     int64_t nodes;
 } result;
 
-static ex_status time_plan(ex_plan *p, int iters, double *ms)
-{
-    double *t = malloc((size_t)iters * sizeof *t);
-    if (!t)
-        return EX_ERR_NOMEM;
-    ex_status st = EX_OK;
-    for (int i = 0; st == EX_OK && i < 3; i++)
-        st = ex_plan_run(p);
-    for (int i = 0; st == EX_OK && i < iters; i++) {
-        double t0 = now_ms();
-        st = ex_plan_run(p);
-        t[i] = now_ms() - t0;
-    }
-    qsort(t, (size_t)iters, sizeof *t, cmp_double);
-    *ms = t[iters / 2];
-    free(t);
-    return st;
-}
-
 static ex_status run_case(ex_backend *be, const op_case *op, const int64_t *ne, int copies,
                           int backward, int iters, result *r)
 {
@@ -161,7 +142,7 @@ static ex_status run_case(ex_backend *be, const op_case *op, const int64_t *ne, 
     for (int i = 0; st == EX_OK && i < b.nones; i++)
         st = ex_plan_write(plan, b.ones[i], one, sizeof one);
     if (st == EX_OK)
-        st = time_plan(plan, iters, &r->ms);
+        st = bench_median_run(plan, iters, &r->ms);
     r->bytes = 0;
     r->nodes = plan ? ex_plan_node_count(plan) : 0;
     for (int64_t i = 0; st == EX_OK && i < r->nodes; i++) {
