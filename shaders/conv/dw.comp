@@ -328,10 +328,11 @@ void filter_parts()
 // cache) while the next row's loads are in flight. No shared memory and no barriers
 // except the filter gradient's ordered workgroup sum; no subgroup operations. A row's
 // last quad may be partial (rows of 14: 4 quads): its missing columns are neither read
-// nor written. Rows of 5 to 7 columns take DW_COL1, QW = 1 instead: neighbouring invocations then own neighbouring columns, so each load
-// of the ring is one coalesced row segment, where partial quads that cannot be read as
-// 16-byte words would take four loads, each touching four times the cache lines
-// (measured on an H100: half the time at 7x7; at 14x14 the quads are faster).
+// nor written. Rows of 5 to 7 columns take DW_COL1, QW = 1 instead: neighbouring
+// invocations then own neighbouring columns, so each load of the ring is one coalesced
+// row segment, where partial quads that cannot be read as 16-byte words would take four
+// loads, each touching four times the cache lines (measured on an H100: half the time at
+// 7x7; at 14x14 the quads are faster).
 const bool QUAD = (VARIANT & DW_QUAD) != 0;
 const bool VEC = (VARIANT & DW_VEC4) != 0;
 const int QW = (VARIANT & DW_COL1) != 0 ? 1 : 4;
