@@ -95,19 +95,14 @@ static void ew_collapse(int variant, ew_pc *pc)
     for (int d = 2; d >= 0; d--) {
         if (pc->ne[d] == 1)
             continue;
-        if (pc->ne[in] == 1 || ew_mergeable(pc, d, in)) {
-            /* a size-1 dim inside takes d's strides, a mergeable one d's size */
-            if (pc->ne[in] == 1) {
-                pc->sd[in] = pc->sd[d], pc->sa[in] = pc->sa[d], pc->sb[in] = pc->sb[d];
-                pc->ne[in] = pc->ne[d];
-            } else {
-                pc->ne[in] *= pc->ne[d];
-            }
-        } else {
-            in--;
-            pc->ne[in] = pc->ne[d], pc->sd[in] = pc->sd[d];
-            pc->sa[in] = pc->sa[d], pc->sb[in] = pc->sb[d];
+        if (pc->ne[in] != 1 && ew_mergeable(pc, d, in)) {
+            pc->ne[in] *= pc->ne[d];
+            continue;
         }
+        if (pc->ne[in] != 1) /* d stays a dim of its own; a size-1 dim inside gives way */
+            in--;
+        pc->ne[in] = pc->ne[d], pc->sd[in] = pc->sd[d];
+        pc->sa[in] = pc->sa[d], pc->sb[in] = pc->sb[d];
     }
     for (int d = in - 1; d >= 0; d--)
         pc->ne[d] = 1, pc->sd[d] = pc->sa[d] = pc->sb[d] = 0;
