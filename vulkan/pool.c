@@ -85,16 +85,18 @@ static ex_status go(vk_exec *e, int variant, const pool_pc *pc, int64_t count)
 }
 
 /* Whether pool.comp's column walk (PL_COLS) takes the geometry in pc: 3x3 windows,
- * stride 1, padding 1. If so, its bands: halved from whole planes, down to 8 rows, while
- * there are fewer than PL_COLS_UNITS (plane, band, column) units; then pc->g2 holds the
- * rows per band and the bands per plane, and *units their count. */
+ * stride 1, padding 1. If so, its bands: halved from whole planes, down to 16 rows, while
+ * there are fewer than PL_COLS_UNITS (plane, band, column) units (a band re-reads two halo
+ * rows: in a DARTS step, which keeps the GPU full, fewer units win, as for dw.comp's
+ * column quads); then pc->g2 holds the rows per band and the bands per plane, and *units
+ * their count. */
 static int pool_cols(pool_pc *pc, int64_t *units)
 {
     static const uint32_t same3[8] = {3, 3, 1, 1, 1, 1};
     if (memcmp(&pc->g1[2], same3, 2 * sizeof *same3) || memcmp(pc->g2, &same3[2], sizeof pc->g2))
         return 0;
     int64_t planes = (int64_t)pc->g0[0] * pc->g0[1], h = pc->g0[2], w = pc->g0[3], band = h;
-    while (band > 8 && planes * w * ((h + band - 1) / band) < PL_COLS_UNITS)
+    while (band > 16 && planes * w * ((h + band - 1) / band) < PL_COLS_UNITS)
         band = (band + 1) / 2;
     pc->g2[0] = (uint32_t)band;
     pc->g2[1] = (uint32_t)((h + band - 1) / band);
