@@ -216,7 +216,8 @@ vk_access vk_span_of(const ex_tdesc *t);
 unsigned vk_updated_sources(const ex_node_exec *n);
 /** The order to record count nodes in (order[k]: the k-th node to record) and the round
  *  each starts in (level[i] for node i), node i spanning passes[i] (at least 1) rounds:
- *  by round, the plan's order within a round (vulkan/order.c). EX_ERR_NOMEM with a
+ *  by round, a round's nodes grouped by op, each op's in the plan's order
+ *  (vulkan/order.c). EX_ERR_NOMEM with a
  *  message when host memory runs out. */
 ex_status vkx_order(vk_backend *b, const ex_node_exec *nodes, int64_t count, const int *passes,
                     int64_t *order, int64_t *level);
