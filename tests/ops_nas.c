@@ -36,6 +36,30 @@ static void r_mixed_sum(const env *e, double *y)
                   e->on[2], y);
 }
 
+/* The candidates in the reverse of their roots' order: roots made one after another lie
+ * at rising addresses, so these lie at falling ones (Vulkan binds them lowest first, or
+ * each would take a binding of its own). */
+static ex_tensor *b_mixed_sum_rev(env *e, ex_tensor *const *x)
+{
+    int n = n_candidates(e);
+    ex_tensor *c[EX_MAX_CANDIDATES];
+    for (int q = 0; q < n; q++)
+        c[q] = x[2 + n - 1 - q];
+    int64_t k = ex_tensor_dim(x[0], 1), st = 1;
+    ex_tensor *w = ex_view(e->ctx, x[0], 1, &k, &st, e->c->ip[6] * k);
+    return ex_mixed_sum(e->ctx, w, x[1], n, c, e->c->ip);
+}
+
+static void r_mixed_sum_rev(const env *e, double *y)
+{
+    int n = n_candidates(e);
+    const double *c[EX_MAX_CANDIDATES];
+    for (int q = 0; q < n; q++)
+        c[q] = e->od[2 + n - 1 - q];
+    const double *w = e->od[0] + e->c->ip[6] * e->one[0][1];
+    ref_mixed_sum(w, e->od[1], n, c, e->c->ip, e->on[2], y);
+}
+
 static void i_mixed_sum(env *e)
 {
     for (int64_t i = 0; i < e->rn[1]; i++)
@@ -108,6 +132,20 @@ static const tcase mixed_sum_cases[] = {
            {GIN("x3"), SHAPE(4, 4, 4, 4), UNI(-1, 1), SLICE(0, 0, 2)},
            {GIN("x4"), SHAPE(4, 4, 4, 4), UNI(-1, 1), SLICE(0, 1, 2)}},
      .ip = {1, 2, 0, 4, 5, 0, 1, 0x36}, .bwd = B_FD, .init = i_mixed_sum},
+    /* six dense candidates at falling addresses, as a DARTS edge's may lie: bound in their
+     * order each needs a binding of its own (Vulkan: two groups), lowest first they share
+     * one */
+    {CASE("mixed_sum, candidates at falling addresses", EX_OP_MIXED_SUM, b_mixed_sum_rev,
+          r_mixed_sum_rev, 8),
+     .r = {{PAR("alpha"), SHAPE(1, 6), UNI(-1, 1)},
+           {IN("mask"), SHAPE(6), CONST(0)},
+           {GIN("x0"), SHAPE(2, 4, 6, 8), UNI(-1, 1)},
+           {GIN("x1"), SHAPE(2, 4, 6, 8), UNI(-1, 1)},
+           {GIN("x2"), SHAPE(2, 4, 6, 8), UNI(-1, 1)},
+           {GIN("x3"), SHAPE(2, 4, 6, 8), UNI(-1, 1)},
+           {GIN("x4"), SHAPE(2, 4, 6, 8), UNI(-1, 1)},
+           {GIN("x5"), SHAPE(2, 4, 6, 8), UNI(-1, 1)}},
+     .ip = {3, 0, 5, 1, 4, 2, 0, 0x3f}, .bwd = B_FD, .init = i_mixed_sum},
     /* 532480 elements: more than 128 chunks (Vulkan's last pass loads 128 at a time) */
     {CASE("mixed_sum over 130 chunks", EX_OP_MIXED_SUM, b_mixed_sum, r_mixed_sum, 3),
      .r = {{PAR("alpha"), SHAPE(1, 2), UNI(-1, 1)},

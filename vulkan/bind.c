@@ -281,6 +281,35 @@ int vk_room_widened(const vk_exec *e, const ex_tdesc *t)
     return room(e, &t, 1, 1);
 }
 
+int vk_ref_ascending(vk_exec *e, const ex_tdesc *const *t, int n, uint32_t *ref)
+{
+    const ex_tdesc *s[VK_REFS_ASCENDING];
+    int at[VK_REFS_ASCENDING];
+    if (n < 0 || n > VK_REFS_ASCENDING)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (!t[i] || !t[i]->buf)
+            return 0;
+    for (int i = 0; i < n; i++) { /* insertion sort by (block, first byte), stable */
+        vk_access a = vk_span_of(t[i]);
+        int k = i;
+        for (; k > 0; k--) {
+            vk_access b = vk_span_of(s[k - 1]);
+            if (b.block < a.block || (b.block == a.block && b.lo <= a.lo))
+                break;
+            s[k] = s[k - 1];
+            at[k] = at[k - 1];
+        }
+        s[k] = t[i];
+        at[k] = i;
+    }
+    if (!room(e, s, n, 1))
+        return 0;
+    for (int k = 0; k < n; k++)
+        ref[at[k]] = vk_ref(e, s[k]);
+    return 1;
+}
+
 static vk_access internal_span(const vk_backend *b, uint64_t at, uint64_t bytes)
 {
     uint64_t lo = b->internal->offset + at;

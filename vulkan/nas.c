@@ -69,6 +69,7 @@ typedef struct rows_pc {
 
 _Static_assert(sizeof(mixtab_pc) <= VK_PC_BYTES, "mixtab.comp's push constants");
 _Static_assert(sizeof(mix_pc) <= VK_PC_BYTES, "mix.comp's push constants");
+_Static_assert(MIX_GROUP <= VK_REFS_ASCENDING, "a group's candidates bound at once");
 _Static_assert(sizeof(mixd_pc) <= VK_PC_BYTES, "mixd.comp's push constants");
 _Static_assert(sizeof(mixdw_pc) <= VK_PC_BYTES, "mixdw.comp's push constants");
 _Static_assert(sizeof(rows_pc) <= VK_PC_BYTES, "rows.comp's push constants");
@@ -187,21 +188,25 @@ static ex_status mix_table(vk_exec *e, const ex_node_exec *n, const ex_tdesc *w,
 }
 
 /* Fills pc with the group that starts at good candidate j0: the good candidates after it
- * that share its strides, at most MIX_GROUP, as far as they find bindings. Returns the
- * candidate after the group. */
+ * that share its strides, at most MIX_GROUP, as many as find bindings (lowest address
+ * first: vk_ref_ascending). Returns the candidate after the group. */
 static int mix_group(vk_exec *e, const ex_node_exec *n, const mix_ops *m, int j0, mix_pc *pc)
 {
-    int j = j0;
-    pc->cnt = 0;
-    for (; j < m->n && (int)pc->cnt < MIX_GROUP && !((m->bad >> j) & 1); j++) {
-        const ex_tdesc *x = &n->src[2 + j];
-        if (memcmp(m->st[j], m->st[j0], sizeof m->st[j]) != 0 || !vk_room_widened(e, x))
-            break;
-        pc->x[pc->cnt++] = vk_ref(e, x);
-    }
+    const ex_tdesc *x[MIX_GROUP];
+    uint32_t ref[MIX_GROUP];
+    int cnt = 0;
+    for (int j = j0; j < m->n && cnt < MIX_GROUP && !((m->bad >> j) & 1) &&
+                     !memcmp(m->st[j], m->st[j0], sizeof m->st[j]);
+         j++)
+        x[cnt++] = &n->src[2 + j];
+    while (cnt > 0 && !vk_ref_ascending(e, x, cnt, ref))
+        cnt--;
+    for (int q = 0; q < cnt; q++)
+        pc->x[q] = ref[q];
+    pc->cnt = (uint32_t)cnt;
     pc->j0 = (uint32_t)j0;
     put4(pc->sx, m->st[j0 < m->n ? j0 : 0]);
-    return j;
+    return j0 + cnt;
 }
 
 /* Whether strides st lay out shape ne row-major without gaps (sizes of 1 take any
@@ -288,29 +293,46 @@ static int mix_direct(const ex_node_exec *n, const mix_ops *m)
     return 1;
 }
 
-/* The forward through mixd.comp: groups of consecutive candidates, as many as find
+/* Binds mixd.comp's operands for the group of cnt candidates from j: dst, the weights and
+ * the mask, then the candidates lowest address first (a DARTS edge's seven, bound in index
+ * order, took two groups and a barrier between them). 0 when they do not all find
+ * bindings. */
+static int mix_direct_bind(vk_exec *e, const ex_node_exec *n, const mix_ops *m, int j, int cnt,
+                           mixd_pc *pc)
+{
+    const ex_tdesc *x[MIX_GROUP];
+    uint32_t ref[MIX_GROUP];
+    vk_bind_reset(e);
+    memset(pc, 0, sizeof *pc);
+    pc->d = vk_ref(e, &n->dst);
+    pc->w = vk_ref_small(e, &n->src[0]);
+    pc->mask = vk_ref_small(e, &n->src[1]);
+    pc->n = (uint32_t)m->numel;
+    for (int q = 0; q < cnt; q++)
+        x[q] = &n->src[2 + j + q];
+    if (!vk_ref_ascending(e, x, cnt, ref))
+        return 0;
+    for (int q = 0; q < cnt; q++) {
+        pc->x[q] = ref[q];
+        pc->at[q] = (uint32_t)ex_td_at(&n->src[0], n->ip[j + q]) |
+                    (uint32_t)ex_td_at(&n->src[1], n->ip[j + q]) << 16;
+    }
+    pc->cnt = (uint32_t)cnt;
+    return 1;
+}
+
+/* The forward through mixd.comp: groups of consecutive candidates, each of as many as find
  * bindings, the first writing dst (even without candidates) and the others adding to it. */
 static ex_status mix_direct_groups(vk_exec *e, const ex_node_exec *n, const mix_ops *m)
 {
     int j = 0, first = 1;
     while (j < m->n || first) {
-        vk_bind_reset(e);
         mixd_pc pc;
-        memset(&pc, 0, sizeof pc);
-        pc.d = vk_ref(e, &n->dst);
-        pc.w = vk_ref_small(e, &n->src[0]);
-        pc.mask = vk_ref_small(e, &n->src[1]);
-        pc.n = (uint32_t)m->numel;
-        for (; j < m->n && (int)pc.cnt < MIX_GROUP; j++, pc.cnt++) {
-            const ex_tdesc *x = &n->src[2 + j];
-            if (!vk_room_widened(e, x))
-                break;
-            pc.x[pc.cnt] = vk_ref(e, x);
-            pc.at[pc.cnt] = (uint32_t)ex_td_at(&n->src[0], n->ip[j]) |
-                            (uint32_t)ex_td_at(&n->src[1], n->ip[j]) << 16;
-        }
-        if (j < m->n && pc.cnt == 0)
-            return vk_fail(e, EX_ERR_UNSUPPORTED, "candidate %d finds no binding left", j);
+        int cnt = m->n - j < MIX_GROUP ? m->n - j : MIX_GROUP;
+        while (!mix_direct_bind(e, n, m, j, cnt, &pc))
+            if (--cnt == 0)
+                return vk_fail(e, EX_ERR_UNSUPPORTED, "candidate %d finds no binding left", j);
+        j += cnt;
         ex_status st = vk_dispatch(e, VK_SH_nas_mixd, first ? MIX_FWD : MIX_FWD_ACC, &pc, sizeof pc,
                                    vk_groups(m->numel / 4, 128), 1, 1);
         if (st != EX_OK)

@@ -131,6 +131,14 @@ int vk_room(const vk_exec *e, const ex_tdesc *const *t, int n);
  *  widening one of the same block and use over the bytes between (as vk_ref() then
  *  does; the tracker counts the bytes between as touched). */
 int vk_room_widened(const vk_exec *e, const ex_tdesc *t);
+/** The most tensors vk_ref_ascending() takes at once. */
+#define VK_REFS_ASCENDING 16
+/** References of t[0..n) (n at most VK_REFS_ASCENDING, each with a buffer) into
+ *  ref[0..n), bound lowest address first: a binding widens only upwards (vk_ref()), so
+ *  tensors that lie in any order in a block share the bindings that, taken in their own
+ *  order, would each need one of their own. 0, with nothing bound, when they do not all
+ *  find a binding besides what is bound now. */
+int vk_ref_ascending(vk_exec *e, const ex_tdesc *const *t, int n, uint32_t *ref);
 /** Scratch of bytes (a multiple of 4) for this node, written by the dispatch that takes
  *  it: *ref addresses it. It starts at byte e->scratch_at (as it was before the call) of
  *  the node's scratch. */
