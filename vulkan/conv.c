@@ -278,11 +278,11 @@ static int dw_quad_ok(const int64_t g[16])
 /* Rows per band (pc->tile), bands per plane (tiles), quads per row (tiles_w) for the
  * column quads: bands halved from whole planes, down to 16 rows, while there are fewer
  * than DW_QUAD_UNITS units (a band re-reads (k - 1) d halo rows; in a DARTS step, whose
- * rounds keep the GPU full, whole 14x14 and 7x7 planes beat bands of 7 rows, and bands of
- * 4, 2 or 1 rows, here and in pool.c alike, cost 5, 14 and 23 ms a step on an H200). The filter
- * gradient's bands: at most 8 rows, and ranges (ns samples, parts per channel) of about
- * DW_PARTS workgroups, each with at least one unit per invocation where the shape has
- * them. */
+ * rounds keep the GPU full, whole 14x14 and 7x7 planes beat bands of 7 rows, and bands
+ * of 4, 2 or 1 rows, here and in pool.c alike, cost 5, 14 and 23 ms a step on an H200).
+ * The filter gradient's bands: at most 8 rows, and ranges (ns samples, parts per channel)
+ * of about DW_PARTS workgroups, each with at least one unit per invocation where the
+ * shape has them. */
 static int dw_quad_plan(int which, const int64_t g[16], dw_pc *pc)
 {
     int64_t n = g[0], c = g[1], h = g[4], band = h;
