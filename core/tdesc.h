@@ -64,6 +64,42 @@ static inline int ex_td_align(const ex_tdesc *t, const int64_t ne[4], int64_t st
     return 1;
 }
 
+/** Merges the dims of nop operands of padded shape ne (operand k's strides st[k]) that
+ *  every operand steps over as one (a dim's stride is the inner one's times its size; a
+ *  broadcast, stride 0, stays 0) and drops the dims of size 1, so a dense tensor is one
+ *  dim. The nd dims left (at least 1: a single element is one dim of size 1, strides 0)
+ *  are ne[0..nd) and st[k][0..nd), or the last nd when right is set; the other dims get
+ *  size 1 and stride 0. Returns nd. */
+static inline int ex_td_merge_dims(int nop, int64_t ne[4], int64_t (*st)[4], int right)
+{
+    int nd = 0;
+    for (int d = 0; d < 4; d++) { /* in place: dim d goes to nd - 1 <= d */
+        if (ne[d] == 1)
+            continue;
+        int merge = nd > 0;
+        for (int k = 0; k < nop && merge; k++)
+            merge = st[k][nd - 1] == st[k][d] * ne[d];
+        int64_t n = ne[d];
+        nd += !merge;
+        ne[nd - 1] = merge ? ne[nd - 1] * n : n;
+        for (int k = 0; k < nop; k++)
+            st[k][nd - 1] = st[k][d];
+    }
+    if (nd == 0) {
+        ne[0] = 1;
+        for (int k = 0; k < nop; k++)
+            st[k][0] = 0;
+        nd = 1;
+    }
+    for (int d = 3; d >= 0; d--) { /* downwards: a dim moves to a higher index or stays */
+        int from = right ? d - (4 - nd) : d < nd ? d : -1;
+        ne[d] = from < 0 ? 1 : ne[from];
+        for (int k = 0; k < nop; k++)
+            st[k][d] = from < 0 ? 0 : st[k][from];
+    }
+    return nd;
+}
+
 /** Whether a written tensor of padded shape ne never writes one element twice. */
 static inline int ex_td_dst_ok(const int64_t ne[4], const int64_t st[4])
 {

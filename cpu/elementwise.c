@@ -112,28 +112,7 @@ static ex_status ew_need(const cpu_exec *e, const char *op, const ex_tdesc *t, e
  * over the pair with one stride; a dense tensor ends as one dim. */
 static void ew_collapse(ew_ops *o)
 {
-    ew_ops c = *o;
-    int nd = 0;
-    for (int d = 0; d < 4; d++) {
-        if (o->ne[d] == 1)
-            continue;
-        int merge = nd > 0;
-        for (int k = 0; k < o->nop && merge; k++)
-            merge = c.st[k][nd - 1] == o->st[k][d] * o->ne[d];
-        if (!merge)
-            nd++;
-        c.ne[nd - 1] = merge ? c.ne[nd - 1] * o->ne[d] : o->ne[d];
-        for (int k = 0; k < o->nop; k++)
-            c.st[k][nd - 1] = o->st[k][d];
-    }
-    if (nd == 0) {
-        nd = 1;
-        c.ne[0] = 1;
-        for (int k = 0; k < o->nop; k++)
-            c.st[k][0] = 0;
-    }
-    c.nd = nd;
-    *o = c;
+    o->nd = ex_td_merge_dims(o->nop, o->ne, o->st, 0);
 }
 
 static void ew_tile(const ew_ops *o, int64_t item, int64_t tiles, ew_fn fn, const void *arg)

@@ -167,36 +167,11 @@ static ex_status ew_need(cu_exec *e, const char *op, const ex_tdesc *t, ex_dtype
 }
 
 /* Drops size-1 dims and merges a dim into its inner neighbour when every operand steps
- * over the pair with one stride; the result is right-aligned in the 4 dims. */
+ * over the pair with one stride; the result is right-aligned in the 4 dims (the strides of
+ * operands past nop stay 0). */
 static void ew_collapse(ew_args *o)
 {
-    int64_t ne[4], st[EW_MAX_OP][4];
-    int nd = 0;
-    for (int d = 0; d < 4; d++) {
-        if (o->ne[d] == 1)
-            continue;
-        int merge = nd > 0;
-        for (int k = 0; k < o->nop && merge; k++)
-            merge = st[k][nd - 1] == o->st[k][d] * o->ne[d];
-        if (!merge)
-            nd++;
-        ne[nd - 1] = merge ? ne[nd - 1] * o->ne[d] : o->ne[d];
-        for (int k = 0; k < o->nop; k++)
-            st[k][nd - 1] = o->st[k][d];
-    }
-    if (nd == 0) {
-        nd = 1;
-        ne[0] = 1;
-        for (int k = 0; k < o->nop; k++)
-            st[k][0] = 0;
-    }
-    for (int d = 0; d < 4; d++) {
-        int s = d - (4 - nd);
-        o->ne[d] = s < 0 ? 1 : ne[s];
-        for (int k = 0; k < EW_MAX_OP; k++)
-            o->st[k][d] = s < 0 || k >= o->nop ? 0 : st[k][s];
-    }
-    o->nd = nd;
+    o->nd = ex_td_merge_dims(o->nop, o->ne, o->st, 1);
 }
 
 template <int K> static ex_status ew_launch(cu_exec *e, ew_args *o, const char *op)

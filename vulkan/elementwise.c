@@ -71,41 +71,26 @@ static int ew_quads(int variant, const ew_pc *pc)
     return variant != EW_COPY_RESHAPE && variant != EW_DROP_PATH && pc->ne[3] % 4 == 0;
 }
 
-/* Whether dim d of dst, a and b can merge into the dim `in` inside it: every operand steps
- * over both as over one (a broadcast, stride 0, stays 0). */
-static int ew_mergeable(const ew_pc *pc, int d, int in)
-{
-    const uint32_t *s[3] = {pc->sd, pc->sa, pc->sb};
-    for (int k = 0; k < 3; k++)
-        if ((uint64_t)s[k][d] != (uint64_t)s[k][in] * pc->ne[in])
-            return 0;
-    return 1;
-}
-
-/* Merges the dims every operand steps over as one, so that a dense tensor is one row: its
- * rows then hold a multiple of 4 elements wherever its element count does (14x14 and 7x7
- * planes took one invocation an element, each decoding 4 coordinates), and the index
- * arithmetic is shorter. Size-1 dims go. Not for COPY_RESHAPE and DROP_PATH, whose
- * coordinates mean something (the source's shape, the sample). */
+/* Merges the dims every operand steps over as one (ex_td_merge_dims), so that a dense
+ * tensor is one row: its rows then hold a multiple of 4 elements wherever its element
+ * count does (14x14 and 7x7 planes took one invocation an element, each decoding 4
+ * coordinates), and the index arithmetic is shorter. Not for COPY_RESHAPE and DROP_PATH,
+ * whose coordinates mean something (the source's shape, the sample). */
 static void ew_collapse(int variant, ew_pc *pc)
 {
     if (variant == EW_COPY_RESHAPE || variant == EW_DROP_PATH)
         return;
-    int in = 3;
-    for (int d = 2; d >= 0; d--) {
-        if (pc->ne[d] == 1)
-            continue;
-        if (pc->ne[in] != 1 && ew_mergeable(pc, d, in)) {
-            pc->ne[in] *= pc->ne[d];
-            continue;
-        }
-        if (pc->ne[in] != 1) /* d stays a dim of its own; a size-1 dim inside gives way */
-            in--;
-        pc->ne[in] = pc->ne[d], pc->sd[in] = pc->sd[d];
-        pc->sa[in] = pc->sa[d], pc->sb[in] = pc->sb[d];
+    int64_t ne[4], st[3][4];
+    uint32_t *s[3] = {pc->sd, pc->sa, pc->sb};
+    for (int d = 0; d < 4; d++) {
+        ne[d] = pc->ne[d];
+        for (int k = 0; k < 3; k++)
+            st[k][d] = s[k][d];
     }
-    for (int d = in - 1; d >= 0; d--)
-        pc->ne[d] = 1, pc->sd[d] = pc->sa[d] = pc->sb[d] = 0;
+    ex_td_merge_dims(3, ne, st, 1);
+    put4(pc->ne, ne);
+    for (int k = 0; k < 3; k++)
+        put4(s[k], st[k]);
 }
 
 static ex_status go(vk_exec *e, int variant, ew_pc *pc)
