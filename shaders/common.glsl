@@ -47,25 +47,34 @@ spirv_execution_mode(extensions = ["SPV_KHR_float_controls"], capabilities = [44
 #ifndef WRITES
 #define WRITES 1
 #endif
+// A shader that defines EX_COHERENT before this include declares its writable bindings
+// coherent: a workgroup then sees what others of the same dispatch wrote there once they
+// made it visible (memoryBarrierBuffer) and counted in on a ticket (ticket_take), as the
+// one-pass reductions need (the zone, vulkan/vk.h).
+#ifdef EX_COHERENT
+#define EX_W coherent
+#else
+#define EX_W
+#endif
 #if WRITES > 1
-#define EX_B1
+#define EX_B1 EX_W
 #else
 #define EX_B1 readonly
 #endif
 #if WRITES > 2
-#define EX_B2
+#define EX_B2 EX_W
 #else
 #define EX_B2 readonly
 #endif
 #if WRITES > 3
-#define EX_B3
+#define EX_B3 EX_W
 #else
 #define EX_B3 readonly
 #endif
 
 layout(constant_id = 0) const int VARIANT = 0;
 
-layout(std430, set = 0, binding = 0) buffer B0 { uint w[]; } b0;
+layout(std430, set = 0, binding = 0) EX_W buffer B0 { uint w[]; } b0;
 layout(std430, set = 0, binding = 1) EX_B1 buffer B1 { uint w[]; } b1;
 layout(std430, set = 0, binding = 2) EX_B2 buffer B2 { uint w[]; } b2;
 layout(std430, set = 0, binding = 3) EX_B3 buffer B3 { uint w[]; } b3;
@@ -183,6 +192,51 @@ uint cas_status(uint sref, uint code)
     }
 #endif
 }
+
+#ifdef EX_COHERENT
+// Counts one in on ticket i of a written reference (atomicAdd); the count before.
+uint ticket_take(uint ref, uint i)
+{
+    uint a = (ref & REF_ELEM) + i;
+#if WRITES == 1
+    return atomicAdd(b0.w[a], 1u);
+#else
+    switch (ref >> 30) {
+    case 0u: return atomicAdd(b0.w[a], 1u);
+#if WRITES == 2
+    default: return atomicAdd(b1.w[a], 1u);
+#else
+    case 1u: return atomicAdd(b1.w[a], 1u);
+#if WRITES == 3
+    default: return atomicAdd(b2.w[a], 1u);
+#else
+    case 2u: return atomicAdd(b2.w[a], 1u);
+    default: return atomicAdd(b3.w[a], 1u);
+#endif
+#endif
+    }
+#endif
+}
+
+// Whether this workgroup is the last of `count` to count in on ticket i of tickets (a
+// zone's, vulkan/vk.h): every invocation calls it once, after the workgroup's writes that
+// the last one reads (to coherent bindings, EX_COHERENT). The last puts the ticket back
+// to 0 for the next dispatch and sees the others' writes.
+shared uint ex_last;
+bool last_in(uint tickets, uint i, uint count)
+{
+    memoryBarrierBuffer(); // this invocation's writes before the workgroup counts in
+    barrier();
+    if (gl_LocalInvocationID.x == 0u) {
+        ex_last = ticket_take(tickets, i) + 1u == count ? 1u : 0u;
+        if (ex_last != 0u)
+            st(tickets, i, 0u);
+    }
+    barrier();
+    memoryBarrierBuffer(); // the others' writes before this invocation reads them
+    return ex_last != 0u;
+}
+#endif
 
 void report(uint sref, uint code, uint node, uint row, uint value)
 {

@@ -856,6 +856,13 @@ static const tcase bn_cases[] = {
     {CASE("batch_norm train affine, 3x5x7x9, profiled", EX_OP_BN_APPLY, b_bn, r_bn, 5),
      .r = {{GIN("x"), SHAPE(3, 5, 7, 9), UNI(-1, 3)}, RSTATS, AFFINE}, .ip = {1}, .fp = {1e-5, 0.1},
      .bwd = B_FD, .after = a_bn, .flags = F_PROFILE},
+    /* Vulkan sums in one dispatch where a channel's ticket and the partials fit a zone
+     * slot, in two otherwise: more channels than a slot has tickets (256) */
+    {CASE("batch_norm train, 300 channels", EX_OP_BN_APPLY, b_bn, r_bn, 3),
+     .r = {{GIN("x"), SHAPE(2, 300, 3, 3), UNI(-1, 3)},
+           {STATE("running_mean"), SHAPE(300), UNI(-0.5, 0.5)},
+           {STATE("running_var"), SHAPE(300), UNI(0.5, 2)}},
+     .ip = {1}, .fp = {1e-5, 0.1}, .bwd = B_FD, .after = a_bn},
 };
 
 void family_batchnorm(void **state)

@@ -1,8 +1,12 @@
 /* Batch norm 2d: BN_STATS (with the running-statistics update), BN_APPLY, BN_BWD_REDUCE and
- * BN_BWD_DATA. The per-channel sums go through batchnorm/channel.comp in two passes: one
- * workgroup per segment of a channel (a fixed-order sum into scratch), then one
- * workgroup per channel merging its segments in order (no float atomics, repeatable);
- * apply and backward-data are element-wise through batchnorm/pointwise.comp. Checks mirror the CPU
+ * BN_BWD_DATA. The per-channel sums go through batchnorm/channel.comp: one workgroup per
+ * segment of a channel (a fixed-order sum), then the channel's segments merged in order
+ * (no float atomics, repeatable). In one dispatch where the partials fit a zone slot
+ * (vk_zone) and the operands four bindings: the last segment of a channel to finish
+ * merges them, so a node's sums take one round of a step, not two (a DARTS step has
+ * about 3,600 of them). Otherwise in two: the partials into scratch, then a workgroup per
+ * channel merging them. Apply and backward-data are element-wise through
+ * batchnorm/pointwise.comp. Checks mirror the CPU
  * backend's, so a bad node fails with the same status before anything is submitted. */
 #include <string.h>
 
@@ -15,7 +19,7 @@ typedef struct bn_red_pc {
     uint32_t a, b, m, c;
     uint32_t part, nseg, r0, r1;
     float eps, mom;
-    uint32_t xhat, r3;
+    uint32_t xhat, tick;
     uint32_t ne[4], sx[4], sy[4];
     uint32_t sv[4];
 } bn_red_pc;
@@ -99,20 +103,46 @@ static uint32_t col_st(const ex_tdesc *t)
     return (uint32_t)t->st[t->ndim - 1];
 }
 
-/* The segment pass (x and, for the backward, stats and dy into scratch), then the
- * finishing pass (scratch into dst and, for the statistics, the running statistics),
- * each binding only what it touches. */
+/* Binds what the one-pass reduction touches (x, for the backward stats and dy; dst and,
+ * for the statistics, the running statistics as one binding; a zone slot): 0 when its
+ * partials or tickets do not fit a slot or its operands four bindings. */
+static int one_pass_bind(vk_exec *e, const ex_node_exec *n, int64_t items, bn_red_pc *pc)
+{
+    int red = n->op == EX_OP_BN_BWD_REDUCE;
+    if (pc->c > VK_ZONE_TICKETS || (uint64_t)items * 8 > VK_ZONE_SLOT - 4 * VK_ZONE_TICKETS)
+        return 0;
+    uint32_t run[2] = {VK_NOREF, VK_NOREF};
+    vk_bind_reset(e);
+    if (!red && !vk_ref_pair(e, &n->src[1], &n->src[2], run))
+        return 0;
+    pc->a = red ? vk_ref_small(e, &n->src[1]) : run[0];
+    pc->b = run[1];
+    pc->d = vk_ref(e, &n->dst);
+    vk_zone(e, &pc->tick, &pc->part);
+    pc->x = vk_ref(e, &n->src[0]);
+    pc->y = red ? vk_ref(e, &n->src[2]) : VK_NOREF;
+    return !e->ref_error;
+}
+
+/* The sums in one dispatch (one_pass_bind) or two: the segment pass (x and, for the
+ * backward, stats and dy into scratch), then the finishing pass (scratch into dst and, for
+ * the statistics, the running statistics), each binding only what it touches. */
 static ex_status channels(vk_exec *e, const ex_node_exec *n, int seg, int fin, bn_red_pc *pc)
 {
     int64_t nseg = (pc->m + BN_SEG - 1) / BN_SEG, items = (int64_t)pc->c * nseg;
     if (items > INT32_MAX / 2)
         return vk_fail(e, EX_ERR_UNSUPPORTED, "%lld channel segments are beyond 32-bit indexing",
                        (long long)items);
+    int red = seg == BN_SEG_RED;
+    pc->nseg = (uint32_t)nseg;
+    if (one_pass_bind(e, n, items, pc))
+        return vk_dispatch(e, VK_SH_batchnorm_channel, red ? BN_ONE_RED : BN_ONE_STATS, pc,
+                           sizeof *pc, vk_groups(items, 1), 1, 1);
+    vk_bind_reset(e);
+    pc->a = pc->b = pc->d = pc->tick = VK_NOREF;
     ex_status st = vk_scratch(e, (uint64_t)items * 8, &pc->part);
     if (st != EX_OK)
         return st;
-    int red = seg == BN_SEG_RED;
-    pc->nseg = (uint32_t)nseg;
     pc->x = vk_ref(e, &n->src[0]);
     pc->a = red ? vk_ref_small(e, &n->src[1]) : VK_NOREF;
     pc->y = red ? vk_ref(e, &n->src[2]) : VK_NOREF;

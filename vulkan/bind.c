@@ -229,6 +229,7 @@ void vk_bind_reset(vk_exec *e)
     memcpy(e->prev, e->slot, sizeof e->slot);
     memcpy(e->prev + VK_BINDINGS, e->uslot, sizeof e->uslot);
     unbind_all(e);
+    e->ref_error = 0;
     bind_gate(e);
 }
 
@@ -279,6 +280,24 @@ int vk_room(const vk_exec *e, const ex_tdesc *const *t, int n)
 int vk_room_widened(const vk_exec *e, const ex_tdesc *t)
 {
     return room(e, &t, 1, 1);
+}
+
+int vk_ref_pair(vk_exec *e, const ex_tdesc *t0, const ex_tdesc *t1, uint32_t ref[2])
+{
+    if (!t0 || !t0->buf || !t1 || !t1->buf)
+        return 0;
+    vk_access a = vk_span_of(t0), c = vk_span_of(t1);
+    vk_access first = a.lo <= c.lo ? a : c, second = a.lo <= c.lo ? c : a;
+    uint64_t padded = (first.hi + VK_ALIGN - 1) & ~(uint64_t)(VK_ALIGN - 1);
+    if (a.block != c.block || second.lo > padded)
+        return 0;
+    vk_access both = {a.block, first.lo, max_u64(first.hi, second.hi)};
+    int k = bind_storage(e, both, node_writes(e, a) && node_writes(e, c), 0);
+    if (k < 0 || !e->slot[k].write)
+        return 0;
+    ref[0] = ref_of(k, 0, &e->slot[k], a.lo, &e->ref_error);
+    ref[1] = ref_of(k, 0, &e->slot[k], c.lo, &e->ref_error);
+    return 1;
 }
 
 int vk_ref_ascending(vk_exec *e, const ex_tdesc *const *t, int n, uint32_t *ref)
@@ -334,6 +353,13 @@ uint32_t vk_scratch_ref(vk_exec *e, uint64_t at, uint64_t bytes, int use)
 {
     return bind(e, internal_span(e->b, VK_SCRATCH_AT + e->scratch_base + at, bytes),
                 use == VK_WRITE, use == VK_READ_SMALL);
+}
+
+void vk_zone(vk_exec *e, uint32_t *tickets, uint32_t *part)
+{
+    uint64_t slot = e->dry ? 0 : e->b->zone_next++ % VK_ZONE_SLOTS;
+    *tickets = bind(e, internal_span(e->b, VK_ZONE_AT + slot * VK_ZONE_SLOT, VK_ZONE_SLOT), 1, 0);
+    *part = *tickets == VK_NOREF ? VK_NOREF : *tickets + VK_ZONE_TICKETS;
 }
 
 ex_status vk_status_ref(vk_exec *e, uint32_t *ref)

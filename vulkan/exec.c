@@ -200,11 +200,12 @@ static VkBuffer internal_buf(vk_backend *b)
     return b->blocks[b->internal->block].buf;
 }
 
-/* Zeroes the status words before the nodes, copies them to the host after. */
+/* Zeroes the status words and the zone's tickets before the nodes, copies the status
+ * words to the host after. */
 static void status_begin(vk_backend *b, VkCommandBuffer cmd)
 {
     vk_full_barrier(cmd);
-    vkCmdFillBuffer(cmd, internal_buf(b), b->internal->offset, VK_STATUS_BYTES, 0);
+    vkCmdFillBuffer(cmd, internal_buf(b), b->internal->offset, VK_SCRATCH_AT, 0);
     vk_full_barrier(cmd);
 }
 

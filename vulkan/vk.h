@@ -115,7 +115,8 @@ uint32_t vk_ref(vk_exec *e, const ex_tdesc *t);
 uint32_t vk_ref_small(vk_exec *e, const ex_tdesc *t);
 /** Frees every binding but the gate's, for a node whose operands lie in more ranges than
  *  one dispatch can bind, or whose next dispatch touches other operands: take references
- *  again after it, or carry an earlier one over with vk_ref_rebind(). */
+ *  again after it, or carry an earlier one over with vk_ref_rebind(). A reference that
+ *  found no binding before it no longer fails the next dispatch. */
 void vk_bind_reset(vk_exec *e);
 /** A reference taken before the last vk_bind_reset(), valid again (rebinding its bytes,
  *  written or read as they were). */
@@ -139,6 +140,11 @@ int vk_room_widened(const vk_exec *e, const ex_tdesc *t);
  *  order, would each need one of their own. 0, with nothing bound, when they do not all
  *  find a binding besides what is bound now. */
 int vk_ref_ascending(vk_exec *e, const ex_tdesc *const *t, int n, uint32_t *ref);
+/** Binds t0 and t1, two written operands that lie next to each other in one block (at
+ *  most the allocation padding between them: a batch norm's running mean and variance),
+ *  as one storage binding, their references into ref[0] and ref[1]. 0, with nothing
+ *  bound, when they lie apart or no binding is left. */
+int vk_ref_pair(vk_exec *e, const ex_tdesc *t0, const ex_tdesc *t1, uint32_t ref[2]);
 /** Scratch of bytes (a multiple of 4) for this node, written by the dispatch that takes
  *  it: *ref addresses it. It starts at byte e->scratch_at (as it was before the call) of
  *  the node's scratch. */
@@ -222,5 +228,19 @@ ex_status vk_run_nas(vk_exec *e, const ex_node_exec *n);
 enum vk_status_code { VK_STATUS_OK = 0, VK_STATUS_LABEL = 1, VK_STATUS_SHAPE = 2 };
 /** The status words' reference for this node (a written binding of the dispatch). */
 ex_status vk_status_ref(vk_exec *e, uint32_t *ref);
+
+/** The zone: VK_ZONE_SLOTS slots of VK_ZONE_SLOT bytes for reductions done in one
+ *  dispatch, whose last workgroup finishes what the others left (a "ticket" counts them
+ *  in): VK_ZONE_TICKETS u32 tickets, then the partials. Every ticket is 0 when a step
+ *  starts (filled with the status words) and when the dispatch that counted on it ends
+ *  (the last workgroup puts it back), so dispatches take the slots in turn, as a ring:
+ *  neighbours in a recording write bytes of their own and need no barrier between them.
+ *  The two-pass way (scratch) stays for what does not fit a slot. */
+#define VK_ZONE_SLOT 16384u
+#define VK_ZONE_SLOTS 128u
+#define VK_ZONE_TICKETS 256u
+/** The next zone slot for this dispatch (a written binding): *tickets addresses its
+ *  tickets, *part its VK_ZONE_SLOT / 4 - VK_ZONE_TICKETS words of partials. */
+void vk_zone(vk_exec *e, uint32_t *tickets, uint32_t *part);
 
 #endif

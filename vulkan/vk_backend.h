@@ -19,11 +19,13 @@
 /** Pipelines kept (one per shader, writable bindings and variant). */
 #define VK_PIPES 512
 /** The internal buffer: status words, then VK_ALIGN bytes nothing writes (what unused
- *  bindings point at), then scratch. */
+ *  bindings point at), then the zone (vk_zone), then scratch. The step starts by zeroing
+ *  all before the scratch. */
 #define VK_STATUS_BYTES VK_ALIGN
 _Static_assert(VK_STATUS_SLOTS *VK_STATUS_WORDS * 4 <= VK_STATUS_BYTES,
                "the status slots fit their bytes and the host's copy");
-#define VK_SCRATCH_AT (2 * VK_ALIGN)
+#define VK_ZONE_AT (2 * VK_ALIGN)
+#define VK_SCRATCH_AT (VK_ZONE_AT + (uint64_t)VK_ZONE_SLOTS * VK_ZONE_SLOT)
 /** The scratch holds this many times the most any node needs. Nodes take it in turn, as a
  *  ring, so that nodes recorded side by side that all use scratch (the batch norms of one
  *  round) need no barrier between them, and a node keeps its bytes over all its rounds
@@ -157,6 +159,7 @@ struct vk_backend {
     vk_step steps[VK_STEPS];
     uint64_t tick;
     uint64_t status_next;      /**< the status slot the next reporting dispatch takes */
+    uint64_t zone_next;        /**< the zone slot the next one-pass reduction takes */
     vk_access *reads, *writes; /**< ranges read and written since the last barrier */
     int64_t nreads, nwrites, capreads, capwrites;
     vk_counts counts;

@@ -1,5 +1,5 @@
-// exapt: writes 1 3
-// Per-channel batch-norm reductions in two passes. The segment pass gives each segment of
+// exapt: writes 1 2 3
+// Per-channel batch-norm reductions in one pass or two. The segment pass gives each segment of
 // BN_SEG consecutive elements (n, h, w order) of a channel to one workgroup, whose 128
 // invocations hold 16 elements each in registers (invocation t the t-th of every 128,
 // loaded four at a time, all in flight together) and add their f32 partials in a fixed
@@ -8,10 +8,14 @@
 // so a large mean does not cancel the variance away and x is read once), for the backward
 // the sums of dy * xhat and dy. The finishing pass gives each channel to one workgroup,
 // which loads the segments' partials in parallel and merges them in order (Chan et al.'s
-// pairwise update for the variance); no atomics, repeatable.
+// pairwise update for the variance); no float atomics, repeatable. In one pass (BN_ONE_*)
+// the segments' partials go to a zone slot instead of scratch, and the workgroup whose
+// segment of a channel comes last (the channel's ticket counts them) finishes that channel
+// as the finishing pass would: the same sums in the same order, one dispatch, no barrier.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
+#define EX_COHERENT
 #include "common.glsl"
 #include "batchnorm/variants.h"
 
@@ -23,7 +27,7 @@ layout(push_constant) uniform PC
     uint part, nseg, r0, r1; // scratch: 2 words per (channel, segment); segments per channel;
                              // whether x's (r0) and dy's (r1) planes have dense rows
     float eps, mom;
-    uint xhat, r3; // BN_SEG_RED: x is xhat itself (ip1 of BN_BWD_REDUCE)
+    uint xhat, tick; // BN_SEG_RED: x is xhat itself (ip1 of BN_BWD_REDUCE); BN_ONE_*: tickets
     uvec4 ne, sx, sy; // x's shape [N, C, H, W]; strides of x and dy
     uvec4 sv;         // dst's row and column strides; a's and b's (BN_SEG_RED: stats' rows, columns)
 } pc;
@@ -131,8 +135,8 @@ void seg_red(uint ch, uint sg)
 }
 
 // Channel ch's segment partials, 128 at a time into sh (in parallel), merged in order by
-// invocation 0: Chan et al.'s update (BN_FIN_STATS) or a plain sum (BN_FIN_RED).
-void finish(uint ch)
+// invocation 0: Chan et al.'s update (statistics) or a plain sum (red).
+void finish(uint ch, bool red)
 {
     uint lid = gl_LocalInvocationID.x;
     float n = 0.0, mean = 0.0, m2 = 0.0;
@@ -147,7 +151,7 @@ void finish(uint ch)
         if (lid != 0u)
             continue;
         for (uint k = 0u; k < cnt; k++) {
-            if (VARIANT == BN_FIN_RED) {
+            if (red) {
                 sum += sh[k];
                 continue;
             }
@@ -159,7 +163,7 @@ void finish(uint ch)
     }
     if (lid != 0u)
         return;
-    if (VARIANT == BN_FIN_RED) {
+    if (red) {
         stf(pc.d, ch * pc.sv.y, sum.x);
         stf(pc.d, pc.sv.x + ch * pc.sv.y, sum.y);
         return;
@@ -182,16 +186,21 @@ void eval(uint ch)
 void main()
 {
     GATE_RETURN();
-    if (VARIANT == BN_SEG_STATS || VARIANT == BN_SEG_RED) {
+    bool one = VARIANT == BN_ONE_STATS || VARIANT == BN_ONE_RED;
+    bool red = VARIANT == BN_SEG_RED || VARIANT == BN_FIN_RED || VARIANT == BN_ONE_RED;
+    if (one || VARIANT == BN_SEG_STATS || VARIANT == BN_SEG_RED) {
         for (uint it = gl_WorkGroupID.x; it < pc.c * pc.nseg; it += gl_NumWorkGroups.x) {
-            if (VARIANT == BN_SEG_STATS)
-                seg_stats(it / pc.nseg, it % pc.nseg);
+            uint ch = it / pc.nseg;
+            if (red)
+                seg_red(ch, it % pc.nseg);
             else
-                seg_red(it / pc.nseg, it % pc.nseg);
+                seg_stats(ch, it % pc.nseg);
+            if (one && last_in(pc.tick, ch, pc.nseg))
+                finish(ch, red);
         }
     } else if (VARIANT == BN_FIN_STATS || VARIANT == BN_FIN_RED) {
         for (uint ch = gl_WorkGroupID.x; ch < pc.c; ch += gl_NumWorkGroups.x)
-            finish(ch);
+            finish(ch, red);
     } else {
         for (uint ch = gl_GlobalInvocationID.x; ch < pc.c; ch += gl_NumWorkGroups.x * 128u)
             eval(ch);

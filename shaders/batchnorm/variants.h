@@ -4,6 +4,8 @@
 #define BN_FIN_STATS 2 // channel.comp: a channel's segments merged, running statistics moved
 #define BN_FIN_RED 3   // channel.comp: a channel's segment sums added
 #define BN_EVAL 4      // channel.comp: mean and invstd from the running statistics
+#define BN_ONE_STATS 5 // channel.comp: BN_SEG_STATS, the last segment of a channel finishing it
+#define BN_ONE_RED 6   // channel.comp: BN_SEG_RED, the same
 #define BN_SEG 2048    // elements of a channel per segment (one workgroup's share)
 #define BN_PER 16      // of them per invocation (BN_SEG / 128), held in registers
 #define BN_APPLY 0     // pointwise.comp: (x - mean) * invstd * gamma + beta
