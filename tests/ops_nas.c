@@ -146,6 +146,24 @@ static const tcase mixed_sum_cases[] = {
            {GIN("x4"), SHAPE(2, 4, 6, 8), UNI(-1, 1)},
            {GIN("x5"), SHAPE(2, 4, 6, 8), UNI(-1, 1)}},
      .ip = {3, 0, 5, 1, 4, 2, 0, 0x3f}, .bwd = B_FD, .init = i_mixed_sum},
+    /* channel slices of whole samples, as a cell's concatenated output holds its nodes:
+     * the forward still reads the weights itself (Vulkan: mixd.comp) when every slice
+     * steps from sample to sample alike, and takes the table when they do not */
+    {CASE("mixed_sum, channel-slice candidates", EX_OP_MIXED_SUM, b_mixed_sum, r_mixed_sum, 6),
+     .r = {{PAR("alpha"), SHAPE(2, 4), UNI(-1, 1)},
+           {IN("mask"), SHAPE(4), CONST(0)},
+           {GIN("x0"), SHAPE(3, 4, 4, 4), UNI(-1, 1)},
+           {GIN("x1"), SHAPE(3, 8, 4, 4), UNI(-1, 1), SLICE(1, 2, 4)},
+           {GIN("x2"), SHAPE(3, 8, 4, 4), UNI(-1, 1), SLICE(1, 4, 4)},
+           {GIN("x3"), SHAPE(3, 4, 4, 4), POISON, .nocheck = true}},
+     .ip = {1, 3, 0, 2, 0, 0, 1, 0xb}, .bwd = B_FD, .init = i_mixed_sum},
+    {CASE("mixed_sum, channel slices of two strides", EX_OP_MIXED_SUM, b_mixed_sum, r_mixed_sum, 5),
+     .r = {{PAR("alpha"), SHAPE(1, 3), UNI(-1, 1)},
+           {IN("mask"), SHAPE(3), CONST(0)},
+           {GIN("x0"), SHAPE(3, 8, 4, 4), UNI(-1, 1), SLICE(1, 2, 4)},
+           {GIN("x1"), SHAPE(3, 4, 4, 4), UNI(-1, 1)},
+           {GIN("x2"), SHAPE(3, 6, 4, 4), UNI(-1, 1), SLICE(1, 1, 4)}},
+     .ip = {2, 0, 1, 0, 0, 0, 0, 0x7}, .bwd = B_FD, .init = i_mixed_sum},
     /* 532480 elements: more than 128 chunks (Vulkan's last pass loads 128 at a time) */
     {CASE("mixed_sum over 130 chunks", EX_OP_MIXED_SUM, b_mixed_sum, r_mixed_sum, 3),
      .r = {{PAR("alpha"), SHAPE(1, 2), UNI(-1, 1)},

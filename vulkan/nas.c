@@ -46,7 +46,7 @@ typedef struct mix_pc {
 /* Mirrors mixd.comp's push constants. */
 typedef struct mixd_pc {
     uint32_t gate, d, w, mask;
-    uint32_t n, cnt, r0, r1;
+    uint32_t n, cnt, inner, outer;
     uint32_t at[MIX_GROUP], x[MIX_GROUP];
 } mixd_pc;
 
@@ -274,21 +274,40 @@ static ex_status mix_groups(vk_exec *e, const ex_node_exec *n, mix_ops *m, const
     return EX_OK;
 }
 
-/* Whether the forward can do without the table (mixd.comp): every candidate fits, dst and
- * the candidates are dense, of a multiple of 4 elements, and each candidate's weight and
- * mask entry lie within 2^16 elements of their tensors' first. */
-static int mix_direct(const ex_node_exec *n, const mix_ops *m)
+/* Whether candidate j lies as a slice of whole samples would: dense from dim 1 on, with
+ * samples `outer` elements apart (a channel slice of a cell's concatenated output). */
+static int mix_sliced(const mix_ops *m, int j, int64_t inner, int64_t *outer)
+{
+    const int64_t *ne = m->ne, *st = m->st[j];
+    *outer = st[0];
+    return ne[0] > 1 && st[3] == 1 && st[2] == ne[3] && st[1] == ne[2] * ne[3] && st[0] > inner &&
+           st[0] <= INT32_MAX;
+}
+
+/* Whether the forward can do without the table (mixd.comp): every candidate fits, dst is
+ * dense, of a multiple of 4 elements, the candidates too or all sliced the same way (whole
+ * samples of a multiple of 4 elements, mix_sliced: slice says which), and each
+ * candidate's weight and mask entry lie within 2^16 elements of their tensors' first. */
+static int mix_direct(const ex_node_exec *n, const mix_ops *m, unsigned *slice, int64_t *outer)
 {
     uint32_t ne[4], st[4];
+    int64_t inner = m->ne[1] * m->ne[2] * m->ne[3], o = 0;
     put4(ne, m->ne);
     put4(st, m->sd);
+    *slice = 0;
+    *outer = 0;
     if (m->bad || m->numel % 4 != 0 || !mix_dense(ne, st))
         return 0;
     for (int j = 0; j < m->n; j++) {
         put4(st, m->st[j]);
-        if (!mix_dense(ne, st) || ex_td_at(&n->src[0], n->ip[j]) > 0xFFFF ||
-            ex_td_at(&n->src[1], n->ip[j]) > 0xFFFF)
+        if (ex_td_at(&n->src[0], n->ip[j]) > 0xFFFF || ex_td_at(&n->src[1], n->ip[j]) > 0xFFFF)
             return 0;
+        if (mix_dense(ne, st))
+            continue;
+        if (inner % 4 != 0 || !mix_sliced(m, j, inner, &o) || (*slice && o != *outer))
+            return 0;
+        *slice |= 1u << j;
+        *outer = o;
     }
     return 1;
 }
@@ -298,7 +317,7 @@ static int mix_direct(const ex_node_exec *n, const mix_ops *m)
  * order, took two groups and a barrier between them). 0 when they do not all find
  * bindings. */
 static int mix_direct_bind(vk_exec *e, const ex_node_exec *n, const mix_ops *m, int j, int cnt,
-                           mixd_pc *pc)
+                           unsigned slice, mixd_pc *pc)
 {
     const ex_tdesc *x[MIX_GROUP];
     uint32_t ref[MIX_GROUP];
@@ -317,22 +336,25 @@ static int mix_direct_bind(vk_exec *e, const ex_node_exec *n, const mix_ops *m, 
         pc->at[q] = (uint32_t)ex_td_at(&n->src[0], n->ip[j + q]) |
                     (uint32_t)ex_td_at(&n->src[1], n->ip[j + q]) << 16;
     }
-    pc->cnt = (uint32_t)cnt;
+    pc->cnt = (uint32_t)cnt | ((slice >> j) & ((1u << cnt) - 1u)) << 16;
     return 1;
 }
 
 /* The forward through mixd.comp: groups of consecutive candidates, each of as many as find
  * bindings, the first writing dst (even without candidates) and the others adding to it. */
-static ex_status mix_direct_groups(vk_exec *e, const ex_node_exec *n, const mix_ops *m)
+static ex_status mix_direct_groups(vk_exec *e, const ex_node_exec *n, const mix_ops *m,
+                                   unsigned slice, int64_t outer)
 {
     int j = 0, first = 1;
     while (j < m->n || first) {
         mixd_pc pc;
         int cnt = m->n - j < MIX_GROUP ? m->n - j : MIX_GROUP;
-        while (!mix_direct_bind(e, n, m, j, cnt, &pc))
+        while (!mix_direct_bind(e, n, m, j, cnt, slice, &pc))
             if (--cnt == 0)
                 return vk_fail(e, EX_ERR_UNSUPPORTED, "candidate %d finds no binding left", j);
         j += cnt;
+        pc.inner = (uint32_t)(m->ne[1] * m->ne[2] * m->ne[3]);
+        pc.outer = (uint32_t)outer;
         ex_status st = vk_dispatch(e, VK_SH_nas_mixd, first ? MIX_FWD : MIX_FWD_ACC, &pc, sizeof pc,
                                    vk_groups(m->numel / 4, 128), 1, 1);
         if (st != EX_OK)
@@ -360,8 +382,10 @@ static ex_status mixed_sum(vk_exec *e, const ex_node_exec *n)
         return vk_fail(e, EX_ERR_UNSUPPORTED, "dst is beyond 32-bit indexing");
     m.numel = ex_td_numel(d);
     mix_align(n, &m);
-    if (mix_direct(n, &m))
-        return mix_direct_groups(e, n, &m);
+    unsigned slice;
+    int64_t outer;
+    if (mix_direct(n, &m, &slice, &outer))
+        return mix_direct_groups(e, n, &m, slice, outer);
     st = mix_table(e, n, &n->src[0], &m);
     return st == EX_OK ? mix_groups(e, n, &m, d, 0) : st;
 }
