@@ -6,8 +6,8 @@
  * merges them, so a node's sums take one round of a step, not two (a DARTS step has
  * about 3,600 of them). Otherwise in two: the partials into scratch, then a workgroup per
  * channel merging them. Apply and backward-data are element-wise through
- * batchnorm/pointwise.comp. Checks mirror the CPU
- * backend's, so a bad node fails with the same status before anything is submitted. */
+ * batchnorm/pointwise.comp. Checks mirror the CPU backend's, so a bad node fails with the
+ * same status before anything is submitted. */
 #include <string.h>
 
 #include "shaders/batchnorm/variants.h"

@@ -40,9 +40,10 @@ void main()
     for (uint i = gl_GlobalInvocationID.x * 4u; i < pc.n; i += gl_NumWorkGroups.x * 512u) {
         uint is = sliced != 0u ? (i / pc.inner) * pc.outer + i % pc.inner : i;
         vec4 xv[MIX_GROUP];
-        [[unroll]] for (uint q = 0u; q < MIX_GROUP; q++)
-            xv[q] = ((on >> q) & 1u) != 0u ? ldf4(cand(q), (((sliced >> q) & 1u) != 0u ? is : i) + j)
-                                           : vec4(0.0);
+        [[unroll]] for (uint q = 0u; q < MIX_GROUP; q++) {
+            uint o = ((sliced >> q) & 1u) != 0u ? is : i;
+            xv[q] = ((on >> q) & 1u) != 0u ? ldf4(cand(q), o + j) : vec4(0.0);
+        }
         vec4 acc = VARIANT == MIX_FWD_ACC ? ldf4(pc.d, i + j) : vec4(0.0);
         [[unroll]] for (uint q = 0u; q < MIX_GROUP; q++)
             if (((on >> q) & 1u) != 0u)
