@@ -230,8 +230,8 @@ typedef struct vk_live {
 
 /* Records pass `pass` of node i (every dispatch when it has more than VK_PASSES_MAX: its
  * own barriers then come from vk_barrier()). */
-static ex_status record_pass(vk_exec *e, const ex_node_exec *nodes, int64_t i, int pass,
-                             int whole, uint64_t base)
+static ex_status record_pass(vk_exec *e, const ex_node_exec *nodes, int64_t i, int pass, int whole,
+                             uint64_t base)
 {
     e->first = whole ? 0 : pass;
     e->last = whole ? INT_MAX : pass + 1;
