@@ -3,7 +3,8 @@
  * Gradients accumulate per tensor as a list of contributions. A view passes its
  * gradient to its storage root with its geometry; a root sums its contributions, adding
  * view-shaped ones into a private accumulator in place; full ones are summed by
- * mixed-sum nodes of up to EX_MAX_CANDIDATES sources rather than chains of adds. A view
+ * mixed-sum nodes of up to EX_MAX_CANDIDATES sources side by side, then by one more,
+ * rather than by chains of adds (terms, below). A view
  * that is its whole root reshaped passes a reshape of its gradient as a full
  * contribution instead, so a weight used through a reshape needs no accumulator. A
  * contribution made under a gate (a candidate's subgraph) is added by a node with the
@@ -20,7 +21,7 @@ typedef struct contrib {
     ex_tensor *gate;
     int64_t gate_index;
     int64_t next;
-    bool done; /* already summed by a mixed-sum node (sum_gated) */
+    bool done; /* already summed by a mixed-sum node (gated_terms) */
 } contrib;
 
 typedef struct grad_state {
@@ -29,7 +30,7 @@ typedef struct grad_state {
     int64_t *head; /* per tensor: first contribution, -1 none */
     contrib *items;
     int64_t n, cap;
-    ex_tensor *ones;      /* weights of 1 for sum_gated, made once per walk */
+    ex_tensor *ones;      /* weights of 1 for gated_terms, made once per walk */
     ex_tensor *ones_full; /* weights and mask of 1 for sum_full, made once per walk */
     bool oom;
 } grad_state;
@@ -129,11 +130,28 @@ static ex_tensor *add_into(ex_ctx *ctx, ex_tensor *acc, const ex_tensor *geom, e
 
 /* ---- gated contributions, summed by mixed-sum nodes ---- */
 
-/* A contribution sum_gated can take: full, under a gate whose flat index fits an int. */
+/* The gate a gated contribution is summed under and its index there: the gate's storage
+ * when the gate is a contiguous view of a small one, so that contributions made under
+ * different views of one mask (a DARTS edge's row of its cell type's mask) share a mixed
+ * sum. (A GPU reads a mixed sum's weights and mask as small operands: 4,096 at most.) */
+static ex_tensor *chunk_gate(const contrib *c, int64_t *at)
+{
+    ex_tensor *r = c->gate->storage;
+    bool root =
+        r && r != c->gate && ex__contiguous(c->gate) && ex__contiguous(r) && ex__numel(r) <= 4096;
+    *at = root ? c->gate->offset + c->gate_index : c->gate_index;
+    return root ? r : c->gate;
+}
+
+/* A contribution gated_terms can take: full, under a gate whose flat index fits an int. */
 static bool gated_full(const ex_tensor *t, const contrib *c)
 {
-    return !c->done && c->gate && is_full(t, c->geom) && c->gate->dtype == EX_F32 &&
-           ex__contiguous(c->gate) && c->gate_index >= 0 && c->gate_index <= INT32_MAX;
+    if (c->done || !c->gate || !is_full(t, c->geom) || c->gate->dtype != EX_F32 ||
+        !ex__contiguous(c->gate) || c->gate_index < 0)
+        return false;
+    int64_t at;
+    chunk_gate(c, &at);
+    return at <= INT32_MAX;
 }
 
 /* Weights of 1 over a flat gate of n elements; made without a gate, since every sum in
@@ -152,8 +170,8 @@ static ex_tensor *ones_of(grad_state *s, int64_t n)
     return s->ones;
 }
 
-/* One mixed sum (weights 1) of up to EX_MAX_CANDIDATES contributions under gate, with
- * distinct gate indices, from the list at h. */
+/* One mixed sum (weights 1) of up to EX_MAX_CANDIDATES contributions under gate (a
+ * chunk_gate), with distinct indices there, from the list at h. */
 static ex_tensor *sum_chunk(grad_state *s, ex_tensor *t, int64_t h, ex_tensor *gate)
 {
     ex_ctx *ctx = s->ctx;
@@ -161,42 +179,20 @@ static ex_tensor *sum_chunk(grad_state *s, ex_tensor *t, int64_t h, ex_tensor *g
     int idx[EX_MAX_CANDIDATES], n = 0;
     for (int64_t i = h; i >= 0 && n < EX_MAX_CANDIDATES; i = s->items[i].next) {
         contrib *c = &s->items[i];
-        bool dup = false;
+        if (!gated_full(t, c))
+            continue;
+        int64_t at;
+        bool dup = chunk_gate(c, &at) != gate;
         for (int j = 0; j < n; j++)
-            dup |= idx[j] == (int)c->gate_index;
-        if (!gated_full(t, c) || c->gate != gate || dup)
+            dup |= idx[j] == (int)at;
+        if (dup)
             continue;
         x[n] = c->g;
-        idx[n++] = (int)c->gate_index;
+        idx[n++] = (int)at;
         c->done = true;
     }
     int64_t len = ex__numel(gate);
     return ex_mixed_sum(ctx, ones_of(s, len), ex_reshape(ctx, gate, 1, &len), n, x, idx);
-}
-
-/* The gated contributions to t, a gate at a time, summed by mixed-sum nodes with
- * weights 1 and added to acc: each node reads its contributions once and skips the
- * inactive ones on the device, where a zero fill and one add per contribution (each
- * under its own gate) would read and write the sum every time. A gate with a single
- * contribution and an acc already made is left to the caller's add under that gate. */
-static ex_tensor *sum_gated(grad_state *s, ex_tensor *t, int64_t h, ex_tensor *acc, bool *own)
-{
-    for (int64_t i = h; i >= 0; i = s->items[i].next) {
-        contrib *c = &s->items[i];
-        if (!gated_full(t, c))
-            continue;
-        int64_t count = 0;
-        for (int64_t k = h; k >= 0; k = s->items[k].next)
-            count += gated_full(t, &s->items[k]) && s->items[k].gate == c->gate;
-        if (count == 1 && acc)
-            continue;
-        while (gated_full(t, c)) { /* c goes in the first chunk: it is the first left */
-            ex_tensor *part = sum_chunk(s, t, i, c->gate);
-            acc = acc ? ex_add(s->ctx, acc, part) : part;
-            *own = true;
-        }
-    }
-    return acc;
 }
 
 /* The sum of n full, ungated contributions x (2 <= n <= EX_MAX_CANDIDATES) as one
@@ -219,32 +215,87 @@ static ex_tensor *sum_full(grad_state *s, int n, ex_tensor *const *x)
     return ex_mixed_sum(ctx, s->ones_full, s->ones_full, n, x, idx);
 }
 
-/* acc plus the sum of the n contributions x (one of them as it is). */
-static ex_tensor *add_chunk(grad_state *s, ex_tensor *acc, int n, ex_tensor *const *x, bool *own)
+/* The terms of a gradient's sum: full ungated contributions as they are and one mixed
+ * sum per chunk of a gate's contributions. They are summed by nodes of their own at the
+ * end, not added one after another: terms have no order among themselves, so a GPU makes
+ * them side by side and the sum waits for one round of them, where a chain of adds waited
+ * for each in turn (a DARTS cell state's gradient had up to five in a row). A batch of
+ * EX_MAX_CANDIDATES terms is summed as it fills, each batch on its own, and the batches'
+ * sums and the terms left are summed last; the order of the sum is the terms' order. */
+typedef struct terms {
+    ex_tensor *x[EX_MAX_CANDIDATES];    /* terms not in a batch's sum yet */
+    ex_tensor *sums[EX_MAX_CANDIDATES]; /* the sums of full batches */
+    int n, nsums;
+    bool own; /* x[0] is a node made here (safe to add into) */
+} terms;
+
+static void term(grad_state *s, terms *t, ex_tensor *x, bool made)
 {
-    ex_tensor *part = n == 1 ? x[0] : sum_full(s, n, x);
-    acc = acc ? ex_add(s->ctx, acc, part) : part;
-    *own = acc != x[0];
-    return acc;
+    if (t->n == EX_MAX_CANDIDATES) {
+        if (t->nsums == EX_MAX_CANDIDATES) {
+            t->sums[0] = sum_full(s, t->nsums, t->sums);
+            t->nsums = 1;
+        }
+        t->sums[t->nsums++] = sum_full(s, t->n, t->x);
+        t->n = 0;
+    }
+    if (t->n == 0)
+        t->own = made;
+    t->x[t->n++] = x;
 }
 
-/* Adds the full, ungated contributions to t from the list at h into acc, up to
- * EX_MAX_CANDIDATES a node. */
-static ex_tensor *sum_ungated(grad_state *s, ex_tensor *t, int64_t h, ex_tensor *acc, bool *own)
+/* The terms' sum (NULL if none); *own says whether it is a node made here. */
+static ex_tensor *terms_sum(grad_state *s, terms *t, bool *own)
 {
-    ex_tensor *x[EX_MAX_CANDIDATES];
+    if (t->nsums + t->n > EX_MAX_CANDIDATES && t->n > 1) {
+        t->x[0] = sum_full(s, t->n, t->x);
+        t->n = 1;
+    }
+    if (t->nsums + t->n > EX_MAX_CANDIDATES) {
+        t->sums[0] = sum_full(s, t->nsums, t->sums);
+        t->nsums = 1;
+    }
+    ex_tensor *all[EX_MAX_CANDIDATES];
     int n = 0;
+    for (int i = 0; i < t->nsums; i++)
+        all[n++] = t->sums[i];
+    for (int i = 0; i < t->n; i++)
+        all[n++] = t->x[i];
+    if (n < 2) {
+        *own = n == 1 && (t->nsums == 1 || t->own);
+        return n == 1 ? all[0] : NULL;
+    }
+    *own = true;
+    return sum_full(s, n, all);
+}
+
+/* The gated contributions to t as terms, a gate at a time, each chunk summed by a
+ * mixed-sum node with weights 1: each node reads its contributions once and skips the
+ * inactive ones on the device, where a zero fill and one add per contribution (each
+ * under its own gate) would read and write the sum every time. A gate's single
+ * contribution is a chunk too (a copy of it, or zeros): added in place under its gate it
+ * cost the same traffic, but a round of its own after the sum. */
+static void gated_terms(grad_state *s, ex_tensor *t, int64_t h, terms *out)
+{
     for (int64_t i = h; i >= 0; i = s->items[i].next) {
         contrib *c = &s->items[i];
-        if (c->gate || !is_full(t, c->geom))
+        if (!gated_full(t, c))
             continue;
-        x[n++] = c->g;
-        if (n == EX_MAX_CANDIDATES) {
-            acc = add_chunk(s, acc, n, x, own);
-            n = 0;
-        }
+        int64_t at;
+        ex_tensor *gate = chunk_gate(c, &at);
+        while (gated_full(t, c)) /* c goes in the first chunk: it is the first left */
+            term(s, out, sum_chunk(s, t, i, gate), true);
     }
-    return n > 0 ? add_chunk(s, acc, n, x, own) : acc;
+}
+
+/* The full, ungated contributions to t from the list at h as terms. */
+static void ungated_terms(grad_state *s, ex_tensor *t, int64_t h, terms *out)
+{
+    for (int64_t i = h; i >= 0; i = s->items[i].next) {
+        contrib *c = &s->items[i];
+        if (!c->gate && is_full(t, c->geom))
+            term(s, out, c->g, false);
+    }
 }
 
 /* Sums the contributions to t into one tensor (NULL if none) and leaves that alone as
@@ -265,12 +316,13 @@ static ex_tensor *collapse(grad_state *s, ex_tensor *t)
     int64_t prev_index = ctx->gate_index;
     ex_tensor *base_gate = t->kind == EX_K_NODE ? t->gate : NULL;
     int64_t base_index = t->kind == EX_K_NODE ? t->gate_index : 0;
-    ex_tensor *acc = NULL;
-    bool own = false; /* whether acc is a tensor this function made (safe to add into) */
+    bool own; /* whether acc is a tensor this function made (safe to add into) */
     ctx->gate = base_gate;
     ctx->gate_index = base_index;
-    acc = sum_ungated(s, t, h, acc, &own);
-    acc = sum_gated(s, t, h, acc, &own);
+    terms parts = {.n = 0};
+    ungated_terms(s, t, h, &parts);
+    gated_terms(s, t, h, &parts);
+    ex_tensor *acc = terms_sum(s, &parts, &own);
     for (int64_t i = h; i >= 0; i = s->items[i].next) {
         contrib *c = &s->items[i];
         if ((!c->gate && is_full(t, c->geom)) || c->done)

@@ -1,5 +1,6 @@
 /* Engine mechanics the op suite does not reach: the Philox stream, gated candidates,
- * writes into views (concatenation) and their gradients, profiling figures. */
+ * gradients summed from many contributions, writes into views (concatenation) and their
+ * gradients, profiling figures. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -208,6 +209,83 @@ static void gated_candidates(void **state)
     close_all(&f);
 }
 
+/* sum(t * r) added to *loss (one element, so the adds of the loss are not x-shaped). */
+static void add_loss(ex_ctx *ctx, ex_tensor **loss, ex_tensor *t, ex_tensor *r)
+{
+    ex_tensor *l = ex_sum(ctx, ex_mul(ctx, t, r), 0xf);
+    *loss = *loss ? ex_add(ctx, *loss, l) : l;
+}
+
+/* x's gradient from 150 ungated uses (more than twelve full mixed sums of terms), twelve
+ * gated ones under the rows of one mask matrix (a DARTS cell's edges) and one under a gate
+ * of its own: summed by mixed sums side by side, with no x-shaped add, and right whichever
+ * candidates are active. */
+static void many_contributions(void **state)
+{
+    (void)state;
+    enum { UNGATED = 150, ROWS = 3, K = 4 };
+    fixture f = {0};
+    open_cpu(&f);
+    int64_t xs[4] = {2, 3, 2, 2}, ms[2] = {ROWS, K}, k = K, one = 1;
+    ex_tensor *x = ex_requires_grad(f.ctx, ex_input(f.ctx, EX_F32, 4, xs, "x"));
+    ex_tensor *r = ex_input(f.ctx, EX_F32, 4, xs, "r");
+    ex_tensor *mask = ex_input(f.ctx, EX_F32, 2, ms, "mask");
+    ex_tensor *single = ex_input(f.ctx, EX_F32, 1, &one, "single");
+    ex_tensor *loss = NULL;
+    for (int u = 0; u < UNGATED; u++)
+        add_loss(f.ctx, &loss, ex_scale(f.ctx, x, 0.01f * (float)(u + 1)), r);
+    for (int e = 0; e < ROWS; e++) {
+        ex_tensor *row = ex_reshape(f.ctx, ex_slice(f.ctx, mask, 0, e, 1), 1, &k), *y[K];
+        int idx[K];
+        for (int j = 0; j < K; j++) {
+            ex_ctx_set_gate(f.ctx, row, j);
+            y[j] = ex_scale(f.ctx, x, (float)(e * K + j + 1));
+            idx[j] = j;
+        }
+        ex_ctx_set_gate(f.ctx, NULL, 0);
+        add_loss(f.ctx, &loss, ex_mixed_sum(f.ctx, ex_fill(f.ctx, 1, &k, 1.0f), row, K, y, idx), r);
+    }
+    ex_ctx_set_gate(f.ctx, single, 0);
+    ex_tensor *y1 = ex_scale(f.ctx, x, -7.0f);
+    ex_ctx_set_gate(f.ctx, NULL, 0);
+    int idx0 = 0;
+    add_loss(f.ctx, &loss,
+             ex_mixed_sum(f.ctx, ex_fill(f.ctx, 1, &one, 1.0f), single, 1, &y1, &idx0), r);
+    assert_int_equal(ex_graph_backward(f.ctx, loss), EX_OK);
+    plan(&f, false);
+    for (int64_t i = 0; i < ex_plan_node_count(f.plan); i++) {
+        ex_node_info info;
+        assert_int_equal(ex_plan_node_info(f.plan, i, &info), EX_OK);
+        if (info.op == EX_OP_ADD && info.bytes_written == NX * sizeof(float))
+            fail_msg("node %lld adds x-shaped terms", (long long)i);
+    }
+    float xv[NX], rv[NX], gx[NX], mv[ROWS * K];
+    for (int i = 0; i < NX; i++) {
+        xv[i] = value(i);
+        rv[i] = value(i + 5);
+    }
+    put(&f, x, xv, NX);
+    put(&f, r, rv, NX);
+    for (int m = 0; m < 2; m++) {
+        double factor = 0;
+        for (int u = 0; u < UNGATED; u++)
+            factor += 0.01 * (u + 1);
+        for (int i = 0; i < ROWS * K; i++) {
+            mv[i] = (float)((i + m) % 3 != 0);
+            factor += mv[i] * (i + 1);
+        }
+        float sv = (float)m;
+        factor -= 7.0 * sv;
+        put(&f, mask, mv, ROWS * K);
+        put(&f, single, &sv, 1);
+        run(&f);
+        get(&f, ex_grad(f.ctx, x), gx, NX);
+        for (int i = 0; i < NX; i++)
+            assert_float_equal(gx[i], rv[i] * factor, 1e-3 * fabs(rv[i] * factor) + 1e-5);
+    }
+    close_all(&f);
+}
+
 /* Concatenation without a copy: two results written into channel slices of one buffer;
  * the gradient of each comes back from its slice. */
 static void concat_into_views(void **state)
@@ -388,7 +466,7 @@ int main(void)
         cmocka_unit_test(philox_known_answers),     cmocka_unit_test(gated_candidates),
         cmocka_unit_test(reshaped_weight_gradient), cmocka_unit_test(concat_into_views),
         cmocka_unit_test(profile_figures),          cmocka_unit_test(stages_share_parameters),
-        cmocka_unit_test(gradients_per_loss),
+        cmocka_unit_test(gradients_per_loss),       cmocka_unit_test(many_contributions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
