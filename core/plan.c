@@ -284,9 +284,12 @@ static ex_status place_all(ex_plan *p, uint64_t limit)
 {
     arena a = {.ctx = p->ctx, .limit = limit};
     bool reuse = !p->opts.no_reuse;
-    int64_t gap = p->opts.reuse_after == 0  ? EX_PLAN_REUSE_AFTER
-                  : p->opts.reuse_after < 0 ? 0
-                                            : p->opts.reuse_after;
+    int64_t gap = p->opts.reuse_after;
+    if (gap == 0) {
+        gap = ex_backend_get_caps(p->be)->reuse_after;
+        gap = gap > 0 ? gap : EX_PLAN_REUSE_AFTER;
+    }
+    gap = gap < 0 ? 0 : gap;
     ex_status st = EX_OK;
     /* slots are in creation order, which is first-write order: walk time forward, freeing
      * what died more than gap tensors before each new slot's birth */

@@ -4,8 +4,9 @@
  * the recorded step re-submitted with one host sync and no new device object, profiling,
  * a bad label reported from the device, the portable profile's limits, NaN and infinity
  * kept where the device guarantees it, the embedded SPIR-V's variants, failures as
- * statuses, and the entry points given bad arguments (the misuse case
- * tests/api_coverage.sh relies on). A device that cannot be opened is a failure. */
+ * statuses, the entry points given bad arguments (the misuse case tests/api_coverage.sh
+ * relies on), and the later memory reuse Vulkan asks plans for. A device that cannot be
+ * opened is a failure. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <math.h>
 #include <setjmp.h>
@@ -254,6 +255,41 @@ static void counters(void **state)
     ex_backend_close(be);
 }
 
+/* The arena of a chain of n products (each a new tensor that dies at the next) planned
+ * with reuse_after (0: the backend's default). */
+static uint64_t chain_arena(ex_backend *be, int n, int64_t reuse_after)
+{
+    ex_ctx *c = ex_ctx_new();
+    int64_t ne[2] = {16, 16};
+    ex_tensor *x = ex_input(c, EX_F32, 2, ne, "x"), *y = x;
+    for (int i = 0; i < n; i++)
+        y = ex_matmul(c, y, x);
+    ex_keep(c, y);
+    ex_plan_opts o = {.reuse_after = reuse_after};
+    ex_plan *p = NULL;
+    ex_plan_stats st;
+    assert_int_equal(ex_graph_plan(c, be, &o, &p), EX_OK);
+    assert_int_equal(ex_plan_get_stats(p, &st), EX_OK);
+    ex_plan_free(p);
+    ex_ctx_free(c);
+    return st.arena_bytes;
+}
+
+/* Vulkan plans reuse memory later than the planner's default (ex_backend_caps.reuse_after:
+ * a write into memory read shortly before costs a round of the step), and an explicit
+ * ex_plan_opts.reuse_after still wins. */
+static void reuse_distance(void **state)
+{
+    (void)state;
+    ex_backend *be = open_vk();
+    int64_t want = ex_backend_get_caps(be)->reuse_after;
+    assert_true(want > EX_PLAN_REUSE_AFTER);
+    uint64_t mine = chain_arena(be, 1000, 0), planner = chain_arena(be, 1000, EX_PLAN_REUSE_AFTER);
+    assert_int_equal(mine, chain_arena(be, 1000, want));
+    assert_true(mine > planner);
+    ex_backend_close(be);
+}
+
 /* Where the device guarantees SignedZeroInfNanPreserve (exapt info: "NaN/Inf preserved")
  * a ReLU keeps NaN and infinity and a product with infinity gives NaN, as on the CPU;
  * without it (the portable profile) nothing is promised and nothing is checked. */
@@ -418,7 +454,7 @@ int main(void)
         cmocka_unit_test(gates_and_steps),  cmocka_unit_test(bad_label),
         cmocka_unit_test(portable_profile), cmocka_unit_test(counters),
         cmocka_unit_test(nan_and_infinity), cmocka_unit_test(spirv_variants),
-        cmocka_unit_test(misuse),
+        cmocka_unit_test(misuse),           cmocka_unit_test(reuse_distance),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

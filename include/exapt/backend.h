@@ -91,6 +91,8 @@ typedef struct ex_backend_caps {
     double peak_copy_gbs;       /**< measured device-to-device copy bandwidth, 0 if not yet */
     unsigned features;
     int threads; /**< host threads used (CPU backends) */
+    int64_t reuse_after; /**< the default of ex_plan_opts.reuse_after on this backend; 0:
+                              EX_PLAN_REUSE_AFTER (exapt/graph.h) */
 } ex_backend_caps;
 
 /** The interface every backend implements. Each function returns a status and leaves a

@@ -44,9 +44,10 @@ ex_tensor *ex_grad(ex_ctx *ctx, ex_tensor *t);
 /** A graph planned for one backend: every tensor placed, ready to run many times. */
 typedef struct ex_plan ex_plan;
 
-/** ex_plan_opts.reuse_after's default, in tensors. On a DARTS step at batch 64 it costs
- *  1.3 % more arena and cuts the longest chain of nodes that must run one after another
- *  from 17,600 to 2,200 (docs/cuda.md, the schedule). */
+/** ex_plan_opts.reuse_after's default, in tensors, where the backend names none
+ *  (ex_backend_caps.reuse_after). On a DARTS step at batch 64 it costs 1.3 % more arena
+ *  and cuts the longest chain of nodes that must run one after another from 17,600 to
+ *  2,200 (docs/cuda.md, the schedule). Vulkan asks for 384 (docs/vulkan.md). */
 #define EX_PLAN_REUSE_AFTER 128
 
 /** Planning options. Zero-initialised options are the defaults. */
@@ -57,8 +58,8 @@ typedef struct ex_plan_opts {
                                that writes there then rarely has to wait for a recent one,
                                and GPU backends run independent nodes side by side (each
                                such wait orders two nodes that the data does not). 0: the
-                               default, EX_PLAN_REUSE_AFTER; negative: at once (least
-                               memory) */
+                               backend's default (ex_backend_caps.reuse_after, else
+                               EX_PLAN_REUSE_AFTER); negative: at once (least memory) */
     bool no_inplace;      /**< never run element-wise ops in place */
     bool profile;         /**< time every node */
     bool poison;          /**< fill the arena with NaN before each run, so unwritten reads show */
