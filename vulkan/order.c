@@ -166,7 +166,7 @@ static int accesses(const ex_node_exec *n, vk_access *a, int *write)
 }
 
 /* Where op's nodes come in a round: the enum's order, the element-wise ops after all
- * others. */
+ * others (the enum's first group, EX_OP_ADD to EX_OP_DROP_PATH, exapt/ops.h). */
 static int64_t op_rank(ex_op op)
 {
     return op <= EX_OP_DROP_PATH ? EX_OP_COUNT + op : op;
