@@ -41,6 +41,11 @@ int ex_cand_parse(const char *name)
     return -1;
 }
 
+int ex_cand_is_parametric(ex_cand c)
+{
+    return c >= EX_CAND_SEP_CONV_3X3 && c < EX_CAND_COUNT;
+}
+
 /* ------------------------------------------------------------------ validation */
 
 static ex_status check_edges(const ex_genotype_edge *e, int steps, const char *cell, char *msg,
@@ -193,6 +198,67 @@ ex_status ex_genotype_derive(const float *w_normal, const float *w_reduce, int s
     for (int i = 0; i < multiplier; i++)
         g->normal_concat[i] = g->reduce_concat[i] = 2 + steps - multiplier + i;
     return EX_OK;
+}
+
+/* Row of w (one per edge, DARTS's order) of node i's edge from state j. */
+static size_t edge_row(int node, int input)
+{
+    return (size_t)(node * (node + 3) / 2 + input);
+}
+
+/* The kept parameter-free edge of the normal cell with the smallest weight (the later one on
+ * ties) whose row has a parametric candidate, or -1. */
+static int weakest_free(const ex_genotype *g, const float *w, int ncand, const ex_cand *cands)
+{
+    int pick = -1;
+    float low = 0;
+    for (int k = 0; k < 2 * g->steps; k++) {
+        const ex_genotype_edge *e = &g->normal[k];
+        if (ex_cand_is_parametric(e->op))
+            continue;
+        const float *row = w + edge_row(k / 2, e->input) * (size_t)ncand;
+        float mine = -1;
+        bool any = false;
+        for (int c = 0; c < ncand; c++) {
+            if (cands[c] == e->op)
+                mine = row[c];
+            any |= ex_cand_is_parametric(cands[c]) != 0;
+        }
+        if (any && (pick < 0 || mine <= low)) {
+            pick = k;
+            low = mine;
+        }
+    }
+    return pick;
+}
+
+ex_status ex_genotype_cap_param_free(ex_genotype *g, const float *w_normal, int ncand,
+                                     const ex_cand *cands, int max_free, char *msg, size_t msg_len)
+{
+    if (!g || !w_normal || !cands || ncand < 1 || ncand > EX_MAX_CANDIDATES || g->steps < 1 ||
+        g->steps > EX_MAX_STEPS)
+        return ex__msg(msg, msg_len, EX_ERR_ARG, "genotype cap: bad arguments");
+    if (max_free < 0)
+        return EX_OK;
+    for (;;) {
+        int free_ops = 0;
+        for (int k = 0; k < 2 * g->steps; k++)
+            free_ops += !ex_cand_is_parametric(g->normal[k].op);
+        if (free_ops <= max_free)
+            return EX_OK;
+        int k = weakest_free(g, w_normal, ncand, cands);
+        if (k < 0)
+            return ex__msg(msg, msg_len, EX_ERR_ARG,
+                           "genotype cap: %d parameter-free operations in the normal cell, at "
+                           "most %d asked, and no parametric candidate to put in",
+                           free_ops, max_free);
+        const float *row = w_normal + edge_row(k / 2, g->normal[k].input) * (size_t)ncand;
+        int best = -1;
+        for (int c = 0; c < ncand; c++)
+            if (ex_cand_is_parametric(cands[c]) && (best < 0 || row[c] > row[best]))
+                best = c;
+        g->normal[k].op = cands[best];
+    }
 }
 
 /* ------------------------------------------------------------------ text output */

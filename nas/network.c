@@ -370,6 +370,9 @@ ex_status ex_network_load(ex_network *n, const char *path, bool optimizer)
         return fail(n, EX_ERR_NOMEM, "network: out of host memory");
     ex_status st = nas_store_load(n->plan, e, count, path, n->msg, sizeof n->msg);
     free(e);
+    /* a checkpoint resumes the step count too: it drives drop path's random stream */
+    if (st == EX_OK && optimizer)
+        st = nas_store_steps(path, &n->steps_done, n->msg, sizeof n->msg);
     return st;
 }
 

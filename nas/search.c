@@ -72,6 +72,7 @@ void ex_search_config_default(ex_search_config *c)
     c->seed = 2;
     c->recompute = -1;
     c->nonfinite_limit = 3;
+    c->max_param_free = -1;
 }
 
 const char *ex_search_mode_name(ex_search_mode m)
@@ -123,6 +124,8 @@ static ex_status check_config(const ex_search_config *c, char *msg, size_t len)
         why = "nonfinite_limit (>= 0)";
     else if (c->recompute < -1 || c->recompute > 1)
         why = "recompute (-1, 0 or 1)";
+    else if (c->arch_warmup < 0 || c->max_param_free < -1)
+        why = "arch_warmup (>= 0) or max_param_free (>= -1)";
     for (int k = 0; !why && k < c->ncand; k++) {
         if ((unsigned)c->cand[k] >= EX_CAND_COUNT)
             why = "candidate operation";
@@ -593,7 +596,8 @@ static ex_status write_step_inputs(ex_search *s, const float *train_x, const int
     ex_status st = write_batch(s, s->xt, train_x, s->yt, train_y);
     if (st == EX_OK)
         st = write_batch(s, s->xv, valid_x, s->yv, valid_y);
-    float hyper[2] = {s->cfg.arch_lr, (float)(s->steps_done + 1)};
+    float arch_lr = s->steps_done < s->cfg.arch_warmup ? 0.0f : s->cfg.arch_lr;
+    float hyper[2] = {arch_lr, (float)(s->steps_done + 1)};
     int32_t counter[2] = {(int32_t)s->steps_done, (int32_t)(s->steps_done >> 31)};
     if (st == EX_OK)
         st = ex_plan_write(s->plan, s->lr, &lr, sizeof lr);
@@ -735,6 +739,9 @@ ex_status ex_search_genotype(ex_search *s, ex_genotype *g)
     if (st == EX_OK)
         st = ex_genotype_derive(w, w + n, s->cfg.steps, s->cfg.multiplier, s->cfg.ncand,
                                 s->cfg.cand, g, s->msg, sizeof s->msg);
+    if (st == EX_OK)
+        st = ex_genotype_cap_param_free(g, w, s->cfg.ncand, s->cfg.cand, s->cfg.max_param_free,
+                                        s->msg, sizeof s->msg);
     free(w);
     return st;
 }
@@ -805,17 +812,5 @@ ex_status ex_search_load(ex_search *s, const char *path)
     free(e);
     if (st != EX_OK)
         return st;
-    ex_safetensors *f = NULL;
-    st = ex_safetensors_open(path, &f, s->msg, sizeof s->msg);
-    if (st == EX_OK) {
-        const char *steps = ex_safetensors_metadata(f, "steps");
-        char *end = NULL;
-        long long v = steps ? strtoll(steps, &end, 10) : -1;
-        if (!steps || *end || v < 0)
-            st = fail(s, EX_ERR_FORMAT, "search: %s has no step count", path);
-        else
-            s->steps_done = v;
-    }
-    ex_safetensors_close(f);
-    return st;
+    return nas_store_steps(path, &s->steps_done, s->msg, sizeof s->msg);
 }

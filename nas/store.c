@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fileio.h"
 #include "nas/store.h"
 
 int nas_net_entries(const nas_net *n, nas_entry *e)
@@ -111,4 +112,21 @@ ex_status nas_store_load(ex_plan *plan, const nas_entry *e, int count, const cha
     }
     ex_safetensors_close(f);
     return rc;
+}
+
+ex_status nas_store_steps(const char *path, int64_t *steps, char *msg, size_t msg_len)
+{
+    ex_safetensors *f = NULL;
+    ex_status st = ex_safetensors_open(path, &f, msg, msg_len);
+    if (st == EX_OK) {
+        const char *v = ex_safetensors_metadata(f, "steps");
+        char *end = NULL;
+        long long n = v ? strtoll(v, &end, 10) : -1;
+        if (!v || *end || n < 0)
+            st = ex__msg(msg, msg_len, EX_ERR_FORMAT, "%s has no step count", path);
+        else
+            *steps = n;
+    }
+    ex_safetensors_close(f);
+    return st;
 }

@@ -25,4 +25,8 @@ ex_status nas_store_save(ex_plan *plan, const nas_entry *e, int count, int64_t b
 ex_status nas_store_load(ex_plan *plan, const nas_entry *e, int count, const char *path, char *msg,
                          size_t msg_len);
 
+/** The step count that nas_store_save() wrote into path's "steps" metadata, into *steps;
+ *  EX_ERR_FORMAT when it is missing or not a count. */
+ex_status nas_store_steps(const char *path, int64_t *steps, char *msg, size_t msg_len);
+
 #endif

@@ -163,6 +163,53 @@ static void derive_none_dominates(void **state)
                              "('avg_pool_3x3', 1), ('max_pool_3x3', 2)], reduce_concat=[2, 3])");
 }
 
+/* The collapse guard: the weakest parameter-free choices of the normal cell give way to
+ * their edges' strongest parametric candidates, weakest first, until the cap holds. */
+static void derive_cap_param_free(void **state)
+{
+    (void)state;
+    float w[5 * 8];
+    for (int k = 0; k < 8; k++) {
+        w[k] = k == 0 ? 0.9f : k == 3 ? 0.06f : k == 5 ? 0.012f : 0.005f;
+        w[8 + k] = k == 5 ? 0.05f : 0.02f;
+        w[16 + k] = k == 0 ? 0.99f : 0.001f;
+        w[24 + k] = k == 2 ? 0.3f : k == 6 ? 0.2f : 0.1f;
+        w[32 + k] = k == 0 ? 0.97f : k == 1 ? 0.02f : 0.001f;
+    }
+    ex_genotype g, before;
+    char msg[256], buf[EX_GENOTYPE_TEXT_MAX];
+    assert_int_equal(ex_genotype_derive(w, w, 2, 2, 8, darts_cands, &g, msg, sizeof msg), EX_OK);
+    before = g;
+    /* three free: skip_connect 0.06, avg_pool 0.3, max_pool 0.02 */
+    assert_int_equal(ex_genotype_cap_param_free(&g, w, 8, darts_cands, 3, msg, sizeof msg), EX_OK);
+    assert_int_equal(ex_genotype_cap_param_free(&g, w, 8, darts_cands, -1, msg, sizeof msg), EX_OK);
+    assert_same(&g, &before);
+    assert_int_equal(ex_genotype_cap_param_free(&g, w, 8, darts_cands, 1, msg, sizeof msg), EX_OK);
+    assert_int_equal(ex_genotype_format(&g, buf, sizeof buf), EX_OK);
+    assert_string_equal(buf, "Genotype(normal=[('sep_conv_5x5', 0), ('sep_conv_5x5', 1), "
+                             "('avg_pool_3x3', 1), ('sep_conv_3x3', 2)], normal_concat=[2, 3], "
+                             "reduce=[('skip_connect', 0), ('sep_conv_5x5', 1), "
+                             "('avg_pool_3x3', 1), ('max_pool_3x3', 2)], reduce_concat=[2, 3])");
+    assert_int_equal(ex_genotype_cap_param_free(&g, w, 8, darts_cands, 0, msg, sizeof msg), EX_OK);
+    assert_int_equal(g.normal[2].op, EX_CAND_DIL_CONV_3X3);
+    assert_int_equal(g.normal[2].input, 1);
+    /* a space without parametric candidates cannot meet a cap */
+    const ex_cand free_only[4] = {EX_CAND_NONE, EX_CAND_MAX_POOL_3X3, EX_CAND_AVG_POOL_3X3,
+                                  EX_CAND_SKIP_CONNECT};
+    float w4[5 * 4];
+    for (int k = 0; k < 20; k++)
+        w4[k] = 0.25f;
+    assert_int_equal(ex_genotype_derive(w4, w4, 2, 2, 4, free_only, &g, msg, sizeof msg), EX_OK);
+    assert_int_equal(ex_genotype_cap_param_free(&g, w4, 4, free_only, 2, msg, sizeof msg),
+                     EX_ERR_ARG);
+    assert_non_null(strstr(msg, "no parametric candidate"));
+    assert_int_equal(ex_genotype_cap_param_free(NULL, w, 8, darts_cands, 1, msg, sizeof msg),
+                     EX_ERR_ARG);
+    assert_true(ex_cand_is_parametric(EX_CAND_CONV_7X1_1X7));
+    assert_false(ex_cand_is_parametric(EX_CAND_SKIP_CONNECT));
+    assert_false(ex_cand_is_parametric(EX_CAND_COUNT));
+}
+
 /* Ties: equal edges keep input order, equal ops the first column. */
 static void derive_ties(void **state)
 {
@@ -660,6 +707,7 @@ int main(void)
         cmocka_unit_test(derive_reproduces_darts_v2),
         cmocka_unit_test(derive_none_dominates),
         cmocka_unit_test(derive_ties),
+        cmocka_unit_test(derive_cap_param_free),
         cmocka_unit_test(derive_custom_columns),
         cmocka_unit_test(derive_random_against_reference),
         cmocka_unit_test(derive_rejects),

@@ -37,6 +37,10 @@ const char *ex_cand_name(ex_cand c);
 /** The candidate called name, or -1 when the name is unknown (or NULL). */
 int ex_cand_parse(const char *name);
 
+/** 1 when candidate c has weights (the convolutions), 0 when it has none (`none`, the
+ *  poolings, `skip_connect`) or is out of range. */
+int ex_cand_is_parametric(ex_cand c);
+
 /** Most intermediate nodes of a cell. */
 #define EX_MAX_STEPS 8
 
@@ -76,6 +80,16 @@ ex_status ex_genotype_validate(const ex_genotype *g, char *msg, size_t msg_len);
 ex_status ex_genotype_derive(const float *w_normal, const float *w_reduce, int steps,
                              int multiplier, int ncand, const ex_cand *cands, ex_genotype *g,
                              char *msg, size_t msg_len);
+
+/** The guard against DARTS's collapse to parameter-free cells, applied after
+ *  ex_genotype_derive(): while g's normal cell keeps more than max_free parameter-free
+ *  operations (poolings, skip_connect), the weakest of them (the smallest weight in
+ *  w_normal, the later edge on ties) is replaced on its edge by that edge's strongest
+ *  parametric candidate. The edges kept do not change. w_normal, ncand and cands are
+ *  those given to ex_genotype_derive(). max_free < 0 leaves g as it is. EX_ERR_ARG when
+ *  the arguments are bad or the search space has no parametric candidate to put in. */
+ex_status ex_genotype_cap_param_free(ex_genotype *g, const float *w_normal, int ncand,
+                                     const ex_cand *cands, int max_free, char *msg, size_t msg_len);
 
 /** Prints g exactly as Python prints DARTS's namedtuple, concat ranges as lists:
  *  `Genotype(normal=[('sep_conv_3x3', 0), ...], normal_concat=[2, 3, 4, 5], reduce=[...],

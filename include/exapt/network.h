@@ -69,7 +69,8 @@ ex_status ex_network_eval(ex_network *n, const float *x, const int32_t *y, float
  *  with optimizer, the momentum buffers too (a checkpoint). */
 ex_status ex_network_save(ex_network *n, const char *path, bool optimizer);
 
-/** Loads what ex_network_save wrote for the same genotype and configuration. */
+/** Loads what ex_network_save wrote for the same genotype and configuration; with
+ *  optimizer (a checkpoint), the momentum buffers and the step count too. */
 ex_status ex_network_load(ex_network *n, const char *path, bool optimizer);
 
 /** Number of trainable parameters. */

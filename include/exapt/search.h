@@ -49,6 +49,13 @@ typedef struct ex_search_config {
     float topk_threshold;   /**< top-k: candidates below this softmax weight are pruned */
     float entropy_weight;   /**< weight of the mean row entropy of alpha added to the
                                  architecture loss (0: off) */
+    int64_t arch_warmup;    /**< steps at the start in which alpha stays put (its learning
+                                 rate is 0; Adam's moments still gather): the weights learn
+                                 first, so untrained convolutions do not hand the edges to
+                                 parameter-free operations (0: off) */
+    int max_param_free;     /**< the collapse guard of ex_search_genotype(): at most this many
+                                 parameter-free operations in the normal cell
+                                 (ex_genotype_cap_param_free; -1: no cap, DARTS's rule) */
     uint64_t seed;
     int recompute;             /**< 1: the backward passes recompute depthwise convolutions'
                                     outputs instead of keeping them (ex_graph_set_recompute):
@@ -124,7 +131,8 @@ ex_status ex_search_alphas(ex_search *s, float *normal, float *reduce);
  *  0; all ones in darts mode). */
 ex_status ex_search_masks(ex_search *s, float *normal, float *reduce);
 
-/** The genotype of the current alpha (top-2 non-`none` inputs of each node). */
+/** The genotype of the current alpha (top-2 non-`none` inputs of each node), with the
+ *  normal cell's parameter-free operations capped at config.max_param_free. */
 ex_status ex_search_genotype(ex_search *s, ex_genotype *g);
 
 /** Saves every parameter, alpha, optimizer state and running statistic as safetensors
