@@ -3,10 +3,11 @@
 NetworkCIFAR with load_state_dict(strict=True), evaluates it on the Fashion-MNIST test
 set, and compares the accuracy with the one exapt reported.
 
-  derived_load.py --run DIR --data DIR [--channels 12 --layers 5 --auxiliary 0] --out F
+  derived_load.py --run DIR --data DIR [--channels C --layers L --auxiliary 0|1] --out F
 
-DIR is an `exapt search --preset quick` output (genotype.json, train/weights.safetensors,
-train/metrics.jsonl)."""
+DIR is the output of an `exapt search` that trained what it found (genotype.json,
+metrics.jsonl, train/weights.safetensors, train/metrics.jsonl); the network's size comes
+from the run's recorded configuration unless given."""
 import argparse
 import gzip
 import json
@@ -102,8 +103,21 @@ class Cell(nn.Module):
         return torch.cat([states[i] for i in self.concat], dim=1)
 
 
+class AuxiliaryHead(nn.Module):
+    """DARTS's AuxiliaryHeadCIFAR; its second convolution spans what the pooling leaves."""
+
+    def __init__(self, c, classes, size):
+        super().__init__()
+        k = (size - 5) // 3 + 1
+        self.features = nn.Sequential(nn.ReLU(), nn.AvgPool2d(5, 3, 0, count_include_pad=False),
+                                      nn.Conv2d(c, 128, 1, bias=False), nn.BatchNorm2d(128),
+                                      nn.ReLU(), nn.Conv2d(128, 768, k, bias=False),
+                                      nn.BatchNorm2d(768), nn.ReLU())
+        self.classifier = nn.Linear(768, classes)
+
+
 class NetworkCIFAR(nn.Module):
-    def __init__(self, g, cin, c, classes, layers, stem_multiplier=3):
+    def __init__(self, g, cin, c, classes, layers, stem_multiplier=3, auxiliary=False, size=28):
         super().__init__()
         cs = stem_multiplier * c
         self.stem = nn.Sequential(nn.Conv2d(cin, cs, 3, padding=1, bias=False), nn.BatchNorm2d(cs))
@@ -116,6 +130,10 @@ class NetworkCIFAR(nn.Module):
             cell = Cell(g, cpp, cp, cc, red, rp)
             self.cells.append(cell)
             cpp, cp, rp = cp, cell.multiplier * cc, red
+            if red:
+                size = (size + 1) // 2
+            if auxiliary and i == 2 * layers // 3:
+                self.auxiliary_head = AuxiliaryHead(cp, classes, size)
         self.classifier = nn.Linear(cp, classes)
 
     def forward(self, x):
@@ -137,12 +155,18 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--run", required=True)
     ap.add_argument("--data", required=True)
-    ap.add_argument("--channels", type=int, default=12)
-    ap.add_argument("--layers", type=int, default=5)
+    ap.add_argument("--channels", type=int)
+    ap.add_argument("--layers", type=int)
+    ap.add_argument("--auxiliary", type=int)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     g = json.load(open(f"{a.run}/genotype.json"))
-    model = NetworkCIFAR(g, 1, a.channels, 10, a.layers)
+    header = json.loads(open(f"{a.run}/metrics.jsonl").readline())
+    train = header["config"].get("train", {"channels": 12, "layers": 5, "auxiliary": False})
+    c = a.channels or train["channels"]
+    layers = a.layers or train["layers"]
+    aux = bool(train["auxiliary"] if a.auxiliary is None else a.auxiliary)
+    model = NetworkCIFAR(g, 1, c, 10, layers, auxiliary=aux)
     tensors = {k: torch.as_tensor(v) for k, v in load_safetensors(f"{a.run}/train/weights.safetensors").items()}
     missing = model.load_state_dict(tensors, strict=True)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
