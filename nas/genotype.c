@@ -240,6 +240,10 @@ ex_status ex_genotype_cap_param_free(ex_genotype *g, const float *w_normal, int 
         return ex__msg(msg, msg_len, EX_ERR_ARG, "genotype cap: bad arguments");
     if (max_free < 0)
         return EX_OK;
+    /* the kept edges' inputs index w's rows */
+    ex_status st = ex_genotype_validate(g, msg, msg_len);
+    if (st != EX_OK)
+        return st;
     for (;;) {
         int free_ops = 0;
         for (int k = 0; k < 2 * g->steps; k++)

@@ -284,6 +284,14 @@ static void genotypes(void **state)
     FAILS_MSG(ex_genotype_derive(NULL, w, 1, 1, 2, cands, &g, msg, sizeof msg), EX_ERR_ARG);
     FAILS_MSG(ex_genotype_derive(w, w, 0, 1, 2, cands, &g, msg, sizeof msg), EX_ERR_ARG);
     FAILS_MSG(ex_genotype_derive(w, w, 1, 1, 99, cands, &g, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_genotype_cap_param_free(NULL, w, 2, cands, 1, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_genotype_cap_param_free(&g, NULL, 2, cands, 1, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_genotype_cap_param_free(&g, w, 0, cands, 1, msg, sizeof msg), EX_ERR_ARG);
+    bad = g;
+    bad.normal[0].input = 50; /* would index past w */
+    FAILS_MSG(ex_genotype_cap_param_free(&bad, w, 2, cands, 0, msg, sizeof msg), EX_ERR_ARG);
+    assert_int_equal(ex_cand_is_parametric((ex_cand)-1), 0);
+    assert_int_equal(ex_cand_is_parametric((ex_cand)EX_CAND_COUNT), 0);
 }
 
 static void safetensors_files(void **state)
