@@ -62,3 +62,20 @@ int cli_fail(const char *cmd, const char *fmt, ...)
     va_end(ap);
     return CLI_EXIT_FAIL;
 }
+
+char *cli_join_args(int argc, char **argv)
+{
+    size_t len = 1;
+    for (int i = 0; i < argc; i++)
+        len += strlen(argv[i]) + 1;
+    char *s = malloc(len);
+    if (s == NULL)
+        return NULL;
+    s[0] = '\0';
+    for (int i = 0; i < argc; i++) {
+        if (i)
+            strcat(s, " ");
+        strcat(s, argv[i]);
+    }
+    return s;
+}

@@ -136,23 +136,6 @@ static int parse_options(int argc, char **argv, bench_opts *o)
 }
 
 /* argv joined by spaces, for the record; NULL when out of memory. */
-static char *join_args(int argc, char **argv)
-{
-    size_t len = 1;
-    for (int i = 0; i < argc; i++)
-        len += strlen(argv[i]) + 1;
-    char *s = malloc(len);
-    if (s == NULL)
-        return NULL;
-    s[0] = '\0';
-    for (int i = 0; i < argc; i++) {
-        if (i)
-            strcat(s, " ");
-        strcat(s, argv[i]);
-    }
-    return s;
-}
-
 /* Times the selected ops; fills results and *n. Returns an exit code. */
 static int run_cases(ex_backend *be, const bench_opts *o, double peak, bench_result *results,
                      int *n)
@@ -201,7 +184,7 @@ static int emit(const bench_opts *o, json_t *doc)
 static int report(const cli_global *g, const bench_opts *o, const ex_backend *be, const char *date,
                   double peak, const bench_result *results, int n)
 {
-    char *command = join_args(g->argc, g->argv);
+    char *command = cli_join_args(g->argc, g->argv);
     if (command == NULL)
         return cli_fail("bench", "out of memory");
     bench_meta meta = {.caps = ex_backend_get_caps(be),

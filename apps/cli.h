@@ -61,6 +61,9 @@ typedef enum cli_match { CLI_NO_MATCH = 0, CLI_MATCHED, CLI_MISSING_VALUE } cli_
  *  next option) and returns CLI_MATCHED. */
 cli_match cli_option_value(int argc, char **argv, int *i, const char *name, const char **value);
 
+/** The arguments joined by single spaces, malloc'ed (NULL when out of memory). */
+char *cli_join_args(int argc, char **argv);
+
 /** Parses a whole decimal integer in [lo, hi]. Returns 0 on success, -1 otherwise. */
 int cli_parse_long(const char *s, long lo, long hi, long *out);
 

@@ -73,7 +73,7 @@ int run_eval_batch(int64_t n, int cap)
     return 1;
 }
 
-int run_loader(const ex_dataset *ds, bool train, int batch, uint64_t seed, int cutout,
+int run_loader(const ex_dataset *ds, bool train, int batch, uint64_t seed, int cutout, bool flip,
                ex_loader **out, const char *cmd)
 {
     char msg[512];
@@ -82,8 +82,10 @@ int run_loader(const ex_dataset *ds, bool train, int batch, uint64_t seed, int c
     o.seed = seed;
     o.drop_last = train;
     o.prefetch = 2;
-    if (train)
+    if (train) {
         o.augment.cutout = cutout;
+        o.augment.flip |= flip;
+    }
     if (ex_loader_new(ds, &o, out, msg, sizeof msg) != EX_OK)
         return cli_fail(cmd, "%s", msg);
     return CLI_EXIT_OK;

@@ -16,8 +16,10 @@ int run_load(const char *dir, const char *name, ex_data_split split, int64_t lim
  *  dataset exactly. */
 int run_eval_batch(int64_t n, int cap);
 
-/** A loader over ds in its training or evaluation configuration. */
-int run_loader(const ex_dataset *ds, bool train, int batch, uint64_t seed, int cutout,
+/** A loader over ds in its training or evaluation configuration; a training loader
+ *  adds cutout (0: off) and, with flip, left-right mirroring to the dataset's default
+ *  augmentation. */
+int run_loader(const ex_dataset *ds, bool train, int batch, uint64_t seed, int cutout, bool flip,
                ex_loader **out, const char *cmd);
 
 /** Cosine schedule from hi to lo over `epochs` (per epoch, as DARTS). */

@@ -1,21 +1,26 @@
 /* exapt search: a differentiable architecture search on a dataset, with a metrics log,
- * checkpoints, resume, and (preset quick) the training of the network it finds. */
+ * checkpoints, resume, and (presets quick and fashion) the training of the network it finds. */
 #define _POSIX_C_SOURCE 200809L /* strtok_r */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "exapt/search.h"
 #include "options.h"
 #include "run.h"
+#include "run_record.h"
 #include "train_run.h"
 
 static const char search_usage[] =
     "usage: exapt search [options]\n"
-    "  --preset NAME        darts (DARTS's search, default) or quick (a small search on a\n"
-    "                       subset, then training of the network found; minutes on a CPU)\n"
+    "  --preset NAME        darts (DARTS's search, default); quick (a small search on a\n"
+    "                       subset, then training of the network found; minutes on a CPU);\n"
+    "                       fashion (search, then training of the network found at\n"
+    "                       evaluation size; the whole job on a GPU)\n"
     "  --backend NAME       backend (beats EXAPT_BACKEND)\n"
     "  --mode MODE          darts, gdas or topk\n"
     "  --order N            1 or 2 (second-order DARTS)\n"
@@ -29,9 +34,19 @@ static const char search_usage[] =
     "                       none,max_pool_3x3,avg_pool_3x3,skip_connect,sep_conv_3x3,...;\n"
     "                       sep_conv_7x7 and conv_7x1_1x7 are accepted too)\n"
     "  --tau-max X --tau-min X  gdas temperature, annealed linearly over the epochs\n"
+    "  --arch-warmup E      epochs (a fraction is fine) before alpha starts to move (0)\n"
+    "  --max-param-free N   collapse guard: at most N parameter-free operations (poolings,\n"
+    "                       skip_connect) in the derived normal cell (-1: no cap)\n"
     "  --out DIR            where genotype.txt/json, metrics.jsonl, checkpoints go (run)\n"
-    "  --resume DIR         continue an interrupted search from its last checkpoint\n"
-    "  --train-epochs N     after searching, train the derived network N epochs (quick: 2)\n"
+    "  --resume DIR         continue an interrupted run from its last checkpoint, with the\n"
+    "                       configuration recorded in DIR/metrics.jsonl; only --backend,\n"
+    "                       the --viz options, --profile-every, --checkpoint-every, and a\n"
+    "                       longer --epochs or --train-epochs may be given with it\n"
+    "  --train-epochs N     after searching, train the derived network N epochs (quick: 4,\n"
+    "                       fashion: 24; 0: no training)\n"
+    "  --train-limit N --train-channels N --train-layers N --train-batch N --train-lr X\n"
+    "  --train-cutout N --train-drop-path P --train-flip 0|1 --train-auxiliary 0|1\n"
+    "                       the derived network's size and training recipe\n"
     "  --profile-every N    profile one step in N (metrics profile records; 0: off)\n"
     "  --checkpoint-every N also checkpoint every N steps (default: at each epoch's end)\n"
     "  --viz                watch the search live in a window (exapt_viz); closing it leaves\n"
@@ -42,12 +57,16 @@ static const char search_usage[] =
 typedef struct search_args {
     const char *preset, *backend, *mode, *data, *dataset, *out, *resume, *candidates;
     long order, epochs, batch, channels, layers, steps, topk, seed, limit, train_epochs,
-        profile_every, checkpoint_every, viz_every;
+        profile_every, checkpoint_every, viz_every, max_free, train_channels, train_layers,
+        train_batch, train_cutout, train_flip, train_aux, train_limit;
     bool viz, viz_exit;
-    double portion, lr, lr_min, arch_lr, entropy, tau_max, tau_min;
+    double portion, lr, lr_min, arch_lr, entropy, tau_max, tau_min, warmup, train_lr,
+        train_drop_path;
     bool set_order, set_epochs, set_batch, set_channels, set_layers, set_steps, set_topk, set_seed,
         set_limit, set_portion, set_lr, set_lr_min, set_arch_lr, set_entropy, set_train_epochs,
-        set_tau_max, set_tau_min;
+        set_tau_max, set_tau_min, set_warmup, set_max_free, set_train_channels, set_train_layers,
+        set_train_batch, set_train_cutout, set_train_flip, set_train_aux, set_train_lr,
+        set_train_drop_path, set_train_limit;
 } search_args;
 
 /* The search proper: configuration, data, and where it stands. */
@@ -57,7 +76,8 @@ typedef struct search_run {
     float lr, lr_min;
     int64_t limit;
     double portion;
-    int train_epochs;
+    double arch_warmup;  /* epochs */
+    train_job train_cfg; /* the derived network's training (train_cfg.epochs 0: none) */
     long profile_every, checkpoint_every, alpha_every;
     cli_live *live; /* the live viewer, or NULL */
     const char *out;
@@ -66,6 +86,7 @@ typedef struct search_run {
     ex_dataset *train_set, *valid_set;
     ex_loader *train, *valid;
     ex_metrics_writer *log;
+    json_t *record; /* the run's configuration, as its metrics log's header holds it */
     int epoch;
     int64_t step, global_step;
     double syncs_per_step; /* the device waits of the host in the last epoch's steps,
@@ -75,7 +96,8 @@ typedef struct search_run {
     int32_t *yt, *yv;
 } search_run;
 
-static void preset(search_run *r, bool quick)
+/* Settings of a preset; 0 for an unknown name. */
+static int preset(search_run *r, const char *name)
 {
     ex_search_config_default(&r->cfg);
     r->epochs = 50;
@@ -83,18 +105,54 @@ static void preset(search_run *r, bool quick)
     r->lr_min = 0.001f;
     r->portion = 0.5;
     r->limit = 0;
-    r->train_epochs = 0;
-    if (!quick)
-        return;
-    /* small enough that search and training fit in minutes on two cores */
-    r->cfg.channels = 6;
-    r->cfg.layers = 5;
-    r->cfg.steps = 3;
-    r->cfg.multiplier = 3;
-    r->cfg.arch_lr = 3e-3f; /* alpha moves visibly within one short epoch */
-    r->epochs = 1;
-    r->limit = 4000;
-    r->train_epochs = 2;
+    r->arch_warmup = 0;
+    train_job *t = &r->train_cfg;
+    train_job_default(t);
+    t->epochs = 0;
+    t->net.seed = r->cfg.seed;
+    if (!strcmp(name, "darts"))
+        return 1;
+    /* the guard against the collapse to parameter-free cells: the weights learn before
+     * alpha moves, and the derived normal cell keeps at most half its operations free */
+    r->cfg.arch_lr = 3e-3f; /* alpha moves visibly within a short search */
+    t->flip = true;
+    if (!strcmp(name, "quick")) {
+        /* small enough that search and training fit in minutes on two cores */
+        r->cfg.channels = 6;
+        r->cfg.layers = 5;
+        r->cfg.steps = r->cfg.multiplier = 3;
+        r->cfg.max_param_free = 3;
+        r->arch_warmup = 0.5;
+        r->epochs = 1;
+        r->limit = 4000;
+        t->epochs = 4;
+        t->net.channels = 12;
+        t->net.layers = 5;
+        t->net.batch = 64;
+        t->net.auxiliary = false;
+        t->lr = 0.05f;
+        t->drop_path = 0.0f;
+        t->cutout = 0;
+        return 1;
+    }
+    if (!strcmp(name, "fashion")) {
+        /* DARTS's supernet on a third of the training images, then the found cell at
+         * DARTS's evaluation size trained on all 60,000: about 20 minutes on one H200 */
+        r->cfg.max_param_free = 4;
+        r->arch_warmup = 4;
+        r->epochs = 10;
+        r->limit = 20000;
+        t->epochs = 24;
+        t->net.channels = 36;
+        t->net.layers = 20;
+        t->net.batch = 96;
+        t->net.auxiliary = true;
+        t->lr = 0.05f;
+        t->drop_path = 0.1f;
+        t->cutout = 8;
+        return 1;
+    }
+    return 0;
 }
 
 /* "none,sep_conv_3x3,..." into the configuration; -1 when a name is unknown or repeated. */
@@ -143,7 +201,7 @@ static int apply_args(search_run *r, const search_args *a)
     if (a->set_topk)
         r->cfg.topk_k = (int)a->topk;
     if (a->set_seed)
-        r->cfg.seed = (uint64_t)a->seed;
+        r->cfg.seed = r->train_cfg.net.seed = (uint64_t)a->seed;
     if (a->set_limit)
         r->limit = a->limit;
     if (a->set_portion)
@@ -156,8 +214,31 @@ static int apply_args(search_run *r, const search_args *a)
         r->cfg.arch_lr = (float)a->arch_lr;
     if (a->set_entropy)
         r->cfg.entropy_weight = (float)a->entropy;
+    train_job *t = &r->train_cfg;
     if (a->set_train_epochs)
-        r->train_epochs = (int)a->train_epochs;
+        t->epochs = (int)a->train_epochs;
+    if (a->set_train_limit)
+        t->limit = a->train_limit;
+    if (a->set_train_channels)
+        t->net.channels = (int)a->train_channels;
+    if (a->set_train_layers)
+        t->net.layers = (int)a->train_layers;
+    if (a->set_train_batch)
+        t->net.batch = (int)a->train_batch;
+    if (a->set_train_lr)
+        t->lr = (float)a->train_lr;
+    if (a->set_train_cutout)
+        t->cutout = (int)a->train_cutout;
+    if (a->set_train_drop_path)
+        t->drop_path = (float)a->train_drop_path;
+    if (a->set_train_flip)
+        t->flip = a->train_flip != 0;
+    if (a->set_train_aux)
+        t->net.auxiliary = a->train_aux != 0;
+    if (a->set_warmup)
+        r->arch_warmup = a->warmup;
+    if (a->set_max_free)
+        r->cfg.max_param_free = (int)a->max_free;
     if (a->set_tau_max)
         r->cfg.tau_max = (float)a->tau_max;
     if (a->set_tau_min)
@@ -176,6 +257,12 @@ static int apply_args(search_run *r, const search_args *a)
 
 /* ---- data ---- */
 
+static int64_t steps_per_epoch(const search_run *r)
+{
+    int64_t a = ex_loader_batches_per_epoch(r->train), b = ex_loader_batches_per_epoch(r->valid);
+    return a < b ? a : b;
+}
+
 static int open_data(search_run *r, const search_args *a)
 {
     const char *cmd = "search";
@@ -193,9 +280,12 @@ static int open_data(search_run *r, const search_args *a)
     r->cfg.width = ex_dataset_width(r->train_set);
     r->cfg.classes = ex_dataset_classes(r->train_set);
     r->cfg.eval_batch = run_eval_batch(ex_dataset_count(r->valid_set), 256);
-    if ((rc = run_loader(r->train_set, true, r->cfg.batch, r->cfg.seed, 0, &r->train, cmd)) ||
-        (rc = run_loader(r->valid_set, true, r->cfg.batch, r->cfg.seed + 1, 0, &r->valid, cmd)))
+    if ((rc =
+             run_loader(r->train_set, true, r->cfg.batch, r->cfg.seed, 0, false, &r->train, cmd)) ||
+        (rc = run_loader(r->valid_set, true, r->cfg.batch, r->cfg.seed + 1, 0, false, &r->valid,
+                         cmd)))
         return rc;
+    r->cfg.arch_warmup = (int64_t)(r->arch_warmup * (double)steps_per_epoch(r) + 0.5);
     size_t img = (size_t)r->cfg.in_channels * (size_t)r->cfg.height * (size_t)r->cfg.width;
     size_t big = (size_t)(r->cfg.batch > r->cfg.eval_batch ? r->cfg.batch : r->cfg.eval_batch);
     r->xt = malloc(big * img * sizeof *r->xt);
@@ -205,12 +295,6 @@ static int open_data(search_run *r, const search_args *a)
     if (!r->xt || !r->xv || !r->yt || !r->yv)
         return cli_fail(cmd, "out of memory");
     return 0;
-}
-
-static int64_t steps_per_epoch(const search_run *r)
-{
-    int64_t a = ex_loader_batches_per_epoch(r->train), b = ex_loader_batches_per_epoch(r->valid);
-    return a < b ? a : b;
 }
 
 /* ---- checkpoints ---- */
@@ -279,6 +363,99 @@ static int resume(search_run *r)
 
 /* ---- the metrics log ---- */
 
+/* One number into a record object. */
+static void put(json_t *o, const char *key, double v)
+{
+    json_object_set_new(o, key,
+                        v == (double)(json_int_t)v && fabs(v) < 9e15 ? json_integer((json_int_t)v)
+                                                                     : json_real(v));
+}
+
+/* Every setting of the run into its record, the ones a preset chose included. */
+static int record_settings(search_run *r, const search_args *a, const char *backend)
+{
+    const ex_search_config *c = &r->cfg;
+    const train_job *t = &r->train_cfg;
+    json_t *search = json_object(), *train = json_object(), *cands = json_array();
+    for (int k = 0; cands && k < c->ncand; k++)
+        json_array_append_new(cands, json_string(ex_cand_name(c->cand[k])));
+    if (!search || !train || !cands) {
+        json_decref(search);
+        json_decref(train);
+        json_decref(cands);
+        return cli_fail("search", "out of memory");
+    }
+    json_object_set_new(search, "mode", json_string(ex_search_mode_name(c->mode)));
+    json_object_set_new(search, "candidates", cands);
+    const struct {
+        const char *key;
+        double v;
+    } sv[] = {{"order", c->order},
+              {"epochs", r->epochs},
+              {"batch", c->batch},
+              {"channels", c->channels},
+              {"layers", c->layers},
+              {"steps", c->steps},
+              {"multiplier", c->multiplier},
+              {"stem_multiplier", c->stem_multiplier},
+              {"in_channels", c->in_channels},
+              {"height", c->height},
+              {"width", c->width},
+              {"classes", c->classes},
+              {"limit", (double)r->limit},
+              {"train_portion", r->portion},
+              {"lr", r->lr},
+              {"lr_min", r->lr_min},
+              {"momentum", c->momentum},
+              {"weight_decay", c->weight_decay},
+              {"grad_clip", c->grad_clip},
+              {"arch_lr", c->arch_lr},
+              {"arch_beta1", c->arch_beta1},
+              {"arch_beta2", c->arch_beta2},
+              {"arch_weight_decay", c->arch_weight_decay},
+              {"arch_warmup", r->arch_warmup},
+              {"arch_warmup_steps", (double)c->arch_warmup},
+              {"max_param_free", c->max_param_free},
+              {"entropy", c->entropy_weight},
+              {"tau_max", c->tau_max},
+              {"tau_min", c->tau_min},
+              {"topk", c->topk_k},
+              {"topk_threshold", c->topk_threshold},
+              {"seed", (double)c->seed}};
+    for (size_t i = 0; i < sizeof sv / sizeof sv[0]; i++)
+        put(search, sv[i].key, sv[i].v);
+    json_object_set_new(train, "auxiliary", json_boolean(t->net.auxiliary));
+    json_object_set_new(train, "flip", json_boolean(t->flip));
+    const struct {
+        const char *key;
+        double v;
+    } tv[] = {{"epochs", t->epochs},
+              {"limit", (double)t->limit},
+              {"channels", t->net.channels},
+              {"layers", t->net.layers},
+              {"batch", t->net.batch},
+              {"aux_weight", t->net.aux_weight},
+              {"lr", t->lr},
+              {"lr_min", t->lr_min},
+              {"momentum", t->net.momentum},
+              {"weight_decay", t->net.weight_decay},
+              {"grad_clip", t->net.grad_clip},
+              {"drop_path", t->drop_path},
+              {"cutout", t->cutout},
+              {"seed", (double)t->net.seed}};
+    for (size_t i = 0; i < sizeof tv / sizeof tv[0]; i++)
+        put(train, tv[i].key, tv[i].v);
+    json_t *o = r->record;
+    if (json_object_set_new(o, "preset", json_string(a->preset ? a->preset : "darts")) ||
+        json_object_set_new(o, "data",
+                            json_string(a->data && *a->data ? a->data : EX_DATA_DEFAULT_DIR)) ||
+        json_object_set_new(o, "dataset", json_string(ex_dataset_name(r->train_set))) ||
+        json_object_set_new(o, "backend", backend ? json_string(backend) : json_null()) ||
+        json_object_set_new(o, "search", search) || json_object_set_new(o, "train", train))
+        return cli_fail("search", "out of memory");
+    return 0;
+}
+
 static int open_log(search_run *r, bool resuming)
 {
     char path[4096], msg[512];
@@ -294,13 +471,14 @@ static int open_log(search_run *r, bool resuming)
     rec->kind = EX_METRICS_HEADER;
     ex_metrics_header *h = &rec->header;
     const ex_search_config *c = &r->cfg;
-    snprintf(h->config, sizeof h->config,
-             "{\"channels\":%d,\"layers\":%d,\"steps\":%d,\"multiplier\":%d,\"batch\":%d,"
-             "\"epochs\":%d,\"order\":%d,\"lr\":%g,\"arch_lr\":%g,\"seed\":%llu,"
-             "\"input\":[%d,%d,%d],\"classes\":%d}",
-             c->channels, c->layers, c->steps, c->multiplier, c->batch, r->epochs, c->order,
-             (double)r->lr, (double)c->arch_lr, (unsigned long long)c->seed, c->in_channels,
-             c->height, c->width, c->classes);
+    char *config = json_dumps(r->record, JSON_COMPACT);
+    if (!config || strlen(config) >= sizeof h->config) {
+        free(config);
+        free(rec);
+        return cli_fail("search", "the run's configuration does not fit the metrics header");
+    }
+    snprintf(h->config, sizeof h->config, "%s", config);
+    free(config);
     h->n_candidates = c->ncand;
     for (int k = 0; k < c->ncand; k++)
         snprintf(h->candidates[k], sizeof h->candidates[k], "%s", ex_cand_name(c->cand[k]));
@@ -428,7 +606,7 @@ static void log_profile(search_run *r)
 static int evaluate(search_run *r, double *loss, double *acc)
 {
     ex_loader *l = NULL;
-    int rc = run_loader(r->valid_set, false, r->cfg.eval_batch, 0, 0, &l, "search");
+    int rc = run_loader(r->valid_set, false, r->cfg.eval_batch, 0, 0, false, &l, "search");
     if (rc)
         return rc;
     double sum = 0;
@@ -603,6 +781,7 @@ static void free_run(search_run *r)
     ex_dataset_free(r->valid_set);
     ex_backend_close(r->be);
     cli_live_close(r->live);
+    json_decref(r->record);
     free(r->xt);
     free(r->xv);
     free(r->yt);
@@ -611,25 +790,18 @@ static void free_run(search_run *r)
 
 static int train_found(search_run *r, const search_args *a, const char *backend)
 {
-    train_job j;
-    train_job_default(&j);
+    train_job j = r->train_cfg;
     j.cmd = "search";
     j.backend = backend;
     j.be = r->be;
     j.data_dir = a->data;
     j.dataset = a->dataset;
-    char out[4096];
+    char out[4096], ckpt[4200];
     j.out = run_path(out, sizeof out, r->out, "train");
-    j.epochs = r->train_epochs;
-    /* a network the size of the search's, trained on the whole training set */
-    j.net.channels = 12;
-    j.net.layers = 5;
-    j.net.batch = 64;
-    j.net.auxiliary = false;
-    j.net.seed = r->cfg.seed;
-    j.lr = 0.05f;
-    j.drop_path = 0.0f;
-    j.cutout = 0;
+    /* a resumed run whose training had begun continues it; one stopped at the boundary
+     * (or before it) starts it */
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", j.out);
+    j.resume = a->resume && access(ckpt, F_OK) == 0 ? j.out : NULL;
     if (ex_search_genotype(r->s, &j.genotype) != EX_OK)
         return cli_fail("search", "genotype: %s", ex_search_error(r->s));
     double acc = 0;
@@ -648,84 +820,142 @@ static int search_job_run(void *p)
 {
     search_job *j = p;
     int rc = run_epochs(j->r);
-    if (!rc && j->r->train_epochs > 0)
+    if (!rc && j->r->train_cfg.epochs > 0)
         rc = train_found(j->r, j->a, j->backend);
     return rc;
+}
+
+/* The options of a command line into *a (only those given change it); -1 for --help. */
+static int parse_args(search_args *a, int argc, char **argv)
+{
+    const opt_spec specs[] = {
+        {"--preset", OPT_STRING, &a->preset, 0, 0, NULL},
+        {"--backend", OPT_STRING, &a->backend, 0, 0, NULL},
+        {"--mode", OPT_STRING, &a->mode, 0, 0, NULL},
+        {"--order", OPT_INT, &a->order, 1, 2, &a->set_order},
+        {"--data", OPT_STRING, &a->data, 0, 0, NULL},
+        {"--dataset", OPT_STRING, &a->dataset, 0, 0, NULL},
+        {"--limit", OPT_INT, &a->limit, 0, 1e9, &a->set_limit},
+        {"--train-portion", OPT_FLOAT, &a->portion, 0.01, 0.99, &a->set_portion},
+        {"--epochs", OPT_INT, &a->epochs, 1, 100000, &a->set_epochs},
+        {"--batch", OPT_INT, &a->batch, 2, 65536, &a->set_batch},
+        {"--channels", OPT_INT, &a->channels, 2, 4096, &a->set_channels},
+        {"--layers", OPT_INT, &a->layers, 1, 1000, &a->set_layers},
+        {"--steps", OPT_INT, &a->steps, 1, EX_MAX_STEPS, &a->set_steps},
+        {"--lr", OPT_FLOAT, &a->lr, 0, 10, &a->set_lr},
+        {"--lr-min", OPT_FLOAT, &a->lr_min, 0, 10, &a->set_lr_min},
+        {"--arch-lr", OPT_FLOAT, &a->arch_lr, 0, 10, &a->set_arch_lr},
+        {"--topk", OPT_INT, &a->topk, 1, EX_MAX_CANDIDATES, &a->set_topk},
+        {"--entropy", OPT_FLOAT, &a->entropy, 0, 100, &a->set_entropy},
+        {"--seed", OPT_INT, &a->seed, 0, 2147483647, &a->set_seed},
+        {"--candidates", OPT_STRING, &a->candidates, 0, 0, NULL},
+        {"--tau-max", OPT_FLOAT, &a->tau_max, 1e-3, 1e3, &a->set_tau_max},
+        {"--tau-min", OPT_FLOAT, &a->tau_min, 1e-3, 1e3, &a->set_tau_min},
+        {"--out", OPT_STRING, &a->out, 0, 0, NULL},
+        {"--resume", OPT_STRING, &a->resume, 0, 0, NULL},
+        {"--train-epochs", OPT_INT, &a->train_epochs, 0, 100000, &a->set_train_epochs},
+        {"--train-limit", OPT_INT, &a->train_limit, 0, 1e9, &a->set_train_limit},
+        {"--train-channels", OPT_INT, &a->train_channels, 2, 4096, &a->set_train_channels},
+        {"--train-layers", OPT_INT, &a->train_layers, 1, 1000, &a->set_train_layers},
+        {"--train-batch", OPT_INT, &a->train_batch, 2, 65536, &a->set_train_batch},
+        {"--train-lr", OPT_FLOAT, &a->train_lr, 0, 10, &a->set_train_lr},
+        {"--train-cutout", OPT_INT, &a->train_cutout, 0, 1024, &a->set_train_cutout},
+        {"--train-drop-path", OPT_FLOAT, &a->train_drop_path, 0, 0.99, &a->set_train_drop_path},
+        {"--train-flip", OPT_INT, &a->train_flip, 0, 1, &a->set_train_flip},
+        {"--train-auxiliary", OPT_INT, &a->train_aux, 0, 1, &a->set_train_aux},
+        {"--arch-warmup", OPT_FLOAT, &a->warmup, 0, 1e6, &a->set_warmup},
+        {"--max-param-free", OPT_INT, &a->max_free, -1, 2 * EX_MAX_STEPS, &a->set_max_free},
+        {"--profile-every", OPT_INT, &a->profile_every, 0, 1e9, NULL},
+        {"--checkpoint-every", OPT_INT, &a->checkpoint_every, 0, 1e9, NULL},
+        {"--viz", OPT_FLAG, &a->viz, 0, 0, NULL},
+        {"--viz-every", OPT_INT, &a->viz_every, 1, 1e9, NULL},
+        {"--viz-exit", OPT_FLAG, &a->viz_exit, 0, 0, NULL},
+    };
+    return opt_parse("search", search_usage, specs, (int)(sizeof specs / sizeof specs[0]), argc,
+                     argv);
+}
+
+/* A resume's settings: those recorded in the run, then the options given with --resume,
+ * which may only change where it runs, what it shows, and extend it. */
+static int recall_args(search_run *r, search_args *a, const cli_global *g, int argc, char **argv)
+{
+    static const char *const allowed[] = {
+        "--resume",        "--backend",          "--viz",    "--viz-every",    "--viz-exit",
+        "--profile-every", "--checkpoint-every", "--epochs", "--train-epochs", NULL};
+    const char *dir = a->resume;
+    int rc = run_record_resume_only(argc, argv, allowed, "search");
+    if (!rc)
+        rc = run_record_load(dir, &r->record, "search");
+    int n = 0;
+    char **v = NULL;
+    if (!rc && run_record_argv(r->record, "search", &n, &v))
+        rc = cli_fail("search", "--resume %s: the recorded options are malformed", dir);
+    *a = (search_args){.out = "run", .profile_every = 50};
+    if (!rc && parse_args(a, n, v))
+        rc = cli_fail("search", "--resume %s: the recorded options do not parse", dir);
+    free(v);
+    if (!rc && a->resume)
+        rc = cli_fail("search", "--resume %s: the recorded options resume another run", dir);
+    if (!rc && a->backend == NULL && g->backend == NULL)
+        a->backend = json_string_value(json_object_get(r->record, "backend"));
+    if (!rc)
+        rc = parse_args(a, argc, argv) ? CLI_EXIT_USAGE : 0;
+    return rc;
+}
+
+/* The search (and the training of what it found) of settings a. */
+static int run_search(search_run *r, const search_args *a, const cli_global *g)
+{
+    if (!preset(r, a->preset ? a->preset : "darts"))
+        return cli_usage_error("search", search_usage, "unknown preset '%s'", a->preset);
+    int rc = apply_args(r, a);
+    if (rc)
+        return rc;
+    if (a->viz && (rc = cli_live_open(&r->live, "exapt search", a->viz_exit)))
+        return rc;
+    const char *backend = a->backend ? a->backend : g->backend;
+    char msg[512];
+    if (ex_backend_open(backend, &r->be, msg, sizeof msg) != EX_OK)
+        return cli_fail("search", "%s", msg);
+    double peak = 0;
+    cli_measure_peak(r->be, &peak);
+    run_catch_signals();
+    if (!(rc = open_data(r, a)) && !(rc = run_mkdir(r->out, "search"))) {
+        if (ex_search_new(&r->cfg, r->be, &r->s, msg, sizeof msg) != EX_OK)
+            rc = cli_fail("search", "%s", msg);
+    }
+    if (!rc && a->resume)
+        rc = resume(r);
+    if (!rc && !a->resume)
+        rc = record_settings(r, a, backend);
+    if (!rc)
+        rc = open_log(r, a->resume != NULL);
+    if (rc)
+        return rc;
+    fprintf(stderr,
+            "search: %s mode, order %d, %lld images (%lld for weights, %lld for alpha), %d "
+            "epochs on %s (%s)\n",
+            ex_search_mode_name(r->cfg.mode), r->cfg.order,
+            (long long)(ex_dataset_count(r->train_set) + ex_dataset_count(r->valid_set)),
+            (long long)ex_dataset_count(r->train_set), (long long)ex_dataset_count(r->valid_set),
+            r->epochs, ex_backend_get_caps(r->be)->name, ex_backend_get_caps(r->be)->device);
+    search_job job = {r, a, backend};
+    return r->live ? cli_live_run(r->live, search_job_run, &job) : search_job_run(&job);
 }
 
 int cli_search(const cli_global *g, int argc, char **argv)
 {
     search_args a = {.out = "run", .profile_every = 50};
-    const opt_spec specs[] = {
-        {"--preset", OPT_STRING, &a.preset, 0, 0, NULL},
-        {"--backend", OPT_STRING, &a.backend, 0, 0, NULL},
-        {"--mode", OPT_STRING, &a.mode, 0, 0, NULL},
-        {"--order", OPT_INT, &a.order, 1, 2, &a.set_order},
-        {"--data", OPT_STRING, &a.data, 0, 0, NULL},
-        {"--dataset", OPT_STRING, &a.dataset, 0, 0, NULL},
-        {"--limit", OPT_INT, &a.limit, 0, 1e9, &a.set_limit},
-        {"--train-portion", OPT_FLOAT, &a.portion, 0.01, 0.99, &a.set_portion},
-        {"--epochs", OPT_INT, &a.epochs, 1, 100000, &a.set_epochs},
-        {"--batch", OPT_INT, &a.batch, 2, 65536, &a.set_batch},
-        {"--channels", OPT_INT, &a.channels, 2, 4096, &a.set_channels},
-        {"--layers", OPT_INT, &a.layers, 1, 1000, &a.set_layers},
-        {"--steps", OPT_INT, &a.steps, 1, EX_MAX_STEPS, &a.set_steps},
-        {"--lr", OPT_FLOAT, &a.lr, 0, 10, &a.set_lr},
-        {"--lr-min", OPT_FLOAT, &a.lr_min, 0, 10, &a.set_lr_min},
-        {"--arch-lr", OPT_FLOAT, &a.arch_lr, 0, 10, &a.set_arch_lr},
-        {"--topk", OPT_INT, &a.topk, 1, EX_MAX_CANDIDATES, &a.set_topk},
-        {"--entropy", OPT_FLOAT, &a.entropy, 0, 100, &a.set_entropy},
-        {"--seed", OPT_INT, &a.seed, 0, 2147483647, &a.set_seed},
-        {"--candidates", OPT_STRING, &a.candidates, 0, 0, NULL},
-        {"--tau-max", OPT_FLOAT, &a.tau_max, 1e-3, 1e3, &a.set_tau_max},
-        {"--tau-min", OPT_FLOAT, &a.tau_min, 1e-3, 1e3, &a.set_tau_min},
-        {"--out", OPT_STRING, &a.out, 0, 0, NULL},
-        {"--resume", OPT_STRING, &a.resume, 0, 0, NULL},
-        {"--train-epochs", OPT_INT, &a.train_epochs, 0, 100000, &a.set_train_epochs},
-        {"--profile-every", OPT_INT, &a.profile_every, 0, 1e9, NULL},
-        {"--checkpoint-every", OPT_INT, &a.checkpoint_every, 0, 1e9, NULL},
-        {"--viz", OPT_FLAG, &a.viz, 0, 0, NULL},
-        {"--viz-every", OPT_INT, &a.viz_every, 1, 1e9, NULL},
-        {"--viz-exit", OPT_FLAG, &a.viz_exit, 0, 0, NULL},
-    };
-    int rc =
-        opt_parse("search", search_usage, specs, (int)(sizeof specs / sizeof specs[0]), argc, argv);
+    int rc = parse_args(&a, argc, argv);
     if (rc)
         return rc < 0 ? CLI_EXIT_OK : rc;
-    if (a.preset && strcmp(a.preset, "quick") && strcmp(a.preset, "darts"))
-        return cli_usage_error("search", search_usage, "unknown preset '%s'", a.preset);
     search_run r = {0};
-    preset(&r, a.preset && !strcmp(a.preset, "quick"));
-    if ((rc = apply_args(&r, &a)))
-        return rc;
-    if (a.viz && (rc = cli_live_open(&r.live, "exapt search", a.viz_exit)))
-        return rc;
-    const char *backend = a.backend ? a.backend : g->backend;
-    char msg[512];
-    if (ex_backend_open(backend, &r.be, msg, sizeof msg) != EX_OK)
-        return cli_fail("search", "%s", msg);
-    double peak = 0;
-    cli_measure_peak(r.be, &peak);
-    run_catch_signals();
-    if (!(rc = open_data(&r, &a)) && !(rc = run_mkdir(r.out, "search"))) {
-        if (ex_search_new(&r.cfg, r.be, &r.s, msg, sizeof msg) != EX_OK)
-            rc = cli_fail("search", "%s", msg);
-    }
-    if (!rc && a.resume)
-        rc = resume(&r);
+    if (a.resume)
+        rc = recall_args(&r, &a, g, argc, argv);
+    else if (!(r.record = run_record_new(g, argc, argv)))
+        rc = cli_fail("search", "out of memory");
     if (!rc)
-        rc = open_log(&r, a.resume != NULL);
-    if (!rc) {
-        fprintf(stderr,
-                "search: %s mode, order %d, %lld images (%lld for weights, %lld for "
-                "alpha), %d epochs on %s (%s)\n",
-                ex_search_mode_name(r.cfg.mode), r.cfg.order,
-                (long long)(ex_dataset_count(r.train_set) + ex_dataset_count(r.valid_set)),
-                (long long)ex_dataset_count(r.train_set), (long long)ex_dataset_count(r.valid_set),
-                r.epochs, ex_backend_get_caps(r.be)->name, ex_backend_get_caps(r.be)->device);
-        search_job job = {&r, &a, backend};
-        rc = r.live ? cli_live_run(r.live, search_job_run, &job) : search_job_run(&job);
-    }
+        rc = run_search(&r, &a, g);
     free_run(&r);
     return rc;
 }

@@ -56,7 +56,7 @@ static int test_accuracy(train_state *t, double *loss, double *acc)
 {
     ex_loader *l = NULL;
     int eb = t->j->net.eval_batch;
-    int rc = run_loader(t->test_set, false, eb, 0, 0, &l, t->j->cmd);
+    int rc = run_loader(t->test_set, false, eb, 0, 0, false, &l, t->j->cmd);
     if (rc)
         return rc;
     double sum = 0;
@@ -242,7 +242,8 @@ static int setup(train_state *t)
     c.classes = ex_dataset_classes(t->train_set);
     c.eval_batch = run_eval_batch(ex_dataset_count(t->test_set), 250);
     ((train_job *)j)->net = c; /* the job records what ran */
-    if ((rc = run_loader(t->train_set, true, c.batch, c.seed, j->cutout, &t->train, j->cmd)))
+    if ((rc = run_loader(t->train_set, true, c.batch, c.seed, j->cutout, j->flip, &t->train,
+                         j->cmd)))
         return rc;
     size_t img = (size_t)c.in_channels * (size_t)c.height * (size_t)c.width;
     size_t most = (size_t)(c.batch > c.eval_batch ? c.batch : c.eval_batch);
@@ -274,12 +275,14 @@ int train_run(const train_job *j, double *test_acc)
                 ex_backend_get_caps(t.be)->name);
     }
     double acc = 0;
+    bool measured = false;
     for (; !rc && t.epoch < j->epochs; t.epoch++, t.step = 0) {
         float p = j->drop_path * (float)t.epoch / (float)j->epochs;
         if (ex_network_set_drop_path(t.net, p) != EX_OK)
             rc = cli_fail(j->cmd, "%s", ex_network_error(t.net));
         if (!rc)
             rc = one_epoch(&t, &acc);
+        measured = true;
         if (!rc) {
             t.epoch++;
             t.step = 0;
@@ -287,6 +290,9 @@ int train_run(const train_job *j, double *test_acc)
             t.epoch--;
         }
     }
+    double loss = 0;
+    if (!rc && !measured) /* resumed after its last epoch */
+        rc = test_accuracy(&t, &loss, &acc);
     char path[4096], msg[256];
     if (!rc && ex_network_save(t.net, run_path(path, sizeof path, j->out, "weights.safetensors"),
                                false) != EX_OK)

@@ -20,6 +20,7 @@ typedef struct train_job {
     float lr, lr_min;
     float drop_path; /* final drop-path probability, reached linearly */
     int cutout;
+    bool flip; /* mirror training images left-right with probability 1/2 */
     ex_network_config net;
     ex_genotype genotype;
 } train_job;

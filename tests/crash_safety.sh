@@ -26,7 +26,7 @@ export OMP_NUM_THREADS=1
 "$exapt" "${args[@]}" --epochs 3 --out "$dir/whole" 2>"$dir/whole.log"
 
 # exec: the background job is the search itself, so $! is its pid
-slow() { LD_PRELOAD=$shim EXAPT_SLOW_WRITE_US=10000 exec "$exapt" "${args[@]}" --epochs 3 "$@"; }
+slow() { LD_PRELOAD=$shim EXAPT_SLOW_WRITE_US=10000 exec "$exapt" "$@"; }
 
 # Waits until the search has a checkpoint, then kills it: in round r odd, as soon as a
 # new checkpoint write has started (plus up to 0.15 s, inside the slowed write); in round
@@ -52,12 +52,13 @@ kill_round() {
 
 kills=0
 in_write=0
-slow --out "$dir/cut" 2>"$dir/cut.0.log" &
+slow "${args[@]}" --epochs 3 --out "$dir/cut" 2>"$dir/cut.0.log" &
 for r in $(seq 1 "$kills_wanted"); do
     kill_round $! "$r" || break
     kills=$((kills + 1))
     [ -f "$ck.tmp" ] && in_write=$((in_write + 1))
-    slow --resume "$dir/cut" 2>"$dir/cut.$r.log" &
+    # the configuration comes from the run: --resume alone
+    slow search --resume "$dir/cut" 2>"$dir/cut.$r.log" &
     # the resumed search must take the newest checkpoint, never fall back to .prev
     while ! grep -q "resuming from\|no usable\|error" "$dir/cut.$r.log" 2>/dev/null &&
         kill -0 $! 2>/dev/null; do sleep 0.02; done
@@ -78,7 +79,7 @@ set +e
 (
     trap '' XFSZ
     ulimit -f "$limit_kb"
-    exec "$exapt" "${args[@]}" --epochs 4 --resume "$dir/cut"
+    exec "$exapt" search --epochs 4 --resume "$dir/cut"
 ) 2>"$dir/full.log"
 rc=$?
 set -e
@@ -87,7 +88,7 @@ grep -q "checkpoint:.*File too large" "$dir/full.log" ||
     { tail -3 "$dir/full.log"; fail "no error naming the checkpoint write"; }
 cmp "$dir/before" "$ck" || fail "the previous checkpoint changed"
 [ ! -e "$ck.tmp" ] || fail "a temporary checkpoint was left behind"
-"$exapt" "${args[@]}" --epochs 4 --resume "$dir/cut" 2>"$dir/after.log" ||
+"$exapt" search --epochs 4 --resume "$dir/cut" 2>"$dir/after.log" ||
     { tail -3 "$dir/after.log"; fail "no resume after the full disk"; }
 grep -q "resuming from $ck at" "$dir/after.log" || fail "resumed from something else"
 echo "full disk: the write failed with an error, the previous checkpoint stayed intact"

@@ -31,7 +31,7 @@ kills=0
 "$exapt" "${args[@]}" --out "$dir/cut" 2>"$dir/cut.log" &
 for round in 1 2 3 4; do
     if kill_later $!; then kills=$((kills + 1)); else break; fi
-    "$exapt" "${args[@]}" --resume "$dir/cut" 2>>"$dir/cut.log" &
+    "$exapt" search --resume "$dir/cut" 2>>"$dir/cut.log" &
 done
 wait $! || { echo "the resumed search failed:"; tail -5 "$dir/cut.log"; exit 1; }
 echo "killed $kills times"
