@@ -73,6 +73,7 @@ void ex_search_config_default(ex_search_config *c)
     c->recompute = -1;
     c->nonfinite_limit = 3;
     c->max_param_free = -1;
+    c->partial_channels = 1;
 }
 
 const char *ex_search_mode_name(ex_search_mode m)
@@ -126,6 +127,8 @@ static ex_status check_config(const ex_search_config *c, char *msg, size_t len)
         why = "recompute (-1, 0 or 1)";
     else if (c->arch_warmup < 0 || c->max_param_free < -1)
         why = "arch_warmup (>= 0) or max_param_free (>= -1)";
+    else if (c->partial_channels < 1 || c->channels % c->partial_channels)
+        why = "partial_channels (>= 1, dividing channels)";
     for (int k = 0; !why && k < c->ncand; k++) {
         if ((unsigned)c->cand[k] >= EX_CAND_COUNT)
             why = "candidate operation";

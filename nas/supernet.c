@@ -17,9 +17,47 @@ static ex_tensor *row(ex_ctx *ctx, ex_tensor *t, int e)
     return ex_reshape(ctx, ex_slice(ctx, t, 0, e, 1), 1, &k);
 }
 
-/* One edge: every candidate but `none` on x, summed with the edge's weights. */
+/* Channel shuffle of PC-DARTS (Xu et al., 2020): channel j of group g of cat goes to
+ * channel j * groups + g, so the next edge's mixed op sees other channels. */
+static ex_tensor *shuffle(ex_ctx *ctx, ex_tensor *cat, int groups)
+{
+    int64_t ne[4] = {ex_tensor_dim(cat, 0), ex_tensor_dim(cat, 1), ex_tensor_dim(cat, 2),
+                     ex_tensor_dim(cat, 3)};
+    int64_t cc = ne[1] / groups, hw = ne[2] * ne[3];
+    ex_tensor *out = ex_fill(ctx, 4, ne, 0.0f); /* overwritten entirely */
+    int64_t part[4] = {ne[0], cc, ne[2], ne[3]};
+    int64_t st[4] = {ne[1] * hw, groups * hw, ne[3], 1};
+    for (int g = 0; g < groups; g++)
+        ex_copy_into(ctx, ex_slice(ctx, cat, 1, g * cc, cc),
+                     ex_view(ctx, out, 4, part, st, g * hw));
+    return out;
+}
+
+static ex_tensor *all_channels(nas_net *n, const ex_search_config *c, ex_tensor *x, int e,
+                               int stride, ex_tensor *w, ex_tensor *m, bool gated);
+
+/* One edge. With partial channels (k > 1), a k-th of x's channels go through the
+ * candidates and the rest pass by (max-pooled where the edge reduces, with the candidates'
+ * 3x3 window so the shapes agree at any size), then the channels are shuffled. */
 static ex_tensor *mixed_op(nas_net *n, const ex_search_config *c, ex_tensor *x, int e, int stride,
                            ex_tensor *w, ex_tensor *m, bool gated)
+{
+    int k = c->partial_channels;
+    if (k <= 1)
+        return all_channels(n, c, x, e, stride, w, m, gated);
+    int64_t ch = ex_tensor_dim(x, 1), cc = ch / k;
+    ex_tensor *parts[2] = {
+        all_channels(n, c, ex_slice(n->ctx, x, 1, 0, cc), e, stride, w, m, gated),
+        ex_slice(n->ctx, x, 1, cc, ch - cc)};
+    ex_pool_params p = {{3, 3}, {2, 2}, {1, 1}};
+    if (stride == 2)
+        parts[1] = ex_max_pool(n->ctx, parts[1], &p);
+    return shuffle(n->ctx, nas_concat(n, 2, parts), k);
+}
+
+/* Every candidate but `none` on x, summed with the edge's weights. */
+static ex_tensor *all_channels(nas_net *n, const ex_search_config *c, ex_tensor *x, int e,
+                               int stride, ex_tensor *w, ex_tensor *m, bool gated)
 {
     ex_tensor *outs[EX_MAX_CANDIDATES];
     int idx[EX_MAX_CANDIDATES], count = 0;
@@ -65,7 +103,11 @@ static ex_tensor *cell(nas_net *n, const ex_search_config *c, const cell_io *io,
             nas_pop(n, len);
             sum = sum ? ex_add(n->ctx, sum, y) : y;
         }
-        states[2 + i] = sum;
+        /* the channels that pass by are not normalized: summed over the nodes they would
+         * grow with depth, so a node averages its inputs (PC-DARTS learns these weights as
+         * its edge normalization) */
+        states[2 + i] =
+            c->partial_channels > 1 ? ex_scale(n->ctx, sum, 1.0f / (float)(2 + i)) : sum;
     }
     return nas_concat(n, c->multiplier, states + 2 + c->steps - c->multiplier);
 }

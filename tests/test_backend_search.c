@@ -7,7 +7,7 @@
  * ten times the largest weight difference (the node's two inputs).
  *
  *   test_backend_search [--backend NAME] [--reference NAME] [--steps N]
- *                                                  (default vulkan, cpu, 20)
+ *                       [--partial-channels K]     (default vulkan, cpu, 20, 1)
  *
  * --reference cpu-ref compares with the CPU backend's double-accumulating reference path:
  * the fast CPU path's float sums follow the machine's BLAS kernels, and over 20 steps two
@@ -37,7 +37,7 @@
 #define MAX_E 64
 
 static const char *other_backend = "vulkan", *reference = "cpu";
-static int nsteps = 20;
+static int nsteps = 20, partial = 1;
 
 /* Two classes: a bright top or bottom half, plus a little hashed noise of 65,536 levels.
  * Noise of five levels made many equal values, and where two values tie (a max-pooling
@@ -71,6 +71,7 @@ static void small_config(ex_search_config *c)
     c->order = 1;
     c->arch_lr = 3e-2f; /* alpha must move in a few steps */
     c->seed = 12345;
+    c->partial_channels = partial;
 }
 
 /** What one run leaves behind. */
@@ -297,8 +298,14 @@ int main(int argc, char **argv)
             reference = argv[++i];
         } else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0) {
             nsteps = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--partial-channels") == 0 && i + 1 < argc &&
+                   atoi(argv[i + 1]) > 0) {
+            partial = atoi(argv[++i]);
         } else {
-            fprintf(stderr, "usage: %s [--backend NAME] [--reference NAME] [--steps N]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--backend NAME] [--reference NAME] [--steps N] "
+                    "[--partial-channels K]\n",
+                    argv[0]);
             return 2;
         }
     }

@@ -1,4 +1,5 @@
 /* The search end to end on small generated data: repeatability, resume, every mode. */
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -7,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -308,6 +310,48 @@ static void learns(void **state)
     ex_backend_close(be);
 }
 
+/* PC-DARTS's partial channels: half of each edge's channels through the candidates; the
+ * search still learns, repeats bitwise, and alpha moves. */
+static void partial_channels(void **state)
+{
+    (void)state;
+    ex_backend *be = cpu();
+    ex_search_config c;
+    small_config(&c, EX_SEARCH_DARTS, 1);
+    c.partial_channels = 2;
+    float a[2][2 * EDGES * K], init[2 * EDGES * K];
+    ex_search_stats first, last[2];
+    for (int run = 0; run < 2; run++) {
+        ex_search *s = make(&c, be);
+        if (!run)
+            alphas(s, init);
+        steps(s, 0, 1, &first);
+        steps(s, 1, 25, &last[run]);
+        alphas(s, a[run]);
+        ex_search_free(s);
+    }
+    assert_memory_equal(a[0], a[1], sizeof a[0]);
+    assert_memory_equal(&last[0].train_loss, &last[1].train_loss, sizeof(float));
+    assert_memory_not_equal(init, a[0], sizeof init);
+    assert_true(last[0].train_loss < 0.5f * first.train_loss);
+    assert_true(last[0].valid_acc >= 0.875f);
+    /* the candidates' weights are half as wide: a checkpoint of all channels is refused */
+    char path[] = "/tmp/exapt-pc-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    ex_search *s = make(&c, be);
+    assert_int_equal(ex_search_save(s, path, NULL), EX_OK);
+    ex_search_free(s);
+    c.partial_channels = 1;
+    s = make(&c, be);
+    assert_int_not_equal(ex_search_load(s, path), EX_OK);
+    assert_non_null(strstr(ex_search_error(s), "shape"));
+    ex_search_free(s);
+    remove(path);
+    ex_backend_close(be);
+}
+
 static void bad_config(void **state)
 {
     (void)state;
@@ -323,6 +367,12 @@ static void bad_config(void **state)
     c.cand[1] = c.cand[2];
     assert_int_equal(ex_search_new(&c, be, &s, msg, sizeof msg), EX_ERR_ARG);
     assert_int_equal(ex_search_new(NULL, be, &s, msg, sizeof msg), EX_ERR_ARG);
+    small_config(&c, EX_SEARCH_DARTS, 1);
+    c.partial_channels = 3; /* does not divide 4 channels */
+    assert_int_equal(ex_search_new(&c, be, &s, msg, sizeof msg), EX_ERR_ARG);
+    assert_non_null(strstr(msg, "partial_channels"));
+    c.partial_channels = 0;
+    assert_int_equal(ex_search_new(&c, be, &s, msg, sizeof msg), EX_ERR_ARG);
     ex_backend_close(be);
 }
 
@@ -332,7 +382,7 @@ int main(void)
         cmocka_unit_test(repeatable),           cmocka_unit_test(resume_is_bitwise),
         cmocka_unit_test(every_mode),           cmocka_unit_test(no_clip_nodes),
         cmocka_unit_test(recompute_is_bitwise), cmocka_unit_test(learns),
-        cmocka_unit_test(bad_config),
+        cmocka_unit_test(partial_channels),     cmocka_unit_test(bad_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -56,6 +56,11 @@ typedef struct ex_search_config {
     int max_param_free;     /**< the collapse guard of ex_search_genotype(): at most this many
                                  parameter-free operations in the normal cell
                                  (ex_genotype_cap_param_free; -1: no cap, DARTS's rule) */
+    int partial_channels;   /**< PC-DARTS's partial channel connections: a 1/k share of each
+                                 edge's input channels goes through its candidates, the rest
+                                 passes by, then the channels are shuffled; less memory and
+                                 time per image, so larger batches (1: all channels, DARTS;
+                                 k must divide channels) */
     uint64_t seed;
     int recompute;             /**< 1: the backward passes recompute depthwise convolutions'
                                     outputs instead of keeping them (ex_graph_set_recompute):
