@@ -47,6 +47,21 @@ ex_tensor *ex_cross_entropy(ex_ctx *ctx, ex_tensor *logits, ex_tensor *labels)
     return classify(ctx, EX_OP_CROSS_ENTROPY, logits, labels);
 }
 
+ex_tensor *ex_cross_entropy_smoothed(ex_ctx *ctx, ex_tensor *logits, ex_tensor *labels,
+                                     float smoothing)
+{
+    ex_tensor *ce = ex_cross_entropy(ctx, logits, labels);
+    if (ex__is_inert(ce) || smoothing == 0.0f)
+        return ce;
+    if (!(smoothing > 0.0f && smoothing < 1.0f))
+        return ex__fail(ctx, EX_ERR_ARG, "cross_entropy_smoothed: smoothing %g outside [0, 1)",
+                        (double)smoothing);
+    /* the uniform target's cross-entropy is the mean of -log p over every class and row */
+    int64_t one = 1;
+    ex_tensor *mean_logp = ex_reshape(ctx, ex_mean(ctx, ex_log_softmax(ctx, logits), 3u), 1, &one);
+    return ex_axpy(ctx, -smoothing, mean_logp, ex_scale(ctx, ce, 1.0f - smoothing));
+}
+
 ex_tensor *ex_accuracy(ex_ctx *ctx, ex_tensor *logits, ex_tensor *labels)
 {
     return classify(ctx, EX_OP_ACCURACY, logits, labels);

@@ -18,7 +18,8 @@ struct ex_network {
     nas_net net;
     ex_tensor **mom;
     ex_tensor *x, *y, *lr, *counter, *xe, *ye;
-    ex_tensor *loss, *acc, *loss_e, *acc_e;
+    ex_tensor *loss, *acc, *loss_e, *acc_e, *logits_e;
+    int32_t *no_labels; /* eval_batch zeros: ex_network_predict's labels */
     float drop_prob;
     int64_t steps_done;
     char msg[512];
@@ -66,9 +67,11 @@ static void train_step(ex_network *n)
     n->mom = nas_net_momentum(&n->net);
     n->loss = ex_keep(ctx, ex_cross_entropy(ctx, logits, n->y));
     n->acc = ex_keep(ctx, ex_accuracy(ctx, logits, n->y));
-    ex_tensor *total = n->loss;
+    float ls = n->cfg.label_smoothing;
+    ex_tensor *total = ls > 0.0f ? ex_cross_entropy_smoothed(ctx, logits, n->y, ls) : n->loss;
     if (aux)
-        total = ex_axpy(ctx, n->cfg.aux_weight, ex_cross_entropy(ctx, aux, n->y), n->loss);
+        total =
+            ex_axpy(ctx, n->cfg.aux_weight, ex_cross_entropy_smoothed(ctx, aux, n->y, ls), total);
     int count = n->net.nparams;
     ex_tensor **w = calloc((size_t)count + 1, sizeof *w),
               **g = calloc((size_t)count + 1, sizeof *g),
@@ -117,6 +120,7 @@ static ex_status build(ex_network *n)
     n->net.train = false;
     ex_tensor *logits =
         nas_derived_forward(&n->net, &n->genotype, c, n->xe, n->counter, 1.0f, NULL);
+    n->logits_e = ex_keep(ctx, logits);
     n->loss_e = ex_keep(ctx, ex_cross_entropy(ctx, logits, n->ye));
     n->acc_e = ex_keep(ctx, ex_accuracy(ctx, logits, n->ye));
     ex_status st = ex_graph_plan(ctx, n->be, NULL, &n->plan);
@@ -159,11 +163,12 @@ ex_status ex_network_new(const ex_genotype *g, const ex_network_config *c, ex_ba
     }
     *out = NULL;
     if (c->batch < 2 || c->channels < 2 || c->channels % 2 || c->layers < 1 || c->classes < 2 ||
-        c->stem_multiplier < 1 || g->steps < 1 || g->steps > EX_MAX_STEPS) {
+        c->stem_multiplier < 1 || g->steps < 1 || g->steps > EX_MAX_STEPS ||
+        !(c->label_smoothing >= 0.0f && c->label_smoothing < 1.0f)) {
         if (msg && msg_len)
             snprintf(msg, msg_len,
                      "network: bad configuration (batch, channels, layers, "
-                     "classes or genotype steps)");
+                     "classes, genotype steps or label smoothing)");
         return EX_ERR_ARG;
     }
     ex_network *n = calloc(1, sizeof *n);
@@ -192,6 +197,7 @@ void ex_network_free(ex_network *n)
     if (!n)
         return;
     teardown(n);
+    free(n->no_labels);
     free(n);
 }
 
@@ -339,6 +345,24 @@ ex_status ex_network_eval(ex_network *n, const float *x, const int32_t *y, float
         *loss = l;
     if (st == EX_OK && correct)
         *correct = (int)c;
+    return st;
+}
+
+ex_status ex_network_predict(ex_network *n, const float *x, float *logits)
+{
+    if (!n)
+        return EX_ERR_ARG;
+    if (!x || !logits)
+        return fail(n, EX_ERR_ARG, "network: predict needs images and room for the logits");
+    int64_t eb = ex_tensor_dim(n->xe, 0);
+    if (!n->no_labels && !(n->no_labels = calloc((size_t)eb, sizeof *n->no_labels)))
+        return fail(n, EX_ERR_NOMEM, "network: out of host memory");
+    ex_status st = write_batch(n, n->xe, x, n->ye, n->no_labels);
+    if (st == EX_OK && (st = ex_plan_run_stage(n->plan, 1)) != EX_OK)
+        return fail(n, st, "network: %s", ex_plan_error(n->plan));
+    size_t bytes = (size_t)ex_tensor_numel(n->logits_e) * sizeof *logits;
+    if (st == EX_OK && (st = ex_plan_read(n->plan, n->logits_e, logits, bytes)) != EX_OK)
+        return fail(n, st, "network: %s", ex_plan_error(n->plan));
     return st;
 }
 

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "exapt/exapt.h"
+#include "exapt/network.h"
 
 /* ---- helpers ---- */
 
@@ -567,6 +568,140 @@ static void test_sepconv_block(void **state)
 
 /* ---- an MLP learns XOR ---- */
 
+/* ---- label smoothing: value and gradient against double precision and against
+ * central finite differences of the plan's own loss ---- */
+
+enum { LS_N = 6, LS_K = 5 };
+
+static double ls_ref(const float *z, const int32_t *y, float eps, double *grad)
+{
+    double loss = 0;
+    for (int i = 0; i < LS_N; i++) {
+        const float *r = z + i * LS_K;
+        double mx = r[0], sum = 0, logp_sum = 0;
+        for (int k = 1; k < LS_K; k++)
+            mx = r[k] > mx ? r[k] : mx;
+        for (int k = 0; k < LS_K; k++)
+            sum += exp(r[k] - mx);
+        double lse = mx + log(sum);
+        for (int k = 0; k < LS_K; k++) {
+            double target = (1.0 - eps) * (k == y[i]) + eps / LS_K;
+            logp_sum += r[k] - lse;
+            grad[i * LS_K + k] = (exp(r[k] - lse) - target) / LS_N;
+        }
+        loss += -(1.0 - eps) * (r[y[i]] - lse) - eps * logp_sum / LS_K;
+    }
+    return loss / LS_N;
+}
+
+static void test_label_smoothing(void **state)
+{
+    (void)state;
+    const float eps = 0.1f;
+    ex_ctx *ctx = ex_ctx_new();
+    assert_non_null(ctx);
+    const int64_t n = LS_N;
+    ex_tensor *z = param(ctx, 2, LS_N, LS_K, 0, 0, "logits");
+    ex_tensor *y = ex_input(ctx, EX_I32, 1, &n, "labels");
+    ex_tensor *loss = ex_keep(ctx, ex_cross_entropy_smoothed(ctx, z, y, eps));
+    check_ok(ex_graph_backward(ctx, loss), "ex_graph_backward", ex_ctx_error(ctx));
+    ex_tensor *g = ex_grad(ctx, z);
+    assert_non_null(g);
+    ex_keep(ctx, g);
+    check_ctx(ctx, "building the smoothed loss");
+    ex_backend *be = open_cpu();
+    ex_plan *plan = plan_graph(ctx, be);
+    rng r = {11};
+    float logits[LS_N * LS_K], grad[LS_N * LS_K];
+    int32_t labels[LS_N] = {0, 4, 2, 2, 1, 3};
+    double ref_grad[LS_N * LS_K];
+    fill_uniform(&r, logits, LS_N * LS_K, -3.0f, 3.0f);
+    write_t(plan, y, labels);
+    write_t(plan, z, logits);
+    run_plan(plan);
+    double ref = ls_ref(logits, labels, eps, ref_grad);
+    assert_true(fabs(read_scalar(plan, loss) - ref) <= 1e-5 * (1 + ref));
+    read_t(plan, g, grad);
+    check_nmse("smoothed cross-entropy gradient", grad, ref_grad, LS_N * LS_K, 1e-10);
+    /* every logit: the central difference of the loss the plan computes */
+    const float h = 1e-2f;
+    for (int i = 0; i < LS_N * LS_K; i++) {
+        float keep = logits[i], f[2];
+        for (int side = 0; side < 2; side++) {
+            logits[i] = keep + (side ? -h : h);
+            write_t(plan, z, logits);
+            run_plan(plan);
+            f[side] = read_scalar(plan, loss);
+        }
+        logits[i] = keep;
+        double fd = ((double)f[0] - (double)f[1]) / (2.0 * h);
+        if (fabs(fd - (double)grad[i]) > 2e-4)
+            fail_msg("logit %d: finite difference %g, gradient %g", i, fd, (double)grad[i]);
+    }
+    /* smoothing 0 is the plain cross-entropy, the same node */
+    ex_tensor *plain = ex_cross_entropy_smoothed(ctx, z, y, 0.0f);
+    assert_int_equal(ex_tensor_ndim(plain), 1);
+    ex_plan_free(plan);
+    ex_backend_close(be);
+    ex_ctx_free(ctx);
+}
+
+/* A derived network trained with label smoothing: it learns, and ex_network_predict's
+ * logits give exactly the loss and count that ex_network_eval reports. */
+static void test_network_predict(void **state)
+{
+    (void)state;
+    enum { NB = 8, HW = 8, NK = 2 };
+    ex_network_config c;
+    ex_network_config_default(&c);
+    c.in_channels = 1;
+    c.height = c.width = HW;
+    c.classes = NK;
+    c.batch = NB;
+    c.channels = 4;
+    c.layers = 2;
+    c.auxiliary = false;
+    c.label_smoothing = 0.1f;
+    ex_genotype g;
+    assert_int_equal(ex_genotype_builtin("DARTS_V2", &g), EX_OK);
+    ex_backend *be = open_cpu();
+    ex_network *n = NULL;
+    char msg[512] = "";
+    check_ok(ex_network_new(&g, &c, be, &n, msg, sizeof msg), "ex_network_new", msg);
+    float x[NB * HW * HW], logits[NB * NK];
+    int32_t y[NB];
+    rng r = {5};
+    ex_network_stats first = {0}, st = {0};
+    for (int step = 0; step < 30; step++) {
+        for (int i = 0; i < NB; i++) { /* class: the bright half, top or bottom */
+            y[i] = (i + step) % 2;
+            for (int p = 0; p < HW * HW; p++)
+                x[i * HW * HW + p] = (float)((p < HW * HW / 2) == (y[i] == 1)) +
+                                     0.3f * (float)(rng_next(&r) >> 40) / 16777216.0f;
+        }
+        check_ok(ex_network_step(n, x, y, 0.05f, &st), "ex_network_step", ex_network_error(n));
+        if (!step)
+            first = st;
+    }
+    assert_true(st.loss < 0.5f * first.loss);
+    float loss = 0;
+    int correct = -1;
+    check_ok(ex_network_eval(n, x, y, &loss, &correct), "ex_network_eval", ex_network_error(n));
+    check_ok(ex_network_predict(n, x, logits), "ex_network_predict", ex_network_error(n));
+    double ce = 0;
+    int right = 0;
+    for (int i = 0; i < NB; i++) {
+        double a = logits[2 * i], b = logits[2 * i + 1], mx = a > b ? a : b;
+        ce -= (y[i] ? b : a) - (mx + log(exp(a - mx) + exp(b - mx)));
+        right += (b > a) == (y[i] == 1);
+    }
+    assert_true(fabs(ce / NB - (double)loss) <= 1e-5 * (1 + ce / NB));
+    assert_int_equal(right, correct);
+    assert_int_equal(correct, NB);
+    ex_network_free(n);
+    ex_backend_close(be);
+}
+
 enum opt_kind { OPT_SGD, OPT_ADAM };
 
 typedef struct mlp {
@@ -935,7 +1070,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sepconv_block),    cmocka_unit_test(test_xor_sgd),
         cmocka_unit_test(test_xor_adam),         cmocka_unit_test(test_cnn_learns),
-        cmocka_unit_test(test_sgd_clip_bitwise),
+        cmocka_unit_test(test_sgd_clip_bitwise), cmocka_unit_test(test_label_smoothing),
+        cmocka_unit_test(test_network_predict),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

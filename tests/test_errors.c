@@ -295,6 +295,14 @@ CASE(cross_entropy_dtype)
 {
     return ex_cross_entropy(ctx, t2(ctx, 5, 7), t1(ctx, 5));
 }
+CASE(cross_entropy_smoothing)
+{
+    return ex_cross_entropy_smoothed(ctx, t2(ctx, 5, 7), i1(ctx, 5), 1.0f);
+}
+CASE(cross_entropy_smoothed_rows)
+{
+    return ex_cross_entropy_smoothed(ctx, t2(ctx, 5, 7), i1(ctx, 6), 0.1f);
+}
 CASE(accuracy_rank)
 {
     return ex_accuracy(ctx, t4(ctx, 5, 7, 2, 2), i1(ctx, 5));
@@ -676,6 +684,8 @@ static const err_case cases[] = {
     C(log_softmax_dtype, ARG, EX_OK, "log_softmax", "i32"),
     C(cross_entropy_rows, SHP, EX_OK, "cross_entropy", "5x7", "6"),
     C(cross_entropy_dtype, ARG, EX_OK, "cross_entropy", "f32"),
+    C(cross_entropy_smoothing, ARG, EX_OK, "cross_entropy_smoothed", "smoothing 1"),
+    C(cross_entropy_smoothed_rows, SHP, EX_OK, "cross_entropy", "5x7", "6"),
     C(accuracy_rank, SHP, EX_OK, "accuracy", "5x7x2x2"),
     C(conv2d_dtype, ARG, EX_OK, "conv2d", "i32"),
     C(conv2d_channels, SHP, EX_OK, "conv2d", "2x3x9x9", "4x5x3x3"),
@@ -879,6 +889,7 @@ static void test_null_ctx(void **state)
         ex_softmax(NULL, NULL),
         ex_log_softmax(NULL, NULL),
         ex_cross_entropy(NULL, NULL, NULL),
+        ex_cross_entropy_smoothed(NULL, NULL, NULL, 0.1f),
         ex_accuracy(NULL, NULL, NULL),
         ex_conv2d(NULL, NULL, NULL, &cp),
         ex_dwconv2d(NULL, NULL, NULL, &cp),

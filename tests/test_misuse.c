@@ -437,6 +437,8 @@ static void searches_and_networks(void **state)
     assert_int_equal(ex_network_set_drop_path(NULL, 0.1f), EX_ERR_ARG);
     assert_int_equal(ex_network_step(NULL, x, y, 0.1f, NULL), EX_ERR_ARG);
     assert_int_equal(ex_network_eval(NULL, x, y, NULL, NULL), EX_ERR_ARG);
+    float logits[4];
+    assert_int_equal(ex_network_predict(NULL, x, logits), EX_ERR_ARG);
     ex_network_config nc;
     ex_network_config_default(&nc);
     nc.in_channels = 1;
@@ -453,7 +455,15 @@ static void searches_and_networks(void **state)
     nc.channels = 3;
     FAILS_MSG(ex_network_new(&g, &nc, be, &n, msg, sizeof msg), EX_ERR_ARG);
     nc.channels = 2;
+    nc.label_smoothing = 1.0f;
+    FAILS_MSG(ex_network_new(&g, &nc, be, &n, msg, sizeof msg), EX_ERR_ARG);
+    nc.label_smoothing = NAN;
+    FAILS_MSG(ex_network_new(&g, &nc, be, &n, msg, sizeof msg), EX_ERR_ARG);
+    nc.label_smoothing = 0.0f;
     assert_int_equal(ex_network_new(&g, &nc, be, &n, msg, sizeof msg), EX_OK);
+    assert_int_equal(ex_network_predict(n, NULL, logits), EX_ERR_ARG);
+    assert_int_equal(ex_network_predict(n, x, NULL), EX_ERR_ARG);
+    assert_true(ex_network_error(n)[0] != '\0');
     assert_int_equal(ex_network_set_drop_path(n, 1.5f), EX_ERR_ARG);
     assert_int_equal(ex_network_set_drop_path(n, NAN), EX_ERR_ARG);
     assert_int_equal(ex_network_step(n, x, y, 0.1f, NULL), EX_ERR_ARG);

@@ -27,6 +27,8 @@ typedef struct ex_network_config {
     bool auxiliary;      /**< auxiliary head after the second reduction cell */
     float aux_weight;    /**< weight of its loss (0.4) */
     float momentum, weight_decay, grad_clip; /**< SGD and gradient clipping */
+    float label_smoothing; /**< the training loss's targets smoothed towards uniform
+                                (ex_cross_entropy_smoothed; 0: off, DARTS) */
     uint64_t seed;
 } ex_network_config;
 
@@ -63,6 +65,11 @@ ex_status ex_network_step(ex_network *n, const float *x, const int32_t *y, float
  *  eval mode, no drop path. */
 ex_status ex_network_eval(ex_network *n, const float *x, const int32_t *y, float *loss,
                           int *correct);
+
+/** The logits [config.eval_batch, classes] of a batch of config.eval_batch images, batch
+ *  norm in eval mode, no drop path: what ex_network_eval scores, for test-time
+ *  augmentation or deployment. */
+ex_status ex_network_predict(ex_network *n, const float *x, float *logits);
 
 /** Saves the weights and batch-norm statistics as safetensors with the names of DARTS's
  *  PyTorch NetworkCIFAR (stem.0.weight, cells.0.preprocess0.op.1.weight, ...), atomically;

@@ -153,6 +153,12 @@ ex_tensor *ex_softmax(ex_ctx *ctx, ex_tensor *x);
 ex_tensor *ex_log_softmax(ex_ctx *ctx, ex_tensor *x);
 /** Mean cross-entropy of logits [N, K] against i32 labels [N]: a [1] tensor. */
 ex_tensor *ex_cross_entropy(ex_ctx *ctx, ex_tensor *logits, ex_tensor *labels);
+/** Cross-entropy against labels smoothed towards the uniform distribution (Szegedy et
+ *  al., 2016): (1 - smoothing) * ex_cross_entropy + smoothing * the mean over rows and
+ *  classes of -log softmax. smoothing in [0, 1); 0 gives ex_cross_entropy itself. Built
+ *  from the ops above, so every backend runs it. */
+ex_tensor *ex_cross_entropy_smoothed(ex_ctx *ctx, ex_tensor *logits, ex_tensor *labels,
+                                     float smoothing);
 /** Number of rows whose argmax equals the label, as an f32 [1] tensor (no gradient). */
 ex_tensor *ex_accuracy(ex_ctx *ctx, ex_tensor *logits, ex_tensor *labels);
 
