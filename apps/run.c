@@ -91,12 +91,11 @@ int run_loader(const ex_dataset *ds, bool train, int batch, uint64_t seed, int c
     return CLI_EXIT_OK;
 }
 
-float run_cosine(float hi, float lo, int epoch, int epochs)
+float run_cosine(float hi, float lo, double done, double total)
 {
-    if (epochs <= 0)
+    if (total <= 0)
         return hi;
-    return lo + 0.5f * (hi - lo) *
-                    (1.0f + (float)cos(3.14159265358979323846 * (double)epoch / (double)epochs));
+    return lo + 0.5f * (hi - lo) * (1.0f + (float)cos(3.14159265358979323846 * done / total));
 }
 
 int run_mkdir(const char *dir, const char *cmd)

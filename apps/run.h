@@ -22,8 +22,9 @@ int run_eval_batch(int64_t n, int cap);
 int run_loader(const ex_dataset *ds, bool train, int batch, uint64_t seed, int cutout, bool flip,
                ex_loader **out, const char *cmd);
 
-/** Cosine schedule from hi to lo over `epochs` (per epoch, as DARTS). */
-float run_cosine(float hi, float lo, int epoch, int epochs);
+/** Cosine schedule from hi (done 0) to lo (done total): per epoch in the search, as
+ *  DARTS; per step in training. */
+float run_cosine(float hi, float lo, double done, double total);
 
 /** Installs SIGINT/SIGTERM handlers that ask the run to stop at the next step. */
 void run_catch_signals(void);

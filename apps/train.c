@@ -1,6 +1,7 @@
 /* exapt train: trains the network of a genotype from scratch, evaluates it on the test
  * split each epoch, and saves its weights for PyTorch and for inference. */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,11 @@ static const char train_usage[] =
     "  --batch N --channels N --layers N --lr X --lr-min X --seed N\n"
     "  --drop-path P    final drop-path probability (0.2), reached linearly\n"
     "  --cutout N       cutout length (16; 0: off)\n"
+    "  --flip           mirror training images left-right at random\n"
+    "  --label-smoothing X  targets smoothed towards uniform by X (0: off)\n"
+    "  --tta            evaluate each image and its mirror image, logits averaged\n"
+    "  --holdout N      keep the last N training images out: each epoch is scored on\n"
+    "                   them, the test split once at the end (0: test each epoch)\n"
     "  --no-auxiliary   no auxiliary head (it needs at least 5x5 at 2/3 depth)\n"
     "  --out DIR        where weights.safetensors, checkpoint.safetensors, metrics.jsonl go\n"
     "  --resume DIR     continue an interrupted training from its last checkpoint\n";
@@ -43,20 +49,68 @@ typedef struct train_state {
     ex_backend *be;
     bool own_be;
     ex_network *net;
-    ex_dataset *train_set, *test_set;
+    ex_dataset *train_set, *valid_set, *test_set; /* valid_set: the held-out images */
     ex_loader *train;
     ex_metrics_writer *log;
-    float *x;
+    float *x, *logits; /* logits: two eval batches' (test-time flip) */
     int32_t *y;
     int epoch;
     int64_t step, global_step;
 } train_state;
 
-static int test_accuracy(train_state *t, double *loss, double *acc)
+/* Mirrors each image of a batch left-right in place (NCHW). */
+static void mirror(float *x, int64_t rows, int width)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int a = 0, b = width - 1; a < b; a++, b--) {
+            float v = x[r * width + a];
+            x[r * width + a] = x[r * width + b];
+            x[r * width + b] = v;
+        }
+}
+
+/* Mean loss and fraction correct from logits [n, k] (summed over two views with tta). */
+static void score(const float *logits, const int32_t *y, int n, int k, double *sum, int64_t *right)
+{
+    for (int i = 0; i < n; i++) {
+        const float *r = logits + (size_t)i * (size_t)k;
+        int best = 0;
+        double mx = r[0], e = 0;
+        for (int c = 1; c < k; c++)
+            if (r[c] > r[best])
+                best = c;
+        mx = r[best];
+        for (int c = 0; c < k; c++)
+            e += exp((double)r[c] - mx);
+        *sum += mx + log(e) - (double)r[y[i]];
+        *right += best == y[i];
+    }
+}
+
+/* One batch with test-time flip: the logits of the images and of their mirror images,
+ * averaged. */
+static ex_status tta_batch(train_state *t, float *x, const int32_t *y, double *sum, int64_t *right)
+{
+    const ex_network_config *c = &t->j->net;
+    size_t nl = (size_t)c->eval_batch * (size_t)c->classes;
+    float *a = t->logits, *b = t->logits + nl;
+    ex_status st = ex_network_predict(t->net, x, a);
+    mirror(x, (int64_t)c->eval_batch * c->in_channels * c->height, c->width);
+    if (st == EX_OK)
+        st = ex_network_predict(t->net, x, b);
+    for (size_t i = 0; st == EX_OK && i < nl; i++)
+        a[i] = 0.5f * (a[i] + b[i]);
+    if (st == EX_OK)
+        score(a, y, c->eval_batch, c->classes, sum, right);
+    return st;
+}
+
+/* Mean loss and accuracy on every image of ds, batch norm in eval mode. */
+static int accuracy_on(train_state *t, const ex_dataset *ds, double *loss, double *acc)
 {
     ex_loader *l = NULL;
     int eb = t->j->net.eval_batch;
-    int rc = run_loader(t->test_set, false, eb, 0, 0, false, &l, t->j->cmd);
+    int rc = run_loader(ds, false, eb, 0, 0, false, &l, t->j->cmd);
     if (rc)
         return rc;
     double sum = 0;
@@ -64,19 +118,29 @@ static int test_accuracy(train_state *t, double *loss, double *acc)
     for (int64_t b = 0; b < ex_loader_batches_per_epoch(l); b++) {
         int count = 0, c = 0;
         float lb = 0;
-        if (ex_loader_next(l, t->x, t->y, &count) != EX_OK ||
-            ex_network_eval(t->net, t->x, t->y, &lb, &c) != EX_OK) {
+        ex_status st = ex_loader_next(l, t->x, t->y, &count);
+        if (st == EX_OK && t->j->tta) {
+            st = tta_batch(t, t->x, t->y, &sum, &correct);
+        } else if (st == EX_OK && (st = ex_network_eval(t->net, t->x, t->y, &lb, &c)) == EX_OK) {
+            sum += (double)lb * count;
+            correct += c;
+        }
+        if (st != EX_OK) {
             ex_loader_free(l);
             return cli_fail(t->j->cmd, "evaluation: %s", ex_network_error(t->net));
         }
-        sum += (double)lb * count;
-        correct += c;
         seen += count;
     }
     ex_loader_free(l);
     *loss = seen ? sum / (double)seen : 0;
     *acc = seen ? (double)correct / (double)seen : 0;
     return 0;
+}
+
+/* What each epoch is scored on: the held-out images, or else the test split. */
+static int epoch_accuracy(train_state *t, double *loss, double *acc)
+{
+    return accuracy_on(t, t->valid_set ? t->valid_set : t->test_set, loss, acc);
 }
 
 static int checkpoint(train_state *t)
@@ -138,10 +202,13 @@ static int open_log(train_state *t, bool resuming)
     const ex_network_config *c = &t->j->net;
     snprintf(h->config, sizeof h->config,
              "{\"channels\":%d,\"layers\":%d,\"batch\":%d,\"epochs\":%d,\"auxiliary\":%s,"
-             "\"drop_path\":%g,\"cutout\":%d,\"lr\":%g,\"seed\":%llu,\"genotype\":%s}",
+             "\"drop_path\":%g,\"cutout\":%d,\"flip\":%s,\"lr\":%g,\"lr_min\":%g,"
+             "\"label_smoothing\":%g,\"tta\":%s,\"holdout\":%lld,\"seed\":%llu,"
+             "\"genotype\":%s}",
              c->channels, c->layers, c->batch, t->j->epochs, c->auxiliary ? "true" : "false",
-             (double)t->j->drop_path, t->j->cutout, (double)t->j->lr, (unsigned long long)c->seed,
-             genotype);
+             (double)t->j->drop_path, t->j->cutout, t->j->flip ? "true" : "false", (double)t->j->lr,
+             (double)t->j->lr_min, (double)c->label_smoothing, t->j->tta ? "true" : "false",
+             (long long)t->j->holdout, (unsigned long long)c->seed, genotype);
     const ex_backend_caps *caps = ex_backend_get_caps(t->be);
     snprintf(h->backend, sizeof h->backend, "%s", caps->name);
     snprintf(h->device, sizeof h->device, "%s", caps->device);
@@ -156,10 +223,11 @@ static int one_epoch(train_state *t, double *test_acc)
 {
     const train_job *j = t->j;
     int64_t steps = ex_loader_batches_per_epoch(t->train);
-    float lr = run_cosine(j->lr, j->lr_min, t->epoch, j->epochs);
     double t0 = run_now(), loss = 0, acc = 0;
     int64_t done = 0;
     for (; t->step < steps; t->step++, t->global_step++, done++) {
+        float lr = run_cosine(j->lr, j->lr_min, (double)(t->epoch * steps + t->step),
+                              (double)(j->epochs * steps));
         if (run_stop_requested()) {
             int rc = checkpoint(t);
             fprintf(stderr,
@@ -196,7 +264,7 @@ static int one_epoch(train_state *t, double *test_acc)
         }
     }
     double tl = 0, ta = 0;
-    int rc = test_accuracy(t, &tl, &ta);
+    int rc = epoch_accuracy(t, &tl, &ta);
     if (rc)
         return rc;
     ex_metrics_epoch e = {.epoch = t->epoch,
@@ -210,11 +278,42 @@ static int one_epoch(train_state *t, double *test_acc)
         ex_metrics_sync(t->log, msg, sizeof msg) != EX_OK)
         return cli_fail(j->cmd, "metrics: %s", msg);
     fprintf(stderr,
-            "train epoch %d/%d done in %.0f s | train loss %.4f acc %.4f | test loss "
+            "train epoch %d/%d done in %.0f s | train loss %.4f acc %.4f | %s loss "
             "%.4f acc %.4f\n",
-            t->epoch + 1, j->epochs, e.seconds, e.train_loss, e.train_acc, tl, ta);
+            t->epoch + 1, j->epochs, e.seconds, e.train_loss, e.train_acc,
+            t->valid_set ? "held-out" : "test", tl, ta);
     *test_acc = ta;
     return 0;
+}
+
+/* The last j->holdout training images become the held-out set. */
+static int hold_out(train_state *t)
+{
+    int64_t n = ex_dataset_count(t->train_set), keep = n - t->j->holdout;
+    if (keep < t->j->net.batch)
+        return cli_fail(t->j->cmd, "--holdout %lld leaves %lld of %lld training images",
+                        (long long)t->j->holdout, (long long)keep, (long long)n);
+    ex_dataset *all = t->train_set, *rest = NULL;
+    char msg[512];
+    /* floor(portion * n) must come out at keep exactly */
+    double portion = ((double)keep + 0.5) / (double)n;
+    ex_status st = ex_dataset_split(all, portion, &t->train_set, &rest, msg, sizeof msg);
+    ex_dataset_free(all);
+    t->valid_set = rest;
+    if (st != EX_OK)
+        return cli_fail(t->j->cmd, "%s", msg);
+    return 0;
+}
+
+/* The largest batch up to 250 that divides the test split and the held-out images. */
+static int eval_batch(const train_state *t)
+{
+    int64_t n = ex_dataset_count(t->test_set),
+            h = t->valid_set ? ex_dataset_count(t->valid_set) : n;
+    for (int b = 250; b > 1; b--)
+        if (n % b == 0 && h % b == 0)
+            return b;
+    return 1;
 }
 
 static int setup(train_state *t)
@@ -233,6 +332,8 @@ static int setup(train_state *t)
     int rc = run_load(j->data_dir, j->dataset, EX_SPLIT_TRAIN, j->limit, &t->train_set, j->cmd);
     if (!rc)
         rc = run_load(j->data_dir, j->dataset, EX_SPLIT_TEST, 0, &t->test_set, j->cmd);
+    if (!rc && j->holdout)
+        rc = hold_out(t);
     if (rc)
         return rc;
     ex_network_config c = j->net;
@@ -240,7 +341,7 @@ static int setup(train_state *t)
     c.height = ex_dataset_height(t->train_set);
     c.width = ex_dataset_width(t->train_set);
     c.classes = ex_dataset_classes(t->train_set);
-    c.eval_batch = run_eval_batch(ex_dataset_count(t->test_set), 250);
+    c.eval_batch = eval_batch(t);
     ((train_job *)j)->net = c; /* the job records what ran */
     if ((rc = run_loader(t->train_set, true, c.batch, c.seed, j->cutout, j->flip, &t->train,
                          j->cmd)))
@@ -249,7 +350,8 @@ static int setup(train_state *t)
     size_t most = (size_t)(c.batch > c.eval_batch ? c.batch : c.eval_batch);
     t->x = malloc(most * img * sizeof *t->x);
     t->y = malloc(most * sizeof *t->y);
-    if (!t->x || !t->y)
+    t->logits = malloc(2 * (size_t)c.eval_batch * (size_t)c.classes * sizeof *t->logits);
+    if (!t->x || !t->y || !t->logits)
         return cli_fail(j->cmd, "out of memory");
     if (ex_network_new(&j->genotype, &c, t->be, &t->net, msg, sizeof msg) != EX_OK)
         return cli_fail(j->cmd, "%s", msg);
@@ -291,8 +393,8 @@ int train_run(const train_job *j, double *test_acc)
         }
     }
     double loss = 0;
-    if (!rc && !measured) /* resumed after its last epoch */
-        rc = test_accuracy(&t, &loss, &acc);
+    if (!rc && (!measured || t.valid_set)) /* resumed after its last epoch, or held out */
+        rc = accuracy_on(&t, t.test_set, &loss, &acc);
     char path[4096], msg[256];
     if (!rc && ex_network_save(t.net, run_path(path, sizeof path, j->out, "weights.safetensors"),
                                false) != EX_OK)
@@ -306,11 +408,13 @@ int train_run(const train_job *j, double *test_acc)
     ex_network_free(t.net);
     ex_loader_free(t.train);
     ex_dataset_free(t.train_set);
+    ex_dataset_free(t.valid_set);
     ex_dataset_free(t.test_set);
     if (t.own_be)
         ex_backend_close(t.be);
     free(t.x);
     free(t.y);
+    free(t.logits);
     return rc;
 }
 
@@ -330,7 +434,8 @@ int cli_train(const cli_global *g, int argc, char **argv)
     train_job_default(&j);
     const char *genotype = NULL;
     long epochs = 0, batch = 0, channels = 0, layers = 0, seed = 0, cutout = 16, limit = 0;
-    double lr = j.lr, lr_min = j.lr_min, drop = j.drop_path;
+    double lr = j.lr, lr_min = j.lr_min, drop = j.drop_path, smoothing = 0;
+    long holdout = 0;
     bool set_epochs = false, set_batch = false, set_channels = false, set_layers = false,
          no_aux = false;
     const opt_spec specs[] = {
@@ -349,6 +454,10 @@ int cli_train(const cli_global *g, int argc, char **argv)
         {"--drop-path", OPT_FLOAT, &drop, 0, 0.99, NULL},
         {"--cutout", OPT_INT, &cutout, 0, 1024, NULL},
         {"--no-auxiliary", OPT_FLAG, &no_aux, 0, 0, NULL},
+        {"--flip", OPT_FLAG, &j.flip, 0, 0, NULL},
+        {"--label-smoothing", OPT_FLOAT, &smoothing, 0, 0.99, NULL},
+        {"--tta", OPT_FLAG, &j.tta, 0, 0, NULL},
+        {"--holdout", OPT_INT, &holdout, 0, 1e9, NULL},
         {"--out", OPT_STRING, &j.out, 0, 0, NULL},
         {"--resume", OPT_STRING, &j.resume, 0, 0, NULL},
     };
@@ -371,6 +480,8 @@ int cli_train(const cli_global *g, int argc, char **argv)
     j.cutout = (int)cutout;
     j.net.seed = (uint64_t)seed;
     j.net.auxiliary = !no_aux;
+    j.net.label_smoothing = (float)smoothing;
+    j.holdout = holdout;
     if (set_batch)
         j.net.batch = (int)batch;
     if (set_channels)

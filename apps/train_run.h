@@ -20,7 +20,11 @@ typedef struct train_job {
     float lr, lr_min;
     float drop_path; /* final drop-path probability, reached linearly */
     int cutout;
-    bool flip; /* mirror training images left-right with probability 1/2 */
+    bool flip;       /* mirror training images left-right with probability 1/2 */
+    bool tta;        /* evaluation averages the logits of each image and its mirror image */
+    int64_t holdout; /* the last N training images are not trained on: each epoch is scored
+                        on them (for choices), the test split once at the end (0: test each
+                        epoch) */
     ex_network_config net;
     ex_genotype genotype;
 } train_job;
@@ -28,7 +32,8 @@ typedef struct train_job {
 /** DARTS's evaluation settings. */
 void train_job_default(train_job *j);
 
-/** Trains, evaluates on the test split each epoch and writes weights.safetensors,
+/** Trains (learning rate on a cosine over the steps), evaluates each epoch (on the test
+ *  split, or the held-out images) and writes weights.safetensors,
  *  checkpoint.safetensors and metrics.jsonl into j->out. Returns an exit code; when
  *  test_acc is not NULL, stores the final test accuracy. */
 int train_run(const train_job *j, double *test_acc);
