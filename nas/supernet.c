@@ -33,28 +33,6 @@ static ex_tensor *shuffle(ex_ctx *ctx, ex_tensor *cat, int groups)
     return out;
 }
 
-static ex_tensor *all_channels(nas_net *n, const ex_search_config *c, ex_tensor *x, int e,
-                               int stride, ex_tensor *w, ex_tensor *m, bool gated);
-
-/* One edge. With partial channels (k > 1), a k-th of x's channels go through the
- * candidates and the rest pass by (max-pooled where the edge reduces, with the candidates'
- * 3x3 window so the shapes agree at any size), then the channels are shuffled. */
-static ex_tensor *mixed_op(nas_net *n, const ex_search_config *c, ex_tensor *x, int e, int stride,
-                           ex_tensor *w, ex_tensor *m, bool gated)
-{
-    int k = c->partial_channels;
-    if (k <= 1)
-        return all_channels(n, c, x, e, stride, w, m, gated);
-    int64_t ch = ex_tensor_dim(x, 1), cc = ch / k;
-    ex_tensor *parts[2] = {
-        all_channels(n, c, ex_slice(n->ctx, x, 1, 0, cc), e, stride, w, m, gated),
-        ex_slice(n->ctx, x, 1, cc, ch - cc)};
-    ex_pool_params p = {{3, 3}, {2, 2}, {1, 1}};
-    if (stride == 2)
-        parts[1] = ex_max_pool(n->ctx, parts[1], &p);
-    return shuffle(n->ctx, nas_concat(n, 2, parts), k);
-}
-
 /* Every candidate but `none` on x, summed with the edge's weights. */
 static ex_tensor *all_channels(nas_net *n, const ex_search_config *c, ex_tensor *x, int e,
                                int stride, ex_tensor *w, ex_tensor *m, bool gated)
@@ -75,6 +53,25 @@ static ex_tensor *all_channels(nas_net *n, const ex_search_config *c, ex_tensor 
     }
     ex_ctx_set_tag(n->ctx, n->cell, e, -1);
     return ex_mixed_sum(n->ctx, row(n->ctx, w, e), row(n->ctx, m, e), count, outs, idx);
+}
+
+/* One edge. With partial channels (k > 1), a k-th of x's channels go through the
+ * candidates and the rest pass by (max-pooled where the edge reduces, with the candidates'
+ * 3x3 window so the shapes agree at any size), then the channels are shuffled. */
+static ex_tensor *mixed_op(nas_net *n, const ex_search_config *c, ex_tensor *x, int e, int stride,
+                           ex_tensor *w, ex_tensor *m, bool gated)
+{
+    int k = c->partial_channels;
+    if (k <= 1)
+        return all_channels(n, c, x, e, stride, w, m, gated);
+    int64_t ch = ex_tensor_dim(x, 1), cc = ch / k;
+    ex_tensor *parts[2] = {
+        all_channels(n, c, ex_slice(n->ctx, x, 1, 0, cc), e, stride, w, m, gated),
+        ex_slice(n->ctx, x, 1, cc, ch - cc)};
+    ex_pool_params p = {{3, 3}, {2, 2}, {1, 1}};
+    if (stride == 2)
+        parts[1] = ex_max_pool(n->ctx, parts[1], &p);
+    return shuffle(n->ctx, nas_concat(n, 2, parts), k);
 }
 
 typedef struct cell_io {
