@@ -1,5 +1,6 @@
-/* exapt train: trains the network of a genotype from scratch, evaluates it on the test
- * split each epoch, and saves its weights for PyTorch and for inference. */
+/* exapt train: trains the network of a genotype from scratch, evaluates it each epoch (on
+ * the test split, or on held-out training images), and saves its weights for PyTorch and
+ * for inference. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -75,11 +76,10 @@ static void score(const float *logits, const int32_t *y, int n, int k, double *s
     for (int i = 0; i < n; i++) {
         const float *r = logits + (size_t)i * (size_t)k;
         int best = 0;
-        double mx = r[0], e = 0;
         for (int c = 1; c < k; c++)
             if (r[c] > r[best])
                 best = c;
-        mx = r[best];
+        double mx = r[best], e = 0;
         for (int c = 0; c < k; c++)
             e += exp((double)r[c] - mx);
         *sum += mx + log(e) - (double)r[y[i]];
@@ -305,15 +305,18 @@ static int hold_out(train_state *t)
     return 0;
 }
 
-/* The largest batch up to 250 that divides the test split and the held-out images. */
+/* The largest batch up to 250 that divides the test split and the held-out images: a
+ * divisor of their greatest common divisor. */
 static int eval_batch(const train_state *t)
 {
-    int64_t n = ex_dataset_count(t->test_set),
-            h = t->valid_set ? ex_dataset_count(t->valid_set) : n;
-    for (int b = 250; b > 1; b--)
-        if (n % b == 0 && h % b == 0)
-            return b;
-    return 1;
+    int64_t a = ex_dataset_count(t->test_set),
+            b = t->valid_set ? ex_dataset_count(t->valid_set) : a;
+    while (b) {
+        int64_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return run_eval_batch(a, 250);
 }
 
 static int setup(train_state *t)
