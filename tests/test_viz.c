@@ -613,6 +613,47 @@ static void test_follow_replaced(void **state)
     ex_viz_model_free(m);
 }
 
+/* --exit-when-done closes once the last epoch is in: exapt search records its epochs as
+ * config.search.epochs (config.train.epochs are the found network's), exapt train as
+ * config.epochs. */
+static void finished_after(const char *config, int last_epoch)
+{
+    ex_metrics_record *r = calloc(1, sizeof *r);
+    r->kind = EX_METRICS_HEADER;
+    snprintf(r->header.config, sizeof r->header.config, "%s", config);
+    ex_viz_model *m = new_model();
+    ex_viz_model_add(m, r);
+    for (int e = 0; e <= last_epoch; e++) {
+        assert_false(ex_viz_model_finished(m));
+        memset(r, 0, sizeof *r);
+        r->kind = EX_METRICS_EPOCH;
+        r->epoch.epoch = e;
+        ex_viz_model_add(m, r);
+    }
+    assert_true(ex_viz_model_finished(m));
+    ex_viz_model_free(m);
+    free(r);
+}
+
+static void test_finished(void **state)
+{
+    (void)state;
+    finished_after("{\"search\":{\"epochs\":3},\"train\":{\"epochs\":24}}", 2);
+    finished_after("{\"epochs\":2,\"layers\":8}", 1);
+    /* no epochs recorded: the run's end is unknown, the window stays */
+    ex_viz_model *m = new_model();
+    ex_metrics_record *r = calloc(1, sizeof *r);
+    r->kind = EX_METRICS_HEADER;
+    snprintf(r->header.config, sizeof r->header.config, "{\"search\":{\"layers\":8}}");
+    ex_viz_model_add(m, r);
+    memset(r, 0, sizeof *r);
+    r->kind = EX_METRICS_EPOCH;
+    ex_viz_model_add(m, r);
+    assert_false(ex_viz_model_finished(m));
+    ex_viz_model_free(m);
+    free(r);
+}
+
 static void test_pause(void **state)
 {
     (void)state;
@@ -636,6 +677,7 @@ int main(void)
         cmocka_unit_test(test_renderer_reused),
         cmocka_unit_test(test_no_font),
         cmocka_unit_test(test_pause),
+        cmocka_unit_test(test_finished),
         cmocka_unit_test_setup_teardown(test_truncated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_empty, setup, teardown),
         cmocka_unit_test_setup_teardown(test_other_configuration, setup, teardown),

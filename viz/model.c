@@ -134,6 +134,16 @@ static bool grow(void **p, int64_t *cap, int64_t n, size_t sz)
     return true;
 }
 
+/* The epochs the logged run is to run: exapt search records them as config.search.epochs
+ * (its config.train holds the found network's), exapt train and other tools as
+ * config.epochs; 0 when neither is there. */
+static int run_epochs(const json_t *cfg)
+{
+    const json_t *search = json_object_get(cfg, "search");
+    const json_t *ep = json_object_get(json_is_object(search) ? search : cfg, "epochs");
+    return json_is_integer(ep) ? (int)json_integer_value(ep) : 0;
+}
+
 static void add_header(ex_viz_model *m, const ex_metrics_header *h)
 {
     if (m->has_header) {
@@ -143,8 +153,7 @@ static void add_header(ex_viz_model *m, const ex_metrics_header *h)
     m->header = *h;
     m->has_header = true;
     json_t *cfg = json_loads(h->config, 0, NULL);
-    json_t *ep = cfg ? json_object_get(cfg, "epochs") : NULL;
-    m->config_epochs = json_is_integer(ep) ? (int)json_integer_value(ep) : 0;
+    m->config_epochs = run_epochs(cfg);
     json_decref(cfg);
 }
 
