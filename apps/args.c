@@ -41,13 +41,13 @@ int cli_parse_long(const char *s, long lo, long hi, long *out)
     return 0;
 }
 
-int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
+int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     fprintf(stderr, "exapt %s: ", cmd);
     vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n%s", usage);
+    fprintf(stderr, "\nTry 'exapt %s --help'.\n", cmd);
     va_end(ap);
     return CLI_EXIT_USAGE;
 }

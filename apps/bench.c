@@ -47,7 +47,7 @@ static int parse_op_list(bench_opts *o, const char *list)
         size_t len = strcspn(p, ",");
         int op = op_by_name(p, len);
         if (op < 0) {
-            cli_usage_error("bench", bench_usage, "unknown op '%.*s'", (int)len, p);
+            cli_usage_error("bench", "unknown op '%.*s'", (int)len, p);
             return -1;
         }
         o->want[op] = 1;
@@ -69,7 +69,7 @@ static int set_shape(bench_opts *o, const char *v)
 {
     if ((o->dims = bench_dims_get(v)) != NULL)
         return 0;
-    cli_usage_error("bench", bench_usage, "unknown shape set '%s'", v);
+    cli_usage_error("bench", "unknown shape set '%s'", v);
     return -1;
 }
 
@@ -77,8 +77,7 @@ static int set_iters(bench_opts *o, const char *v)
 {
     if (cli_parse_long(v, 1, 1000000, &o->iters) == 0)
         return 0;
-    cli_usage_error("bench", bench_usage, "--iters wants a whole number in 1..1000000, not '%s'",
-                    v);
+    cli_usage_error("bench", "--iters wants a whole number in 1..1000000, not '%s'", v);
     return -1;
 }
 
@@ -88,7 +87,7 @@ static int set_out(bench_opts *o, const char *v)
         o->out = v;
         return 0;
     }
-    cli_usage_error("bench", bench_usage, "--out needs a file name");
+    cli_usage_error("bench", "--out needs a file name");
     return -1;
 }
 
@@ -108,7 +107,7 @@ static int parse_valued(int argc, char **argv, int *i, bench_opts *o)
         const char *v = NULL;
         cli_match m = cli_option_value(argc, argv, i, valued_options[k].name, &v);
         if (m == CLI_MISSING_VALUE) {
-            cli_usage_error("bench", bench_usage, "%s needs a value", valued_options[k].name);
+            cli_usage_error("bench", "%s needs a value", valued_options[k].name);
             return -1;
         }
         if (m == CLI_MATCHED)
@@ -130,7 +129,7 @@ static int parse_options(int argc, char **argv, bench_opts *o)
             fputs(bench_usage, stdout);
             return CLI_EXIT_OK;
         }
-        return cli_usage_error("bench", bench_usage, "unknown option '%s'", argv[i]);
+        return cli_usage_error("bench", "unknown option '%s'", argv[i]);
     }
     return -1;
 }

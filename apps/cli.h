@@ -67,10 +67,11 @@ char *cli_join_args(int argc, char **argv);
 /** Parses a whole decimal integer in [lo, hi]. Returns 0 on success, -1 otherwise. */
 int cli_parse_long(const char *s, long lo, long hi, long *out);
 
-/** Prints "exapt CMD: <message>" and the usage text to stderr; returns CLI_EXIT_USAGE. */
-int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
+/** Prints "exapt CMD: <message>" and a pointer to "exapt CMD --help" to stderr (the
+ *  problem, not the whole usage text); returns CLI_EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...)
 #if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
+    __attribute__((format(printf, 2, 3)))
 #endif
     ;
 

@@ -193,7 +193,7 @@ static int parse_options(int argc, char **argv, const char **backend, int *json)
     for (int i = 1; i < argc; i++) {
         cli_match m = cli_option_value(argc, argv, &i, "--backend", backend);
         if (m == CLI_MISSING_VALUE)
-            return cli_usage_error("info", info_usage, "--backend needs a name");
+            return cli_usage_error("info", "--backend needs a name");
         if (m == CLI_MATCHED)
             continue;
         if (strcmp(argv[i], "--json") == 0) {
@@ -202,7 +202,7 @@ static int parse_options(int argc, char **argv, const char **backend, int *json)
             fputs(info_usage, stdout);
             return CLI_EXIT_OK;
         } else {
-            return cli_usage_error("info", info_usage, "unknown option '%s'", argv[i]);
+            return cli_usage_error("info", "unknown option '%s'", argv[i]);
         }
     }
     return -1;

@@ -1,5 +1,6 @@
 /* exapt: the command-line tool. Parses the global options, then hands the rest of the
  * command line to one subcommand. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -34,6 +35,18 @@ static void print_usage(FILE *out)
                  "  --version       the library's version\n");
 }
 
+/* One line for the problem and a pointer to the help, not the whole usage. */
+__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("exapt: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs("\nTry 'exapt --help'.\n", stderr);
+    va_end(ap);
+    return CLI_EXIT_USAGE;
+}
+
 static const cli_command *find_command(const char *name)
 {
     for (size_t i = 0; i < NCOMMANDS; i++)
@@ -51,9 +64,7 @@ static int run_help(const cli_global *g, int argc, char **argv)
     }
     const cli_command *c = find_command(argv[1]);
     if (c == NULL) {
-        fprintf(stderr, "exapt: unknown command '%s'\n", argv[1]);
-        print_usage(stderr);
-        return CLI_EXIT_USAGE;
+        return usage_error("unknown command '%s'", argv[1]);
     }
     char help_opt[] = "--help";
     char *sub[] = {argv[1], help_opt, NULL};
@@ -70,9 +81,7 @@ int main(int argc, char **argv)
         if (m == CLI_MATCHED) {
             g.backend = val;
         } else if (m == CLI_MISSING_VALUE) {
-            fprintf(stderr, "exapt: --backend needs a name\n");
-            print_usage(stderr);
-            return CLI_EXIT_USAGE;
+            return usage_error("--backend needs a name");
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             print_usage(stdout);
             return CLI_EXIT_OK;
@@ -80,23 +89,17 @@ int main(int argc, char **argv)
             printf("exapt %s\n", ex_version());
             return CLI_EXIT_OK;
         } else {
-            fprintf(stderr, "exapt: unknown option '%s'\n", argv[i]);
-            print_usage(stderr);
-            return CLI_EXIT_USAGE;
+            return usage_error("unknown option '%s'", argv[i]);
         }
     }
     if (i >= argc) {
-        fprintf(stderr, "exapt: no command given\n");
-        print_usage(stderr);
-        return CLI_EXIT_USAGE;
+        return usage_error("no command given");
     }
     if (strcmp(argv[i], "help") == 0)
         return run_help(&g, argc - i, argv + i);
     const cli_command *c = find_command(argv[i]);
     if (c == NULL) {
-        fprintf(stderr, "exapt: unknown command '%s'\n", argv[i]);
-        print_usage(stderr);
-        return CLI_EXIT_USAGE;
+        return usage_error("unknown command '%s'", argv[i]);
     }
     return c->run(&g, argc - i, argv + i);
 }

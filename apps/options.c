@@ -7,7 +7,7 @@
 #include "cli.h"
 #include "options.h"
 
-static int store(const char *cmd, const char *usage, const opt_spec *s, const char *v)
+static int store(const char *cmd, const opt_spec *s, const char *v)
 {
     char *end = NULL;
     errno = 0;
@@ -16,15 +16,14 @@ static int store(const char *cmd, const char *usage, const opt_spec *s, const ch
     } else if (s->type == OPT_INT) {
         long x = strtol(v, &end, 10);
         if (errno || end == v || *end || x < s->lo || x > s->hi)
-            return cli_usage_error(cmd, usage,
-                                   "%s needs a whole number from %.0f to %.0f, not '%s'", s->name,
-                                   s->lo, s->hi, v);
+            return cli_usage_error(cmd, "%s needs a whole number from %.0f to %.0f, not '%s'",
+                                   s->name, s->lo, s->hi, v);
         *(long *)s->dest = x;
     } else {
         double x = strtod(v, &end);
         if (errno || end == v || *end || !(x >= s->lo && x <= s->hi))
-            return cli_usage_error(cmd, usage, "%s needs a number from %g to %g, not '%s'", s->name,
-                                   s->lo, s->hi, v);
+            return cli_usage_error(cmd, "%s needs a number from %g to %g, not '%s'", s->name, s->lo,
+                                   s->hi, v);
         *(double *)s->dest = x;
     }
     if (s->set)
@@ -54,16 +53,16 @@ int opt_parse(const char *cmd, const char *usage, const opt_spec *specs, int n, 
             const char *v = NULL;
             cli_match m = cli_option_value(argc, argv, &i, s->name, &v);
             if (m == CLI_MISSING_VALUE)
-                return cli_usage_error(cmd, usage, "%s needs a value", s->name);
+                return cli_usage_error(cmd, "%s needs a value", s->name);
             if (m == CLI_MATCHED) {
-                int rc = store(cmd, usage, s, v);
+                int rc = store(cmd, s, v);
                 if (rc)
                     return rc;
                 break;
             }
         }
         if (k == n)
-            return cli_usage_error(cmd, usage, "unknown option '%s'", argv[i]);
+            return cli_usage_error(cmd, "unknown option '%s'", argv[i]);
     }
     return 0;
 }

@@ -17,7 +17,7 @@ typedef struct opt_spec {
 } opt_spec;
 
 /** Parses argv[1..argc-1] against the table. On a bad or unknown option prints the
- *  problem and usage, and returns the usage exit code; "--help" prints usage and
+ *  problem in one line, and returns the usage exit code; "--help" prints usage and
  *  returns -1 (the caller exits 0); otherwise 0. */
 int opt_parse(const char *cmd, const char *usage, const opt_spec *specs, int n, int argc,
               char **argv);

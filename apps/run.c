@@ -98,6 +98,56 @@ float run_cosine(float hi, float lo, double done, double total)
     return lo + 0.5f * (hi - lo) * (1.0f + (float)cos(3.14159265358979323846 * done / total));
 }
 
+/* What exapt search and exapt train write into a run's directory (the search's training
+ * into its train/). */
+static const char *const run_files[] = {"metrics.jsonl",
+                                        "checkpoint.safetensors",
+                                        "checkpoint.safetensors.prev",
+                                        "checkpoint.safetensors.tmp",
+                                        "genotype.txt",
+                                        "genotype.json",
+                                        "weights.safetensors",
+                                        "weights.safetensors.tmp",
+                                        "position",
+                                        "position.tmp",
+                                        NULL};
+
+/* Removes (force) or names in *found the run files of dir; 0, or an exit code. */
+static int claim_files(const char *dir, bool force, const char **found, const char *cmd)
+{
+    char path[4200];
+    for (int i = 0; run_files[i]; i++) {
+        run_path(path, sizeof path, dir, run_files[i]);
+        if (access(path, F_OK) != 0)
+            continue;
+        if (!force) {
+            *found = run_files[i];
+            return CLI_EXIT_OK;
+        }
+        if (unlink(path) != 0)
+            return cli_fail(cmd, "--force: cannot remove %s: %s", path, strerror(errno));
+    }
+    return CLI_EXIT_OK;
+}
+
+int run_claim_dir(const char *dir, bool force, const char *cmd)
+{
+    char sub[4200];
+    const char *found = NULL;
+    run_path(sub, sizeof sub, dir, "train");
+    int rc = claim_files(dir, force, &found, cmd);
+    if (!rc && !found)
+        rc = claim_files(sub, force, &found, cmd);
+    if (!rc && force && rmdir(sub) != 0 && errno != ENOENT && errno != ENOTEMPTY)
+        rc = cli_fail(cmd, "--force: cannot remove %s: %s", sub, strerror(errno));
+    if (!rc && found)
+        rc = cli_fail(cmd,
+                      "%s holds a run (%s); --resume %s continues it, --force replaces it, or "
+                      "choose another --out",
+                      dir, found, dir);
+    return rc;
+}
+
 int run_mkdir(const char *dir, const char *cmd)
 {
     char path[4096];

@@ -34,6 +34,11 @@ bool run_stop_requested(void);
 /** Seconds on the monotonic clock. */
 double run_now(void);
 
+/** Makes dir ready for a new run: one that holds a run's files (a metrics log, a
+ *  checkpoint, a genotype, weights, a training in train/) is refused with a message naming
+ *  --resume and --force; with force those files are removed (nothing else in dir is). */
+int run_claim_dir(const char *dir, bool force, const char *cmd);
+
 /** Creates dir (and its parents) if missing. */
 int run_mkdir(const char *dir, const char *cmd);
 

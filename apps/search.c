@@ -39,12 +39,14 @@ static const char search_usage[] =
     "                       skip_connect) in the derived normal cell (-1: no cap)\n"
     "  --partial-channels K PC-DARTS: a 1/K share of each edge's channels goes through the\n"
     "                       candidates, the rest passes by (1: all; K divides --channels)\n"
-    "  --out DIR            where genotype.txt/json, metrics.jsonl, checkpoints go (run)\n"
+    "  --out DIR            where genotype.txt/json, metrics.jsonl, checkpoints go (run);\n"
+    "                       a DIR that holds a run is refused unless --force\n"
+    "  --force              replace the run in --out DIR (its files are removed first)\n"
     "  --resume DIR         continue an interrupted run from its last checkpoint, with the\n"
     "                       configuration recorded in DIR/metrics.jsonl; only --backend,\n"
     "                       the --viz options, --profile-every, --checkpoint-every, and a\n"
     "                       longer --epochs or --train-epochs may be given with it\n"
-    "  --train-epochs N     after searching, train the derived network N epochs (quick: 4,\n"
+    "  --train-epochs N     after searching, train the derived network N epochs (quick: 3,\n"
     "                       fashion: 24; 0: no training)\n"
     "  --train-limit N --train-channels N --train-layers N --train-batch N --train-lr X\n"
     "  --train-cutout N --train-drop-path P --train-flip 0|1 --train-auxiliary 0|1\n"
@@ -62,7 +64,7 @@ typedef struct search_args {
     long order, epochs, batch, channels, layers, steps, topk, seed, limit, train_epochs,
         profile_every, checkpoint_every, viz_every, max_free, partial, train_channels, train_layers,
         train_batch, train_cutout, train_flip, train_aux, train_limit, train_tta, train_holdout;
-    bool viz, viz_exit;
+    bool viz, viz_exit, force;
     double portion, lr, lr_min, arch_lr, entropy, tau_max, tau_min, warmup, train_lr,
         train_drop_path, train_smoothing;
     bool set_order, set_epochs, set_batch, set_channels, set_layers, set_steps, set_topk, set_seed,
@@ -198,7 +200,7 @@ static int apply_args(search_run *r, const search_args *a)
     if (a->mode) {
         int m = ex_search_mode_parse(a->mode);
         if (m < 0)
-            return cli_usage_error(cmd, search_usage, "unknown mode '%s'", a->mode);
+            return cli_usage_error(cmd, "unknown mode '%s'", a->mode);
         r->cfg.mode = (ex_search_mode)m;
     }
     if (a->set_order)
@@ -267,7 +269,7 @@ static int apply_args(search_run *r, const search_args *a)
     if (a->set_tau_min)
         r->cfg.tau_min = (float)a->tau_min;
     if (a->candidates && parse_candidates(&r->cfg, a->candidates))
-        return cli_usage_error(cmd, search_usage,
+        return cli_usage_error(cmd,
                                "--candidates: unknown, repeated or too many "
                                "operations in '%s'",
                                a->candidates);
@@ -843,10 +845,26 @@ typedef struct search_job {
     const char *backend;
 } search_job;
 
+/* The search's result on standard output (progress went to standard error). */
+static int print_result(search_run *r)
+{
+    ex_genotype g;
+    char text[EX_GENOTYPE_TEXT_MAX], path[4096];
+    if (ex_search_genotype(r->s, &g) != EX_OK)
+        return cli_fail("search", "genotype: %s", ex_search_error(r->s));
+    ex_genotype_format(&g, text, sizeof text);
+    printf("genotype: %s\nsaved in %s\n", text,
+           run_path(path, sizeof path, r->out, "genotype.json"));
+    fflush(stdout);
+    return 0;
+}
+
 static int search_job_run(void *p)
 {
     search_job *j = p;
     int rc = run_epochs(j->r);
+    if (!rc)
+        rc = print_result(j->r);
     if (!rc && j->r->train_cfg.epochs > 0)
         rc = train_found(j->r, j->a, j->backend);
     return rc;
@@ -880,6 +898,7 @@ static int parse_args(search_args *a, int argc, char **argv)
         {"--tau-min", OPT_FLOAT, &a->tau_min, 1e-3, 1e3, &a->set_tau_min},
         {"--out", OPT_STRING, &a->out, 0, 0, NULL},
         {"--resume", OPT_STRING, &a->resume, 0, 0, NULL},
+        {"--force", OPT_FLAG, &a->force, 0, 0, NULL},
         {"--train-epochs", OPT_INT, &a->train_epochs, 0, 100000, &a->set_train_epochs},
         {"--train-limit", OPT_INT, &a->train_limit, 0, 1e9, &a->set_train_limit},
         {"--train-channels", OPT_INT, &a->train_channels, 2, 4096, &a->set_train_channels},
@@ -939,7 +958,7 @@ static int recall_args(search_run *r, search_args *a, const cli_global *g, int a
 static int run_search(search_run *r, const search_args *a, const cli_global *g)
 {
     if (!preset(r, a->preset ? a->preset : "darts"))
-        return cli_usage_error("search", search_usage, "unknown preset '%s'", a->preset);
+        return cli_usage_error("search", "unknown preset '%s'", a->preset);
     int rc = apply_args(r, a);
     if (rc)
         return rc;
@@ -952,7 +971,9 @@ static int run_search(search_run *r, const search_args *a, const cli_global *g)
     double peak = 0;
     cli_measure_peak(r->be, &peak);
     run_catch_signals();
-    if (!(rc = open_data(r, a)) && !(rc = run_mkdir(r->out, "search"))) {
+    if (!a->resume)
+        rc = run_claim_dir(r->out, a->force, "search");
+    if (!rc && !(rc = open_data(r, a)) && !(rc = run_mkdir(r->out, "search"))) {
         if (ex_search_new(&r->cfg, r->be, &r->s, msg, sizeof msg) != EX_OK)
             rc = cli_fail("search", "%s", msg);
     }

@@ -469,7 +469,7 @@ int cli_train(const cli_global *g, int argc, char **argv)
     if (rc)
         return rc < 0 ? CLI_EXIT_OK : rc;
     if (!genotype)
-        return cli_usage_error("train", train_usage, "--genotype is required");
+        return cli_usage_error("train", "--genotype is required");
     if ((rc = load_genotype(genotype, &j.genotype)))
         return rc;
     if (!j.backend)

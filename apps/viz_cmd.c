@@ -112,7 +112,7 @@ int cli_viz(const cli_global *g, int argc, char **argv)
     if (rc)
         return rc < 0 ? CLI_EXIT_OK : rc;
     if (!has_run)
-        return cli_usage_error("viz", viz_usage, "which run? give its directory");
+        return cli_usage_error("viz", "which run? give its directory");
     char path[4096], msg[512];
     log_path(argv[1], path, sizeof path);
     struct stat sb;

@@ -11,7 +11,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 packages=(build-essential cmake pkg-config libopenblas-dev libopenblas-openmp-dev libcmocka-dev
-          libjansson-dev zlib1g-dev dataset-fashion-mnist)
+          libjansson-dev zlib1g-dev dataset-fashion-mnist help2man)
 # the Vulkan backend: shader compiler, loader and headers, lavapipe, validation layers
 packages+=(glslang-tools libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers)
 # the fuzz targets (EXAPT_FUZZ): clang with libFuzzer and the sanitizer runtimes
