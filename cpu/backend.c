@@ -1,14 +1,13 @@
 /* The CPU backend: host buffers, the one switch over ex_op, per-node timing. */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
+#include "core/clock.h"
 #include "cpu/cpu.h"
 
 typedef struct cpu_backend {
@@ -81,13 +80,6 @@ static ex_status run_node(const cpu_exec *e, const ex_node_exec *n)
     return cpu_fail(e, EX_ERR_UNSUPPORTED, "cpu: op %d is not in the catalogue", (int)n->op);
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
-}
-
 static bool gated_off(const ex_node_exec *n)
 {
     return n->gate && cpu_f32(n->gate)[ex_td_at(n->gate, n->gate_index)] == 0.0f;
@@ -107,12 +99,12 @@ static ex_status cpu_compute(void *impl, const ex_node_exec *nodes, int64_t coun
                 node_ms[i] = -1.0; /* skipped */
             continue;
         }
-        double t0 = node_ms ? now_ms() : 0.0;
+        double t0 = node_ms ? ex__clock_ms() : 0.0;
         ex_status st = run_node(&e, n);
         if (st != EX_OK)
             return st;
         if (node_ms)
-            node_ms[i] = now_ms() - t0;
+            node_ms[i] = ex__clock_ms() - t0;
     }
     return EX_OK;
 }

@@ -1,11 +1,10 @@
 /* The derived network object: a training stage and an evaluation stage in one plan. */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "nas/derived.h"
 #include "nas/store.h"
 
@@ -276,27 +275,10 @@ ex_status ex_network_set_drop_path(ex_network *n, float prob)
     return st;
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
-}
-
 static ex_status write_batch(ex_network *n, ex_tensor *x, const float *xv, ex_tensor *y,
                              const int32_t *yv)
 {
-    if (!xv || !yv)
-        return fail(n, EX_ERR_ARG, "network: batch data is NULL");
-    int64_t count = ex_tensor_numel(y);
-    for (int64_t i = 0; i < count; i++)
-        if (yv[i] < 0 || yv[i] >= n->cfg.classes)
-            return fail(n, EX_ERR_ARG, "network: label %d of sample %lld outside [0, %d)", yv[i],
-                        (long long)i, n->cfg.classes);
-    ex_status st = ex_plan_write(n->plan, x, xv, (size_t)ex_tensor_numel(x) * sizeof *xv);
-    if (st == EX_OK)
-        st = ex_plan_write(n->plan, y, yv, (size_t)count * sizeof *yv);
-    return st == EX_OK ? EX_OK : fail(n, st, "network: %s", ex_plan_error(n->plan));
+    return nas_write_batch(n->plan, x, xv, y, yv, n->cfg.classes, "network", n->msg, sizeof n->msg);
 }
 
 static ex_status read2(ex_network *n, ex_tensor *a, float *va, ex_tensor *b, float *vb)
@@ -312,7 +294,7 @@ ex_status ex_network_step(ex_network *n, const float *x, const int32_t *y, float
 {
     if (!n)
         return EX_ERR_ARG;
-    double t0 = now_ms();
+    double t0 = ex__clock_ms();
     ex_status st = write_batch(n, n->x, x, n->y, y);
     int32_t counter[2] = {(int32_t)n->steps_done, (int32_t)(n->steps_done >> 31)};
     if (st == EX_OK &&
@@ -326,7 +308,7 @@ ex_status ex_network_step(ex_network *n, const float *x, const int32_t *y, float
     float loss = 0, correct = 0;
     st = read2(n, n->loss, &loss, n->acc, &correct);
     if (st == EX_OK && out)
-        *out = (ex_network_stats){loss, correct / (float)n->cfg.batch, now_ms() - t0};
+        *out = (ex_network_stats){loss, correct / (float)n->cfg.batch, ex__clock_ms() - t0};
     return st;
 }
 

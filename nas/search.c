@@ -1,13 +1,12 @@
 /* The search: the supernet's architecture step and weight step as one planned stage,
  * and an evaluation pass as a second stage sharing the parameters. */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "core/graph.h"
 #include "core/philox.h"
 #include "nas/store.h"
@@ -458,8 +457,6 @@ static ex_status initialise(ex_search *s)
     return st;
 }
 
-static double now_ms(void);
-
 ex_status ex_search_new(const ex_search_config *c, ex_backend *be, ex_search **out, char *msg,
                         size_t msg_len)
 {
@@ -492,14 +489,14 @@ ex_status ex_search_new(const ex_search_config *c, ex_backend *be, ex_search **o
     s->be = be;
     s->edges = nas_cell_edges(c->steps);
     ex_ctx_set_seed(s->ctx, c->seed);
-    double t0 = now_ms();
+    double t0 = ex__clock_ms();
     st = build(s);
-    double t1 = now_ms();
+    double t1 = ex__clock_ms();
     /* the snapshot lets a step with non-finite values be undone on the device */
     ex_plan_opts po = {.snapshot = true};
     if (st == EX_OK)
         st = ex_graph_plan(s->ctx, be, &po, &s->plan);
-    double t2 = now_ms();
+    double t2 = ex__clock_ms();
     s->setup.build_ms = t1 - t0;
     s->setup.plan_ms = t2 - t1;
     if (st != EX_OK) {
@@ -509,7 +506,7 @@ ex_status ex_search_new(const ex_search_config *c, ex_backend *be, ex_search **o
         return st;
     }
     st = initialise(s);
-    s->setup.init_ms = now_ms() - t2;
+    s->setup.init_ms = ex__clock_ms() - t2;
     if (st != EX_OK) {
         if (msg && msg_len)
             snprintf(msg, msg_len, "search: initialising: %s", ex_plan_error(s->plan));
@@ -537,28 +534,10 @@ void ex_search_free(ex_search *s)
     free(s);
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
-}
-
 static ex_status write_batch(ex_search *s, ex_tensor *x, const float *xv, ex_tensor *y,
                              const int32_t *yv)
 {
-    if (!xv || !yv)
-        return fail(s, EX_ERR_ARG, "search: batch data is NULL");
-    size_t n = (size_t)ex_tensor_numel(x);
-    int64_t count = ex_tensor_numel(y);
-    ex_status st = ex_plan_write(s->plan, x, xv, n * sizeof *xv);
-    if (st == EX_OK)
-        st = ex_plan_write(s->plan, y, yv, (size_t)count * sizeof *yv);
-    for (int64_t i = 0; st == EX_OK && i < count; i++)
-        if (yv[i] < 0 || yv[i] >= s->cfg.classes)
-            return fail(s, EX_ERR_ARG, "search: label %d of sample %lld outside [0, %d)", yv[i],
-                        (long long)i, s->cfg.classes);
-    return st == EX_OK ? EX_OK : fail(s, st, "search: %s", ex_plan_error(s->plan));
+    return nas_write_batch(s->plan, x, xv, y, yv, s->cfg.classes, "search", s->msg, sizeof s->msg);
 }
 
 static ex_status read_figures(ex_search *s, ex_tensor *t, float *v, int n)
@@ -622,7 +601,7 @@ ex_status ex_search_step(ex_search *s, const float *train_x, const int32_t *trai
     if (!isfinite(lr) || !isfinite(tau))
         return fail(s, EX_ERR_ARG, "search: learning rate %g or temperature %g is not finite",
                     (double)lr, (double)tau);
-    double t0 = now_ms();
+    double t0 = ex__clock_ms();
     s->msg[0] = '\0';
     /* the step is queued, and its figures' read is the one wait for the device */
     ex_status st = write_step_inputs(s, train_x, train_y, valid_x, valid_y, lr, tau);
@@ -645,7 +624,7 @@ ex_status ex_search_step(ex_search *s, const float *train_x, const int32_t *trai
     } else {
         st = undo_step(s, &r);
     }
-    r.step_ms = now_ms() - t0;
+    r.step_ms = ex__clock_ms() - t0;
     if (out)
         *out = r;
     return st;

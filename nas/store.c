@@ -1,4 +1,4 @@
-/* Named tensors of a plan to and from safetensors files. */
+/* Data into and out of a plan: named tensors to and from safetensors files, batches. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,4 +129,23 @@ ex_status nas_store_steps(const char *path, int64_t *steps, char *msg, size_t ms
     }
     ex_safetensors_close(f);
     return st;
+}
+
+ex_status nas_write_batch(ex_plan *plan, ex_tensor *x, const float *xv, ex_tensor *y,
+                          const int32_t *yv, int classes, const char *what, char *msg,
+                          size_t msg_len)
+{
+    if (!xv || !yv)
+        return ex__msg(msg, msg_len, EX_ERR_ARG, "%s: batch data is NULL", what);
+    int64_t count = ex_tensor_numel(y);
+    for (int64_t i = 0; i < count; i++)
+        if (yv[i] < 0 || yv[i] >= classes)
+            return ex__msg(msg, msg_len, EX_ERR_ARG, "%s: label %d of sample %lld outside [0, %d)",
+                           what, yv[i], (long long)i, classes);
+    ex_status st = ex_plan_write(plan, x, xv, (size_t)ex_tensor_numel(x) * sizeof *xv);
+    if (st == EX_OK)
+        st = ex_plan_write(plan, y, yv, (size_t)count * sizeof *yv);
+    if (st != EX_OK)
+        return ex__msg(msg, msg_len, st, "%s: %s", what, ex_plan_error(plan));
+    return EX_OK;
 }

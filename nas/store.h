@@ -1,4 +1,5 @@
-/* Saving and loading a plan's named tensors as safetensors, PyTorch-style. */
+/* Data into and out of a plan: its named tensors saved and loaded as safetensors,
+ * PyTorch-style, and a batch of images and labels written to its inputs. */
 #ifndef EXAPT_NAS_STORE_H
 #define EXAPT_NAS_STORE_H
 
@@ -24,6 +25,12 @@ ex_status nas_store_save(ex_plan *plan, const nas_entry *e, int count, int64_t b
 /** Reads every entry from path (names and shapes must match) into plan. */
 ex_status nas_store_load(ex_plan *plan, const nas_entry *e, int count, const char *path, char *msg,
                          size_t msg_len);
+
+/** Writes a batch into plan: the images xv into x and the labels yv into y, after checking
+ *  every label is a class in [0, classes). `what` names the caller in messages ("search"). */
+ex_status nas_write_batch(ex_plan *plan, ex_tensor *x, const float *xv, ex_tensor *y,
+                          const int32_t *yv, int classes, const char *what, char *msg,
+                          size_t msg_len);
 
 /** The step count that nas_store_save() wrote into path's "steps" metadata, into *steps;
  *  EX_ERR_FORMAT when it is missing or not a count. */

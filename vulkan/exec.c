@@ -8,14 +8,13 @@
  * fingerprint of every node (op, parameters, shapes, strides, blocks and offsets) and
  * against the memory epoch, which moves when a block is freed, so a freed plan whose
  * memory is reused never replays a stale command buffer. */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "vulkan/vk_backend.h"
 
 /* ---- pipelines ---- */
@@ -131,13 +130,6 @@ static vk_exec exec_of(vk_backend *b, VkCommandBuffer cmd)
     e.msg = b->msg;
     e.msg_len = sizeof b->msg;
     return e;
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
 }
 
 /* ---- step cache ---- */
@@ -308,7 +300,7 @@ static ex_status record_rounds(vk_exec *e, const ex_node_exec *nodes, const int6
 static ex_status record(vk_backend *b, const ex_node_exec *nodes, int64_t count,
                         const uint64_t *need, const int *disp, VkCommandBuffer cmd)
 {
-    double t0 = now_ms();
+    double t0 = ex__clock_ms();
     size_t n = (size_t)count + 1;
     int64_t *order = malloc(n * sizeof *order), *start = malloc(n * sizeof *start);
     int *passes = malloc(n * sizeof *passes);
@@ -340,7 +332,7 @@ static ex_status record(vk_backend *b, const ex_node_exec *nodes, int64_t count,
     free(start);
     free(passes);
     free(live);
-    b->counts.record_ms = now_ms() - t0;
+    b->counts.record_ms = ex__clock_ms() - t0;
     return st;
 }
 
@@ -488,7 +480,7 @@ static ex_status run_profiled(vk_backend *b, const ex_node_exec *nodes, int64_t 
         return st;
     uint64_t snap = (uint64_t)count * 4 < VK_STAGE_BYTES ? (uint64_t)count * 4 : VK_STAGE_BYTES;
     memset(b->stage_map, 0xFF, (size_t)snap);
-    double t0 = now_ms();
+    double t0 = ex__clock_ms();
     for (int64_t i = 0; i < count && st == EX_OK;) {
         int64_t end = ts ? count : i + 1;
         st = vkm_begin(b);
@@ -518,7 +510,7 @@ static ex_status run_profiled(vk_backend *b, const ex_node_exec *nodes, int64_t 
             st = es;
         if (st == EX_OK)
             st = vkm_submit_wait(b, b->xfer);
-        double t1 = now_ms();
+        double t1 = ex__clock_ms();
         if (!ts)
             node_ms[i] = t1 - t0;
         t0 = t1;
