@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs exapt's dependencies (Debian/Ubuntu), builds it in build/, and runs the main
 # job: a quick search on Fashion-MNIST and the training of what it finds (runs/quick/).
-# Safe to run again: apt skips what is installed, CMake rebuilds what changed.
+# Safe to run again: apt skips what is installed, CMake rebuilds what changed, and the main
+# job resumes (or reports) the one already in runs/quick.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,4 +35,10 @@ cmake --build build -j"$(nproc)"
 # the main job: a short architecture search on Fashion-MNIST on the best backend found,
 # then the training of the network it found, evaluated on the test set
 ./build/apps/exapt info --backend auto
-./build/apps/exapt search --preset quick --out "${EXAPT_QUICK_OUT:-runs/quick}"
+out=${EXAPT_QUICK_OUT:-runs/quick}
+if [ -f "$out/metrics.jsonl" ]; then
+    # an earlier setup's job: an interrupted one goes on, a finished one reports its result
+    ./build/apps/exapt search --resume "$out"
+else
+    ./build/apps/exapt search --preset quick --out "$out"
+fi
