@@ -5,7 +5,7 @@ For each directory that bench_darts_step wrote (docs/bench.md, "DARTS search ste
 against PyTorch"), this script
 
 1. builds the DARTS supernet in PyTorch exactly as exapt builds it (nas/supernet.c,
-   nas/net.c), with exapt's parameter names, and loads init.safetensors into it;
+   nas/layers.c), with exapt's parameter names, and loads init.safetensors into it;
 2. checks exapt's first step: the architecture step's validation loss and the gradient
    of alpha (recovered from Adam's first moment in step1.safetensors) against autograd
    in float32 and float64, and, after the whole step (Adam on alpha, then the weight
@@ -214,7 +214,7 @@ class Network(nn.Module):
 
 # exapt's checkpoint also holds alpha and the optimizers' state; the model takes the rest.
 ALPHAS = ("alphas_normal", "alphas_reduce")
-TENSOR_NAME_MAX = 47  # exapt's tensor names (core/graph.h) keep at most 47 bytes
+TENSOR_NAME_MAX = 47  # exapt's tensor names (core/engine.h) keep at most 47 bytes
 
 
 def momentum_key(tensors, param):

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/graph.h"
+#include "core/engine.h"
 
 typedef struct contrib {
     ex_tensor *g;

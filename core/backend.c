@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/clock.h"
-#include "core/graph.h"
+#include "core/engine.h"
 
 struct ex_backend {
     const ex_backend_iface *iface;

@@ -2,7 +2,7 @@
  * with the context's tag and gate set to the forward node's. */
 #include <string.h>
 
-#include "core/graph.h"
+#include "core/engine.h"
 
 /* A backward node shaped like `like`, carrying the forward node's parameters. */
 static ex_tensor *bnode(ex_ctx *ctx, ex_op op, const ex_tensor *fwd, const ex_tensor *like, int n,

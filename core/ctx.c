@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/graph.h"
+#include "core/engine.h"
 
 bool ex__alloc_fails(ex_ctx *ctx)
 {

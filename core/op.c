@@ -2,7 +2,7 @@
  * cost model. Tests and benchmarks read this one table. */
 #include <assert.h>
 
-#include "core/graph.h"
+#include "core/engine.h"
 
 static uint64_t numel_of(const ex_tensor *t)
 {

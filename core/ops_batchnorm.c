@@ -1,5 +1,5 @@
 /* Builder of batch norm: a statistics node, then an apply node. */
-#include "core/graph.h"
+#include "core/engine.h"
 
 #define INERT(ctx) ((ctx) ? &(ctx)->inert : NULL)
 

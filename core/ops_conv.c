@@ -1,5 +1,5 @@
 /* Builders of the convolutions and the GEMM-shaped ops. */
-#include "core/graph.h"
+#include "core/engine.h"
 
 #define INERT(ctx) ((ctx) ? &(ctx)->inert : NULL)
 

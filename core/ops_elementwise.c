@@ -1,7 +1,7 @@
 /* Builders of the element-wise ops and of the reductions. */
 #include <string.h>
 
-#include "core/graph.h"
+#include "core/engine.h"
 
 #define INERT(ctx) ((ctx) ? &(ctx)->inert : NULL)
 

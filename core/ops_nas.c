@@ -1,5 +1,5 @@
 /* Builders of the NAS ops: mixed sum, Gumbel-softmax, hardmax, entropy, top-k mask. */
-#include "core/graph.h"
+#include "core/engine.h"
 
 #define INERT(ctx) ((ctx) ? &(ctx)->inert : NULL)
 

@@ -1,5 +1,5 @@
 /* Builders of the optimizer updates and of the random ops. */
-#include "core/graph.h"
+#include "core/engine.h"
 
 #define INERT(ctx) ((ctx) ? &(ctx)->inert : NULL)
 

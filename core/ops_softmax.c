@@ -1,5 +1,5 @@
 /* Builders of softmax, log-softmax, cross-entropy and accuracy. */
-#include "core/graph.h"
+#include "core/engine.h"
 
 #define INERT(ctx) ((ctx) ? &(ctx)->inert : NULL)
 

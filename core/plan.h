@@ -2,7 +2,7 @@
 #ifndef EXAPT_CORE_PLAN_H
 #define EXAPT_CORE_PLAN_H
 
-#include "core/graph.h"
+#include "core/engine.h"
 
 /** Where one storage lives: a chunk and a byte offset. */
 typedef struct plan_slot {

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/graph.h"
+#include "core/engine.h"
 
 int ex_dtype_size(ex_dtype t)
 {

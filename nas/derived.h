@@ -3,7 +3,7 @@
 #define EXAPT_NAS_DERIVED_H
 
 #include "exapt/network.h"
-#include "nas/net.h"
+#include "nas/layers.h"
 
 /** Logits of the derived network on x. In training (n->train) with drop_keep < 1, each
  *  cell operation but the identity is followed by drop path drawn from counter; with

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/clock.h"
-#include "core/graph.h"
+#include "core/engine.h"
 #include "core/philox.h"
 #include "nas/store.h"
 #include "nas/supernet.h"

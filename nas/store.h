@@ -5,7 +5,7 @@
 
 #include "exapt/exapt.h"
 #include "exapt/safetensors.h"
-#include "nas/net.h"
+#include "nas/layers.h"
 
 typedef struct nas_entry {
     const char *name;

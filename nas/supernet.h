@@ -3,7 +3,7 @@
 #define EXAPT_NAS_SUPERNET_H
 
 #include "exapt/search.h"
-#include "nas/net.h"
+#include "nas/layers.h"
 
 /** Edges of one cell with the given number of steps. */
 int nas_cell_edges(int steps);

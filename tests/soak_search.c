@@ -54,7 +54,7 @@ static void configure(ex_search_config *c, const ex_dataset *ds)
     c->width = ex_dataset_width(ds);
     c->classes = ex_dataset_classes(ds);
     if (!strcmp(opts.size, "quick")) {
-        /* apps/search.c's quick preset */
+        /* apps/cmd_search.c's quick preset */
         c->channels = 6;
         c->layers = 5;
         c->steps = c->multiplier = 3;

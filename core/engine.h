@@ -1,14 +1,20 @@
 /* The engine's internals: the context, the tensor node, the op table, the builders'
  * shared helpers. Nothing here is public; include/exapt/ holds the API. */
-#ifndef EXAPT_CORE_GRAPH_H
-#define EXAPT_CORE_GRAPH_H
+#ifndef EXAPT_CORE_ENGINE_H
+#define EXAPT_CORE_ENGINE_H
 
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "exapt/exapt.h"
+#include "exapt/backend.h"
+#include "exapt/ctx.h"
+#include "exapt/graph.h"
+#include "exapt/ops.h"
+#include "exapt/status.h"
+#include "exapt/tensor.h"
+#include "exapt/version.h"
 
 /** What a tensor is: a leaf the host writes, a computed node, a view, or inert. */
 typedef enum ex_kind {

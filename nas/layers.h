@@ -3,8 +3,8 @@
  * A network may be built several times in one context (e.g. an architecture step and a
  * weight step): the first build registers parameters, later builds reuse them in the
  * same order, or substitutes (unrolled weights) when given. */
-#ifndef EXAPT_NAS_NET_H
-#define EXAPT_NAS_NET_H
+#ifndef EXAPT_NAS_LAYERS_H
+#define EXAPT_NAS_LAYERS_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/graph.h"
+#include "core/engine.h"
 #include "core/philox.h"
-#include "nas/net.h"
+#include "nas/layers.h"
 
 void nas_net_init(nas_net *n, ex_ctx *ctx)
 {
