@@ -29,7 +29,7 @@ int cli_search(const cli_global *g, int argc, char **argv);
 int cli_train(const cli_global *g, int argc, char **argv);
 int cli_viz(const cli_global *g, int argc, char **argv);
 
-/* ---- the live viewer of `exapt search --viz` (viz_cmd.c) ---- */
+/* ---- the live viewer of `exapt search --viz` (cmd_viz.c) ---- */
 
 /** A viewer window fed by a search on another thread. */
 typedef struct cli_live cli_live;
@@ -97,7 +97,8 @@ char *cli_bytes_str(uint64_t bytes, char *buf, size_t len);
 /* ---- files (atomic_file.c) ---- */
 
 /** Replaces the file at path with text: writes path.tmp, flushes it to disk and renames
- *  it over path, so path holds either its old content or all of the new. An existing
+ *  it over path (the engine's writer, core/fileio.c, which syncs the file and its
+ *  directory), so path holds either its old content or all of the new. An existing
  *  path that is not a regular file (a device, a FIFO) is written directly. On failure
  *  removes the temporary file, writes a message into msg and returns -1. */
 int cli_write_file_atomic(const char *path, const char *text, char *msg, size_t msg_len);

@@ -644,6 +644,10 @@ static int evaluate(search_run *r, double *loss, double *acc)
         int count = 0;
         float lb = 0;
         int cb = 0;
+        if (run_stop_requested()) {
+            ex_loader_free(l);
+            return RUN_EXIT_INTERRUPTED;
+        }
         if (ex_loader_next(l, r->xv, r->yv, &count) != EX_OK ||
             ex_search_eval(r->s, r->xv, r->yv, &lb, &cb) != EX_OK) {
             ex_loader_free(l);
@@ -714,6 +718,15 @@ static int end_epoch(search_run *r, double seconds, double train_loss, double tr
     return 0;
 }
 
+/* A stop asked for by a signal: a checkpoint where the search stands, and the way on. */
+static int interrupted(search_run *r)
+{
+    int rc = save_checkpoint(r);
+    fprintf(stderr, "exapt search: interrupted; checkpoint written, continue with --resume %s\n",
+            r->out);
+    return rc ? rc : RUN_EXIT_INTERRUPTED;
+}
+
 static int run_epochs(search_run *r)
 {
     int64_t steps = steps_per_epoch(r);
@@ -729,14 +742,8 @@ static int run_epochs(search_run *r)
         r->syncs_per_step = 0;
         r->synced_steps = 0;
         for (; r->step < steps; r->step++, r->global_step++, done++) {
-            if (run_stop_requested()) {
-                int rc = save_checkpoint(r);
-                fprintf(stderr,
-                        "exapt search: interrupted; checkpoint written, continue with "
-                        "--resume %s\n",
-                        r->out);
-                return rc ? rc : 130;
-            }
+            if (run_stop_requested())
+                return interrupted(r);
             cli_live_wait(r->live);
             int nt = 0, nv = 0;
             ex_search_stats st;
@@ -784,7 +791,11 @@ static int run_epochs(search_run *r)
                              left * el / (double)(done + 1));
             }
         }
+        /* a stop during the evaluation checkpoints at the epoch's last step: a resume
+         * evaluates again */
         int rc = end_epoch(r, run_now() - t0, done ? loss / done : 0, done ? acc / done : 0);
+        if (rc == RUN_EXIT_INTERRUPTED)
+            return interrupted(r);
         if (rc)
             return rc;
         /* the epoch is complete: its checkpoint resumes at the start of the next */
@@ -827,6 +838,7 @@ static int train_found(search_run *r, const search_args *a, const char *backend)
     j.dataset = a->dataset;
     char out[4096], ckpt[4200];
     j.out = run_path(out, sizeof out, r->out, "train");
+    j.run_dir = r->out;
     /* a resumed run whose training had begun continues it; one stopped at the boundary
      * (or before it) starts it */
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", j.out);

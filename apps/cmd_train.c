@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "options.h"
 #include "run.h"
+#include "run_record.h"
 #include "train_run.h"
 
 static const char train_usage[] =
@@ -30,7 +31,11 @@ static const char train_usage[] =
     "                   them, the test split once at the end (0: test each epoch)\n"
     "  --no-auxiliary   no auxiliary head (it needs at least 5x5 at 2/3 depth)\n"
     "  --out DIR        where weights.safetensors, checkpoint.safetensors, metrics.jsonl go\n"
-    "  --resume DIR     continue an interrupted training from its last checkpoint\n";
+    "                   (train); a DIR that holds a run is refused unless --force\n"
+    "  --force          replace the run in --out DIR (its files are removed first)\n"
+    "  --resume DIR     continue an interrupted training from its last checkpoint, with the\n"
+    "                   configuration recorded in DIR/metrics.jsonl; only --backend and a\n"
+    "                   longer --epochs may be given with it\n";
 
 void train_job_default(train_job *j)
 {
@@ -118,6 +123,10 @@ static int accuracy_on(train_state *t, const ex_dataset *ds, double *loss, doubl
     for (int64_t b = 0; b < ex_loader_batches_per_epoch(l); b++) {
         int count = 0, c = 0;
         float lb = 0;
+        if (run_stop_requested()) {
+            ex_loader_free(l);
+            return RUN_EXIT_INTERRUPTED;
+        }
         ex_status st = ex_loader_next(l, t->x, t->y, &count);
         if (st == EX_OK && t->j->tta) {
             st = tta_batch(t, t->x, t->y, &sum, &correct);
@@ -143,46 +152,83 @@ static int epoch_accuracy(train_state *t, double *loss, double *acc)
     return accuracy_on(t, t->valid_set ? t->valid_set : t->test_set, loss, acc);
 }
 
+/* The weights, the optimizer and where the training stands, in one file replaced
+ * atomically; the one before it is kept as .prev. */
 static int checkpoint(train_state *t)
 {
-    char path[4096];
+    char path[4096], meta[256];
     run_path(path, sizeof path, t->j->out, "checkpoint.safetensors");
     run_keep_previous(path);
     ex_loader_state s = ex_loader_get_state(t->train);
-    char meta[256];
-    snprintf(meta, sizeof meta, "%d %lld %lld %lld %lld", t->epoch, (long long)t->step,
-             (long long)t->global_step, (long long)s.epoch, (long long)s.position);
-    if (ex_network_save(t->net, path, true) != EX_OK)
+    snprintf(meta, sizeof meta,
+             "{\"epoch\":%d,\"step\":%lld,\"global_step\":%lld,\"train\":[%lld,%lld]}", t->epoch,
+             (long long)t->step, (long long)t->global_step, (long long)s.epoch,
+             (long long)s.position);
+    if (ex_network_checkpoint(t->net, path, meta) != EX_OK)
         return cli_fail(t->j->cmd, "checkpoint: %s", ex_network_error(t->net));
-    char pos[4200], msg[256];
-    snprintf(pos, sizeof pos, "%s/position", t->j->out);
-    if (cli_write_file_atomic(pos, meta, msg, sizeof msg) != 0)
-        return cli_fail(t->j->cmd, "%s", msg);
     return 0;
 }
 
+/* Where the checkpoint at path says the training stands; a message in msg if it cannot. */
+static bool read_position(const char *path, int64_t pos[5], char *msg, size_t len)
+{
+    ex_safetensors *f = NULL;
+    if (ex_safetensors_open(path, &f, msg, len) != EX_OK)
+        return false;
+    const char *user = ex_safetensors_metadata(f, "user");
+    json_t *j = user ? json_loads(user, 0, NULL) : NULL;
+    json_int_t v[5] = {0};
+    bool ok = j && !json_unpack(j, "{s:I,s:I,s:I,s:[II]}", "epoch", &v[0], "step", &v[1],
+                                "global_step", &v[2], "train", &v[3], &v[4]);
+    json_decref(j);
+    ex_safetensors_close(f);
+    for (int i = 0; i < 5; i++)
+        pos[i] = v[i];
+    if (!ok)
+        snprintf(msg, len,
+                 "%s: no training position in its metadata (a checkpoint of exapt before 0.1.0 "
+                 "kept it in a separate file; that run cannot be resumed)",
+                 path);
+    return ok;
+}
+
+/* Loads the checkpoint at path and the position it holds. */
+static bool load_checkpoint(train_state *t, const char *path, char *msg, size_t len)
+{
+    int64_t pos[5];
+    if (!read_position(path, pos, msg, len))
+        return false;
+    float p = t->j->drop_path * (float)pos[0] / (float)t->j->epochs;
+    if (ex_network_set_drop_path(t->net, p) != EX_OK ||
+        ex_network_load(t->net, path, true) != EX_OK) {
+        snprintf(msg, len, "%s: %s", path, ex_network_error(t->net));
+        return false;
+    }
+    if (ex_loader_set_state(t->train, (ex_loader_state){pos[3], pos[4]}, msg, len) != EX_OK)
+        return false;
+    t->epoch = (int)pos[0];
+    t->step = pos[1];
+    t->global_step = pos[2];
+    return true;
+}
+
+/* The newest complete checkpoint: the last one, or the one before it. */
 static int resume(train_state *t)
 {
-    char path[4096], pos[4200], msg[256];
+    char path[4096], prev[4200], msg[512];
     run_path(path, sizeof path, t->j->out, "checkpoint.safetensors");
-    snprintf(pos, sizeof pos, "%s/position", t->j->out);
-    FILE *f = fopen(pos, "r");
-    long long e = 0, s = 0, g = 0, le = 0, lp = 0;
-    int ok = f && fscanf(f, "%lld %lld %lld %lld %lld", &e, &s, &g, &le, &lp) == 5;
-    if (f)
-        fclose(f);
-    if (!ok)
-        return cli_fail(t->j->cmd, "%s: no resume position", pos);
-    t->epoch = (int)e;
-    t->step = s;
-    t->global_step = g;
-    float p = t->j->drop_path * (float)t->epoch / (float)t->j->epochs;
-    if (ex_network_set_drop_path(t->net, p) != EX_OK ||
-        ex_network_load(t->net, path, true) != EX_OK)
-        return cli_fail(t->j->cmd, "%s: %s", path, ex_network_error(t->net));
-    if (ex_loader_set_state(t->train, (ex_loader_state){le, lp}, msg, sizeof msg) != EX_OK)
-        return cli_fail(t->j->cmd, "%s", msg);
-    return 0;
+    snprintf(prev, sizeof prev, "%s.prev", path);
+    const char *tries[2] = {path, prev};
+    for (int i = 0; i < 2; i++) {
+        if (!load_checkpoint(t, tries[i], msg, sizeof msg)) {
+            fprintf(stderr, "exapt %s: %s\n", t->j->cmd, msg);
+            continue;
+        }
+        fprintf(stderr, "exapt %s: resuming the training from %s at epoch %d step %lld\n",
+                t->j->cmd, tries[i], t->epoch + 1, (long long)t->step);
+        return 0;
+    }
+    return cli_fail(t->j->cmd, "no usable training checkpoint in %s", t->j->out);
 }
 
 static int open_log(train_state *t, bool resuming)
@@ -200,15 +246,21 @@ static int open_log(train_state *t, bool resuming)
     char genotype[EX_GENOTYPE_TEXT_MAX];
     ex_genotype_format_json(&t->j->genotype, genotype, sizeof genotype);
     const ex_network_config *c = &t->j->net;
-    snprintf(h->config, sizeof h->config,
-             "{\"channels\":%d,\"layers\":%d,\"batch\":%d,\"epochs\":%d,\"auxiliary\":%s,"
-             "\"drop_path\":%g,\"cutout\":%d,\"flip\":%s,\"lr\":%g,\"lr_min\":%g,"
-             "\"label_smoothing\":%g,\"tta\":%s,\"holdout\":%lld,\"seed\":%llu,"
-             "\"genotype\":%s}",
-             c->channels, c->layers, c->batch, t->j->epochs, c->auxiliary ? "true" : "false",
-             (double)t->j->drop_path, t->j->cutout, t->j->flip ? "true" : "false", (double)t->j->lr,
-             (double)t->j->lr_min, (double)c->label_smoothing, t->j->tta ? "true" : "false",
-             (long long)t->j->holdout, (unsigned long long)c->seed, genotype);
+    int n = snprintf(h->config, sizeof h->config,
+                     "{\"channels\":%d,\"layers\":%d,\"batch\":%d,\"epochs\":%d,\"auxiliary\":%s,"
+                     "\"drop_path\":%g,\"cutout\":%d,\"flip\":%s,\"lr\":%g,\"lr_min\":%g,"
+                     "\"label_smoothing\":%g,\"tta\":%s,\"holdout\":%lld,\"seed\":%llu,"
+                     "\"genotype\":%s,\"version\":\"%s\",\"argv\":%s}",
+                     c->channels, c->layers, c->batch, t->j->epochs,
+                     c->auxiliary ? "true" : "false", (double)t->j->drop_path, t->j->cutout,
+                     t->j->flip ? "true" : "false", (double)t->j->lr, (double)t->j->lr_min,
+                     (double)c->label_smoothing, t->j->tta ? "true" : "false",
+                     (long long)t->j->holdout, (unsigned long long)c->seed, genotype, ex_version(),
+                     t->j->argv_json ? t->j->argv_json : "[]");
+    if (n < 0 || (size_t)n >= sizeof h->config) {
+        free(h);
+        return cli_fail(t->j->cmd, "the command line is too long to record (%d bytes)", n);
+    }
     const ex_backend_caps *caps = ex_backend_get_caps(t->be);
     snprintf(h->backend, sizeof h->backend, "%s", caps->name);
     snprintf(h->device, sizeof h->device, "%s", caps->device);
@@ -217,6 +269,15 @@ static int open_log(train_state *t, bool resuming)
     ex_status st = ex_metrics_write_header(t->log, h, msg, sizeof msg);
     free(h);
     return st == EX_OK ? 0 : cli_fail(t->j->cmd, "%s", msg);
+}
+
+/* A stop asked for by a signal: a checkpoint where the training stands, and the way on. */
+static int interrupted(train_state *t)
+{
+    int rc = checkpoint(t);
+    fprintf(stderr, "exapt %s: interrupted; checkpoint written, continue with --resume %s\n",
+            t->j->cmd, t->j->run_dir ? t->j->run_dir : t->j->out);
+    return rc ? rc : RUN_EXIT_INTERRUPTED;
 }
 
 static int one_epoch(train_state *t, double *test_acc)
@@ -228,13 +289,8 @@ static int one_epoch(train_state *t, double *test_acc)
     for (; t->step < steps; t->step++, t->global_step++, done++) {
         float lr = run_cosine(j->lr, j->lr_min, (double)(t->epoch * steps + t->step),
                               (double)(j->epochs * steps));
-        if (run_stop_requested()) {
-            int rc = checkpoint(t);
-            fprintf(stderr,
-                    "exapt %s: interrupted; checkpoint written, continue with --resume %s\n",
-                    j->cmd, j->out);
-            return rc ? rc : 130;
-        }
+        if (run_stop_requested())
+            return interrupted(t);
         int n = 0;
         ex_network_stats st;
         if (ex_loader_next(t->train, t->x, t->y, &n) != EX_OK)
@@ -263,8 +319,12 @@ static int one_epoch(train_state *t, double *test_acc)
                          left * el / (double)(done + 1));
         }
     }
+    /* a stop during the evaluation checkpoints at the epoch's last step: a resume
+     * evaluates again */
     double tl = 0, ta = 0;
     int rc = epoch_accuracy(t, &tl, &ta);
+    if (rc == RUN_EXIT_INTERRUPTED)
+        return interrupted(t);
     if (rc)
         return rc;
     ex_metrics_epoch e = {.epoch = t->epoch,
@@ -398,6 +458,9 @@ int train_run(const train_job *j, double *test_acc)
     double loss = 0;
     if (!rc && (!measured || t.valid_set)) /* resumed after its last epoch, or held out */
         rc = accuracy_on(&t, t.test_set, &loss, &acc);
+    if (rc == RUN_EXIT_INTERRUPTED) /* the last epoch's checkpoint leads back here */
+        fprintf(stderr, "exapt %s: interrupted; continue with --resume %s\n", j->cmd,
+                j->run_dir ? j->run_dir : j->out);
     char path[4096], msg[256];
     if (!rc && ex_network_save(t.net, run_path(path, sizeof path, j->out, "weights.safetensors"),
                                false) != EX_OK)
@@ -405,7 +468,8 @@ int train_run(const train_job *j, double *test_acc)
     if (!rc && test_acc)
         *test_acc = acc;
     if (!rc)
-        fprintf(stderr, "train: test accuracy %.2f%%; weights in %s\n", 100.0 * acc, path);
+        printf("train: test accuracy %.2f%%; weights in %s\n", 100.0 * acc, path);
+    fflush(stdout);
     if (t.log)
         ex_metrics_close(t.log, msg, sizeof msg);
     ex_network_free(t.net);
@@ -431,69 +495,137 @@ static int load_genotype(const char *spec, ex_genotype *g)
     return 0;
 }
 
-int cli_train(const cli_global *g, int argc, char **argv)
+typedef struct train_args {
+    const char *genotype, *backend, *data, *dataset, *out, *resume;
+    long epochs, batch, channels, layers, seed, cutout, limit, holdout;
+    double lr, lr_min, drop, smoothing;
+    bool set_epochs, set_batch, set_channels, set_layers, no_aux, flip, tta, force;
+} train_args;
+
+static train_args train_args_default(void)
 {
     train_job j;
     train_job_default(&j);
-    const char *genotype = NULL;
-    long epochs = 0, batch = 0, channels = 0, layers = 0, seed = 0, cutout = 16, limit = 0;
-    double lr = j.lr, lr_min = j.lr_min, drop = j.drop_path, smoothing = 0;
-    long holdout = 0;
-    bool set_epochs = false, set_batch = false, set_channels = false, set_layers = false,
-         no_aux = false;
+    return (train_args){.lr = j.lr, .lr_min = j.lr_min, .drop = j.drop_path, .cutout = 16};
+}
+
+/* The options of a command line into *a (only those given change it); -1 for --help. */
+static int parse_args(train_args *a, int argc, char **argv)
+{
     const opt_spec specs[] = {
-        {"--genotype", OPT_STRING, &genotype, 0, 0, NULL},
-        {"--backend", OPT_STRING, &j.backend, 0, 0, NULL},
-        {"--data", OPT_STRING, &j.data_dir, 0, 0, NULL},
-        {"--dataset", OPT_STRING, &j.dataset, 0, 0, NULL},
-        {"--limit", OPT_INT, &limit, 0, 1e9, NULL},
-        {"--epochs", OPT_INT, &epochs, 1, 100000, &set_epochs},
-        {"--batch", OPT_INT, &batch, 2, 65536, &set_batch},
-        {"--channels", OPT_INT, &channels, 2, 4096, &set_channels},
-        {"--layers", OPT_INT, &layers, 1, 1000, &set_layers},
-        {"--lr", OPT_FLOAT, &lr, 0, 10, NULL},
-        {"--lr-min", OPT_FLOAT, &lr_min, 0, 10, NULL},
-        {"--seed", OPT_INT, &seed, 0, 2147483647, NULL},
-        {"--drop-path", OPT_FLOAT, &drop, 0, 0.99, NULL},
-        {"--cutout", OPT_INT, &cutout, 0, 1024, NULL},
-        {"--no-auxiliary", OPT_FLAG, &no_aux, 0, 0, NULL},
-        {"--flip", OPT_FLAG, &j.flip, 0, 0, NULL},
-        {"--label-smoothing", OPT_FLOAT, &smoothing, 0, 0.99, NULL},
-        {"--tta", OPT_FLAG, &j.tta, 0, 0, NULL},
-        {"--holdout", OPT_INT, &holdout, 0, 1e9, NULL},
-        {"--out", OPT_STRING, &j.out, 0, 0, NULL},
-        {"--resume", OPT_STRING, &j.resume, 0, 0, NULL},
+        {"--genotype", OPT_STRING, &a->genotype, 0, 0, NULL},
+        {"--backend", OPT_STRING, &a->backend, 0, 0, NULL},
+        {"--data", OPT_STRING, &a->data, 0, 0, NULL},
+        {"--dataset", OPT_STRING, &a->dataset, 0, 0, NULL},
+        {"--limit", OPT_INT, &a->limit, 0, 1e9, NULL},
+        {"--epochs", OPT_INT, &a->epochs, 1, 100000, &a->set_epochs},
+        {"--batch", OPT_INT, &a->batch, 2, 65536, &a->set_batch},
+        {"--channels", OPT_INT, &a->channels, 2, 4096, &a->set_channels},
+        {"--layers", OPT_INT, &a->layers, 1, 1000, &a->set_layers},
+        {"--lr", OPT_FLOAT, &a->lr, 0, 10, NULL},
+        {"--lr-min", OPT_FLOAT, &a->lr_min, 0, 10, NULL},
+        {"--seed", OPT_INT, &a->seed, 0, 2147483647, NULL},
+        {"--drop-path", OPT_FLOAT, &a->drop, 0, 0.99, NULL},
+        {"--cutout", OPT_INT, &a->cutout, 0, 1024, NULL},
+        {"--no-auxiliary", OPT_FLAG, &a->no_aux, 0, 0, NULL},
+        {"--flip", OPT_FLAG, &a->flip, 0, 0, NULL},
+        {"--label-smoothing", OPT_FLOAT, &a->smoothing, 0, 0.99, NULL},
+        {"--tta", OPT_FLAG, &a->tta, 0, 0, NULL},
+        {"--holdout", OPT_INT, &a->holdout, 0, 1e9, NULL},
+        {"--out", OPT_STRING, &a->out, 0, 0, NULL},
+        {"--resume", OPT_STRING, &a->resume, 0, 0, NULL},
+        {"--force", OPT_FLAG, &a->force, 0, 0, NULL},
     };
-    int rc =
-        opt_parse("train", train_usage, specs, (int)(sizeof specs / sizeof specs[0]), argc, argv);
+    return opt_parse("train", train_usage, specs, (int)(sizeof specs / sizeof specs[0]), argc,
+                     argv);
+}
+
+/* A resume's settings: those recorded in the run, then the options given with --resume,
+ * which may only change where it runs and extend it. */
+static int recall_args(train_args *a, json_t **rec, int argc, char **argv)
+{
+    static const char *const allowed[] = {"--resume", "--backend", "--epochs", NULL};
+    const char *dir = a->resume;
+    int rc = run_record_resume_only(argc, argv, allowed, "train");
+    if (!rc)
+        rc = run_record_load(dir, rec, "train");
+    int n = 0;
+    char **v = NULL;
+    if (!rc && run_record_argv(*rec, "train", &n, &v))
+        rc = cli_fail("train", "--resume %s: the recorded options are malformed", dir);
+    *a = train_args_default();
+    if (!rc && parse_args(a, n, v))
+        rc = cli_fail("train", "--resume %s: the recorded options do not parse", dir);
+    free(v);
+    if (!rc && a->resume)
+        rc = cli_fail("train", "--resume %s: the recorded options resume another run", dir);
+    if (!rc)
+        rc = parse_args(a, argc, argv) ? CLI_EXIT_USAGE : 0;
+    return rc;
+}
+
+/* The job of settings a. */
+static int make_job(train_job *j, const train_args *a, const cli_global *g)
+{
+    train_job_default(j);
+    if (!a->genotype)
+        return cli_usage_error("train", "--genotype is required");
+    int rc = load_genotype(a->genotype, &j->genotype);
+    if (rc)
+        return rc;
+    j->backend = a->backend ? a->backend : g->backend;
+    j->data_dir = a->data;
+    j->dataset = a->dataset;
+    j->out = a->resume ? a->resume : a->out ? a->out : j->out;
+    j->resume = a->resume;
+    j->limit = a->limit;
+    j->lr = (float)a->lr;
+    j->lr_min = (float)a->lr_min;
+    j->drop_path = (float)a->drop;
+    j->cutout = (int)a->cutout;
+    j->flip = a->flip;
+    j->tta = a->tta;
+    j->net.seed = (uint64_t)a->seed;
+    j->net.auxiliary = !a->no_aux;
+    j->net.label_smoothing = (float)a->smoothing;
+    j->holdout = a->holdout;
+    if (a->set_batch)
+        j->net.batch = (int)a->batch;
+    if (a->set_channels)
+        j->net.channels = (int)a->channels;
+    if (a->set_layers)
+        j->net.layers = (int)a->layers;
+    /* DARTS trains CIFAR-10 600 epochs; the 28x28 sets need far fewer */
+    bool cifar = j->dataset && !strcmp(j->dataset, "cifar10");
+    j->epochs = a->set_epochs ? (int)a->epochs : cifar ? 600 : 20;
+    return 0;
+}
+
+int cli_train(const cli_global *g, int argc, char **argv)
+{
+    train_args a = train_args_default();
+    int rc = parse_args(&a, argc, argv);
     if (rc)
         return rc < 0 ? CLI_EXIT_OK : rc;
-    if (!genotype)
-        return cli_usage_error("train", "--genotype is required");
-    if ((rc = load_genotype(genotype, &j.genotype)))
-        return rc;
-    if (!j.backend)
-        j.backend = g->backend;
-    if (j.resume)
-        j.out = j.resume;
-    j.limit = limit;
-    j.lr = (float)lr;
-    j.lr_min = (float)lr_min;
-    j.drop_path = (float)drop;
-    j.cutout = (int)cutout;
-    j.net.seed = (uint64_t)seed;
-    j.net.auxiliary = !no_aux;
-    j.net.label_smoothing = (float)smoothing;
-    j.holdout = holdout;
-    if (set_batch)
-        j.net.batch = (int)batch;
-    if (set_channels)
-        j.net.channels = (int)channels;
-    if (set_layers)
-        j.net.layers = (int)layers;
-    /* DARTS trains CIFAR-10 600 epochs; the 28x28 sets need far fewer */
-    bool cifar = j.dataset && !strcmp(j.dataset, "cifar10");
-    j.epochs = set_epochs ? (int)epochs : cifar ? 600 : 20;
-    run_catch_signals();
-    return train_run(&j, NULL);
+    json_t *rec = NULL;
+    if (a.resume)
+        rc = recall_args(&a, &rec, argc, argv);
+    else if (!(rec = run_record_new(g, argc, argv)))
+        rc = cli_fail("train", "out of memory");
+    train_job j;
+    if (!rc)
+        rc = make_job(&j, &a, g);
+    if (!rc && !a.resume)
+        rc = run_claim_dir(j.out, a.force, "train");
+    char *argv_json = NULL;
+    if (!rc && !(argv_json = json_dumps(json_object_get(rec, "argv"), JSON_COMPACT)))
+        rc = cli_fail("train", "out of memory");
+    if (!rc) {
+        j.argv_json = argv_json;
+        run_catch_signals();
+        rc = train_run(&j, NULL);
+    }
+    free(argv_json);
+    json_decref(rec);
+    return rc;
 }

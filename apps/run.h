@@ -31,6 +31,9 @@ void run_catch_signals(void);
 /** Whether a stop was asked for. */
 bool run_stop_requested(void);
 
+/** The exit code of a run stopped by a signal (128 + SIGINT, as a shell reports Ctrl-C). */
+enum { RUN_EXIT_INTERRUPTED = 130 };
+
 /** Seconds on the monotonic clock. */
 double run_now(void);
 

@@ -13,9 +13,11 @@ typedef struct train_job {
     const char *backend; /* backend name (NULL: EXAPT_BACKEND or auto), when be is NULL */
     ex_backend *be;      /* an open backend to use, or NULL */
     const char *data_dir, *dataset;
-    const char *out;    /* output directory */
-    const char *resume; /* directory of an interrupted run, or NULL */
-    int64_t limit;      /* training images used (0: all) */
+    const char *out;     /* output directory */
+    const char *resume;  /* directory of an interrupted run, or NULL */
+    const char *run_dir; /* what `exapt CMD --resume` takes to continue: out, or the search's
+                            run directory (NULL: out) */
+    int64_t limit;       /* training images used (0: all) */
     int epochs;
     float lr, lr_min;
     float drop_path; /* final drop-path probability, reached linearly */
@@ -27,6 +29,9 @@ typedef struct train_job {
                         epoch) */
     ex_network_config net;
     ex_genotype genotype;
+    const char *argv_json; /* the command's options as a JSON array of strings, recorded in
+                              the metrics log's header for --resume (NULL: [], a search's
+                              training, which its search's record reproduces) */
 } train_job;
 
 /** DARTS's evaluation settings. */

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/fileio.h"
+#include "exapt/file.h"
 
 ex_status ex__msg(char *msg, size_t len, ex_status st, const char *fmt, ...)
 {
@@ -188,4 +189,12 @@ ex_status ex__read_file(const char *path, size_t max, char **out, size_t *n, cha
     ex_status st = read_fd(fd, path, max, out, n, msg, len);
     close(fd);
     return st;
+}
+
+ex_status ex_file_write_atomic(const char *path, const void *data, size_t n, char *msg,
+                               size_t msg_len)
+{
+    if (!path || (!data && n > 0))
+        return ex__msg(msg, msg_len, EX_ERR_ARG, "write: NULL %s", !path ? "path" : "data");
+    return ex__write_file_atomic(path, data, n, msg, msg_len);
 }

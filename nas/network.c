@@ -348,7 +348,7 @@ ex_status ex_network_predict(ex_network *n, const float *x, float *logits)
     return st;
 }
 
-ex_status ex_network_save(ex_network *n, const char *path, bool optimizer)
+static ex_status save(ex_network *n, const char *path, bool optimizer, const char *user)
 {
     if (!n || !path)
         return EX_ERR_ARG;
@@ -359,11 +359,24 @@ ex_status ex_network_save(ex_network *n, const char *path, bool optimizer)
     char genotype[2048], steps[32];
     ex_genotype_format(&n->genotype, genotype, sizeof genotype);
     snprintf(steps, sizeof steps, "%lld", (long long)n->steps_done);
-    ex_st_meta meta[3] = {{"format", "exapt-network"}, {"genotype", genotype}, {"steps", steps}};
-    ex_status st =
-        nas_store_save(n->plan, e, count, n->steps_done, meta, 3, path, n->msg, sizeof n->msg);
+    ex_st_meta meta[4] = {{"format", "exapt-network"},
+                          {"genotype", genotype},
+                          {"steps", steps},
+                          {"user", user ? user : ""}};
+    ex_status st = nas_store_save(n->plan, e, count, n->steps_done, meta, user ? 4 : 3, path,
+                                  n->msg, sizeof n->msg);
     free(e);
     return st;
+}
+
+ex_status ex_network_save(ex_network *n, const char *path, bool optimizer)
+{
+    return save(n, path, optimizer, NULL);
+}
+
+ex_status ex_network_checkpoint(ex_network *n, const char *path, const char *user_json)
+{
+    return save(n, path, true, user_json);
 }
 
 ex_status ex_network_load(ex_network *n, const char *path, bool optimizer)

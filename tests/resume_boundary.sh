@@ -41,10 +41,10 @@ grep -q "resuming from .* at epoch 3" "$dir/edge.log" || fail "did not resume af
 cmp "$dir/whole/train/weights.safetensors" "$dir/edge/train/weights.safetensors" ||
     fail "trained weights differ after a resume at the boundary"
 
-# killed inside the training, just after its first epoch's checkpoint and position
+# killed inside the training, just after its first epoch's checkpoint
 "$exapt" "${args[@]}" --out "$dir/cut" 2>"$dir/cut.log" &
 pid=$!
-while [ ! -f "$dir/cut/train/position" ] && kill -0 $pid 2>/dev/null; do
+while [ ! -f "$dir/cut/train/checkpoint.safetensors" ] && kill -0 $pid 2>/dev/null; do
     sleep 0.05
 done
 kill -0 $pid 2>/dev/null || fail "the run ended before it could be killed in training"

@@ -434,6 +434,7 @@ static void searches_and_networks(void **state)
     assert_int_equal(ex_network_param_count(NULL), 0);
     assert_int_equal(ex_network_load(NULL, "x", true), EX_ERR_ARG);
     assert_int_equal(ex_network_save(NULL, "x", true), EX_ERR_ARG);
+    assert_int_equal(ex_network_checkpoint(NULL, "x", "{}"), EX_ERR_ARG);
     assert_int_equal(ex_network_set_drop_path(NULL, 0.1f), EX_ERR_ARG);
     assert_int_equal(ex_network_step(NULL, x, y, 0.1f, NULL), EX_ERR_ARG);
     assert_int_equal(ex_network_eval(NULL, x, y, NULL, NULL), EX_ERR_ARG);
@@ -471,8 +472,32 @@ static void searches_and_networks(void **state)
     assert_int_equal(ex_network_step(n, NULL, y, 0.1f, NULL), EX_ERR_ARG);
     assert_int_not_equal(ex_network_load(n, "/nonexistent/n.safetensors", false), EX_OK);
     assert_int_equal(ex_network_save(n, NULL, false), EX_ERR_ARG);
+    assert_int_equal(ex_network_checkpoint(n, NULL, NULL), EX_ERR_ARG);
     ex_network_free(n);
     ex_backend_close(be);
+}
+
+/* The crash-safe writer: bad arguments, a directory that is not there (the old file is
+ * kept), and a replacement that holds exactly the new bytes. */
+static void files(void **state)
+{
+    (void)state;
+    FAILS_MSG(ex_file_write_atomic(NULL, "x", 1, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_file_write_atomic("/tmp/x", NULL, 1, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_file_write_atomic("/nonexistent/x", "x", 1, msg, sizeof msg), EX_ERR_IO);
+    char path[] = "/tmp/exapt-file-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(ex_file_write_atomic(path, "old", 3, msg, sizeof msg), EX_OK);
+    assert_int_equal(ex_file_write_atomic(path, "new!", 4, msg, sizeof msg), EX_OK);
+    char got[8] = {0};
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(got, 1, sizeof got, f), 4);
+    fclose(f);
+    assert_string_equal(got, "new!");
+    assert_int_equal(remove(path), 0);
 }
 
 int main(void)
@@ -485,6 +510,7 @@ int main(void)
         cmocka_unit_test(genotypes),
         cmocka_unit_test(safetensors_files),
         cmocka_unit_test(metrics_logs),
+        cmocka_unit_test(files),
         cmocka_unit_test(searches_and_networks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,6 +5,7 @@
 #include "exapt/backend.h"
 #include "exapt/ctx.h"
 #include "exapt/data.h"
+#include "exapt/file.h"
 #include "exapt/genotype.h"
 #include "exapt/graph.h"
 #include "exapt/metrics.h"

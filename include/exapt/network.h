@@ -76,6 +76,12 @@ ex_status ex_network_predict(ex_network *n, const float *x, float *logits);
  *  with optimizer, the momentum buffers too (a checkpoint). */
 ex_status ex_network_save(ex_network *n, const char *path, bool optimizer);
 
+/** Saves a checkpoint: what ex_network_save(n, path, true) saves, and the caller's JSON
+ *  document (e.g. where a training stands) under the metadata key "user" (NULL: none), all
+ *  in one file replaced atomically, so weights and position cannot disagree after a crash.
+ *  ex_safetensors_metadata(f, "user") reads the document back. */
+ex_status ex_network_checkpoint(ex_network *n, const char *path, const char *user_json);
+
 /** Loads what ex_network_save wrote for the same genotype and configuration; with
  *  optimizer (a checkpoint), the momentum buffers and the step count too. */
 ex_status ex_network_load(ex_network *n, const char *path, bool optimizer);
