@@ -1,17 +1,7 @@
-/* Backend helpers shared by the subcommands: error text, peak bandwidth, sizes. */
+/* Backend helpers shared by the subcommands: peak bandwidth, sizes. */
 #include <stdio.h>
 
 #include "cli.h"
-
-const char *cli_backend_error(const ex_backend *be)
-{
-    const ex_backend_iface *iface = ex_backend_iface_of(be);
-    void *impl = ex_backend_impl_of(be);
-    if (iface == NULL || iface->error == NULL)
-        return "";
-    const char *msg = iface->error(impl);
-    return msg ? msg : "";
-}
 
 ex_status cli_measure_peak(ex_backend *be, double *gbs)
 {

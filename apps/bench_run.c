@@ -138,7 +138,7 @@ static void plan_message(const ex_plan *plan, const ex_backend *be, ex_status st
 {
     const char *m = plan ? ex_plan_error(plan) : "";
     if (m == NULL || m[0] == '\0')
-        m = cli_backend_error(be);
+        m = ex_backend_error(be);
     snprintf(msg, len, "%s", m[0] ? m : ex_status_str(st));
 }
 
@@ -193,7 +193,7 @@ ex_status bench_run_case(ex_backend *be, ex_op op, const bench_case *c, const be
     if (st != EX_OK) {
         const char *m = ex_ctx_error(g.ctx);
         if (m == NULL || m[0] == '\0')
-            m = cli_backend_error(be);
+            m = ex_backend_error(be);
         snprintf(msg, msg_len, "%s", m[0] ? m : ex_status_str(st));
     } else {
         ex_tensor_shape_str(g.subject, res->shape, (int)sizeof res->shape);

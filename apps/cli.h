@@ -84,9 +84,6 @@ int cli_fail(const char *cmd, const char *fmt, ...)
 
 /* ---- backends (backend_util.c) ---- */
 
-/** The open backend's last error message, or "" when it has none. */
-const char *cli_backend_error(const ex_backend *be);
-
 /** Measures be's peak copy bandwidth with copies of at most 256 MiB (fewer when the
  *  backend's largest allocation is smaller). Returns the library's status. */
 ex_status cli_measure_peak(ex_backend *be, double *gbs);

@@ -215,7 +215,7 @@ static int open_backend(const char *name, ex_backend **be, double *peak)
         rc = cli_fail("bench", "backend %s cannot time nodes (no timestamps on %s)", caps->name,
                       caps->device);
     } else if ((st = cli_measure_peak(*be, peak)) != EX_OK) {
-        const char *m = cli_backend_error(*be);
+        const char *m = ex_backend_error(*be);
         rc = cli_fail("bench", "measuring bandwidth: %s", m[0] ? m : ex_status_str(st));
     }
     if (rc == CLI_EXIT_OK)

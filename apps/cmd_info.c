@@ -47,7 +47,7 @@ static void probe_backend(const char *name, backend_report *r)
     ex_status st = cli_measure_peak(be, &r->peak_gbs);
     if (st != EX_OK) {
         r->peak_gbs = 0;
-        const char *msg = cli_backend_error(be);
+        const char *msg = ex_backend_error(be);
         snprintf(r->error, sizeof r->error, "measuring bandwidth: %s",
                  msg[0] ? msg : ex_status_str(st));
     }

@@ -1,11 +1,14 @@
-/* The backend table and the public backend calls. Backends compiled in sit in one
- * constant table: nothing registers at start-up, nothing can be dropped by a static link. */
+/* The backend table and the public backend calls. Backends sit in one constant table:
+ * nothing registers at start-up, nothing can be dropped by a static link. Compiled with
+ * EXAPT_BACKEND_MODULES (the shared library), the CUDA and Vulkan entries load their
+ * module when opened (core/module.c) instead of being linked in. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/clock.h"
 #include "core/engine.h"
+#include "core/module.h"
 
 struct ex_backend {
     const ex_backend_iface *iface;
@@ -13,25 +16,67 @@ struct ex_backend {
     ex_backend_caps caps;
 };
 
+typedef ex_status (*create_fn)(int arg, const ex_backend_iface **iface, void **impl,
+                               ex_backend_caps *caps, char *msg, size_t msg_len);
+
 typedef struct backend_entry {
     const char *name;
     int arg;      /* passed to create: for the CPU, whether it is the reference path */
     int auto_arg; /* passed instead when "auto" picks it (Vulkan: GPU-type devices only) */
-    ex_status (*create)(int arg, const ex_backend_iface **iface, void **impl, ex_backend_caps *caps,
-                        char *msg, size_t msg_len);
+    create_fn create;
     bool automatic; /* may "auto" pick it */
 } backend_entry;
+
+#ifdef EXAPT_BACKEND_MODULES
+/* The entry point `symbol` of module `file`, or NULL with the reason in msg. */
+static create_fn module_create(const char *file, const char *symbol, char *msg, size_t len)
+{
+    create_fn f;
+    *(void **)&f = ex__module_symbol(file, symbol, msg, len);
+    return f;
+}
+
+#ifdef EXAPT_HAVE_CUDA
+static ex_status cuda_create(int arg, const ex_backend_iface **iface, void **impl,
+                             ex_backend_caps *caps, char *msg, size_t len)
+{
+    create_fn f = module_create("libexapt-cuda.so", "ex__cuda_backend_create", msg, len);
+    return f ? f(arg, iface, impl, caps, msg, len) : EX_ERR_UNSUPPORTED;
+}
+
+#endif
+
+#ifdef EXAPT_HAVE_VULKAN
+static ex_status vulkan_create(int arg, const ex_backend_iface **iface, void **impl,
+                               ex_backend_caps *caps, char *msg, size_t len)
+{
+    create_fn f = module_create("libexapt-vulkan.so", "ex__vulkan_backend_create", msg, len);
+    return f ? f(arg, iface, impl, caps, msg, len) : EX_ERR_UNSUPPORTED;
+}
+
+static ex_status vulkan_devices(char *buf, size_t len)
+{
+    ex_status (*f)(char *, size_t);
+    *(void **)&f = ex__module_symbol("libexapt-vulkan.so", "ex__vulkan_devices", buf, len);
+    return f ? f(buf, len) : EX_ERR_UNSUPPORTED;
+}
+#endif
+#else
+#define cuda_create ex__cuda_backend_create
+#define vulkan_create ex__vulkan_backend_create
+#define vulkan_devices ex__vulkan_devices
+#endif
 
 /* In "auto" order. */
 static const backend_entry backends[] = {
 #ifdef EXAPT_HAVE_CUDA
-    {"cuda", 0, 0, ex_cuda_backend_create, true},
+    {"cuda", 0, 0, cuda_create, true},
 #endif
 #ifdef EXAPT_HAVE_VULKAN
-    {"vulkan", 0, 1, ex_vulkan_backend_create, true},
+    {"vulkan", 0, 1, vulkan_create, true},
 #endif
-    {"cpu", 0, 0, ex_cpu_backend_create, true},
-    {"cpu-ref", 1, 1, ex_cpu_backend_create, false},
+    {"cpu", 0, 0, ex__cpu_backend_create, true},
+    {"cpu-ref", 1, 1, ex__cpu_backend_create, false},
 };
 
 static const char *const backend_names[] = {
@@ -136,6 +181,12 @@ void ex_backend_close(ex_backend *be)
     free(be);
 }
 
+const char *ex_backend_error(const ex_backend *be)
+{
+    const char *msg = be && be->iface->error ? be->iface->error(be->impl) : NULL;
+    return msg ? msg : "";
+}
+
 const ex_backend_caps *ex_backend_get_caps(const ex_backend *be)
 {
     return be ? &be->caps : NULL;
@@ -165,18 +216,18 @@ ex_status ex_backend_devices(const char *name, char *buf, size_t len)
     buf[0] = '\0';
 #ifdef EXAPT_HAVE_VULKAN
     if (!strcmp(name, "vulkan"))
-        return ex_vulkan_devices(buf, len);
+        return vulkan_devices(buf, len);
 #endif
     snprintf(buf, len, "%s: no device list (not a device backend, or not compiled in)", name);
     return EX_ERR_UNSUPPORTED;
 }
 
-const ex_backend_iface *ex_backend_iface_of(const ex_backend *be)
+const ex_backend_iface *ex__backend_iface_of(const ex_backend *be)
 {
     return be ? be->iface : NULL;
 }
 
-void *ex_backend_impl_of(const ex_backend *be)
+void *ex__backend_impl_of(const ex_backend *be)
 {
     return be ? be->impl : NULL;
 }

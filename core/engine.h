@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/backend_iface.h"
 #include "exapt/backend.h"
 #include "exapt/ctx.h"
 #include "exapt/graph.h"

@@ -530,8 +530,8 @@ ex_status ex_graph_plan(ex_ctx *ctx, ex_backend *be, const ex_plan_opts *opts, e
     }
     p->ctx = ctx;
     p->be = be;
-    p->f = ex_backend_iface_of(be);
-    p->impl = ex_backend_impl_of(be);
+    p->f = ex__backend_iface_of(be);
+    p->impl = ex__backend_impl_of(be);
     if (opts)
         p->opts = *opts;
     p->ntensors = ctx->ntensors;

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "exapt/backend.h"
+#include "core/backend_iface.h"
 
 /** Shape and strides padded on the left to 4 dims (size 1, stride 0). */
 static inline void ex_td_shape4(const ex_tdesc *t, int64_t ne[4], int64_t st[4])

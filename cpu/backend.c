@@ -251,7 +251,7 @@ static int thread_count(void)
 #endif
 }
 
-ex_status ex_cpu_backend_create(int reference, const ex_backend_iface **iface, void **impl,
+ex_status ex__cpu_backend_create(int reference, const ex_backend_iface **iface, void **impl,
                                 ex_backend_caps *caps, char *msg, size_t msg_len)
 {
     if (!iface || !impl || !caps) {

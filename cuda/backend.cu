@@ -1188,7 +1188,7 @@ static ex_status device_runs_build(cu_backend *b, const cudaDeviceProp *prop)
     return EX_ERR_UNSUPPORTED;
 }
 
-ex_status ex_cuda_backend_create(int arg, const ex_backend_iface **iface, void **impl,
+ex_status ex__cuda_backend_create(int arg, const ex_backend_iface **iface, void **impl,
                                  ex_backend_caps *caps, char *msg, size_t msg_len)
 {
     (void)arg; /* the device comes from EXAPT_CUDA_DEVICE */

@@ -3,7 +3,8 @@
 # then the embedding example (examples/search_in_memory.c) built against it with CMake
 # (find_package) from a C project and from a C++ one, each linked with the shared and with
 # the static library, and with pkg-config (shared, and --static), each program run; and the
-# installed libexapt.so exports only the API. Usage: check_install.sh BUILD_DIR
+# installed libexapt.so exports only the API and the installed command loads its backend
+# modules. Usage: check_install.sh BUILD_DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$1
@@ -14,6 +15,12 @@ cmake --install "$build" --prefix "$prefix" >/dev/null
 lib=$(dirname "$(find "$prefix" -name libexapt.so | head -1)")
 scripts/check_exports.sh "$lib/libexapt.so" "$prefix/include"
 [ -f "$prefix/share/man/man1/exapt-search.1" ] || { echo "no man page installed"; exit 1; }
+# the installed command finds its library and the backend modules beside it
+"$prefix/bin/exapt" info >"$work/info.txt" 2>&1 || { cat "$work/info.txt"; exit 1; }
+if grep -q "not loaded" "$work/info.txt"; then
+    grep "not loaded" "$work/info.txt"; echo "an installed backend module did not load"; exit 1
+fi
+echo "installed exapt info: $(grep -c '^[a-z-]*: ' "$work/info.txt") backends described, every module loaded"
 
 run() { # NAME PROGRAM: runs it; the example prints the genotype it found
     local out

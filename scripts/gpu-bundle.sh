@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds exapt for the lent Hopper GPU machine (sm_90, CUDA, no viewer) and packs what a
-# run there needs into .gpu/bundle.tar.xz (git ignores .gpu/): the programs, the shared
-# libraries that machine lacks, and Fashion-MNIST. Carry .gpu, and there:
+# run there needs into .gpu/bundle.tar.xz (git ignores .gpu/): the programs, libexapt.so
+# and its backend modules, the shared libraries that machine lacks, and Fashion-MNIST. Carry .gpu, and there:
 #   mkdir -p /tmp/x && tar xJf .gpu/bundle.tar.xz -C /tmp/x && export LD_LIBRARY_PATH=/tmp/x/lib
 #   /tmp/x/bin/test_ops --backend cuda; /tmp/x/bin/exapt search --data /tmp/x/data ...
 #   /tmp/x/bin/test_ops --backend vulkan (needs the driver's Vulkan ICD, e.g. nvidia_icd.json)
@@ -28,10 +28,13 @@ for t in test_vulkan test_backend_search; do
 done
 for extra in "$build"/bench/*; do [ -x "$extra" ] && [ -f "$extra" ] && bins+=("$extra"); done
 cp "${bins[@]}" "$stage/bin/"
+# the backend modules the command's libexapt.so loads from its own folder
+modules=("$build"/libexapt-*.so)
+cp "${modules[@]}" "$stage/lib/"
 cp -r bench/*.py "$stage/bin/" 2>/dev/null || true
 # the GPU machine has the C runtime and CUDA; everything else travels
 skip='^(linux-vdso|libc\.|libm\.|libpthread|libdl\.|librt\.|ld-linux|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas)'
-for b in "${bins[@]}"; do
+for b in "${bins[@]}" "${modules[@]}"; do
     ldd "$b" | awk '$3 ~ /^\// {print $1, $3}' | while read -r name path; do
         [[ "$name" =~ $skip ]] || cp -L "$path" "$stage/lib/$name"
     done

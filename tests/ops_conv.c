@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "core/backend_iface.h"
 #include "ops_harness.h"
 #include "ref.h"
 
@@ -307,8 +308,8 @@ static ex_tdesc fl_desc(ex_buffer *buf, int64_t at, int64_t c1)
 /* A buffer of fl_desc's layout, every float 1. */
 static ex_buffer *fl_buffer(const suite *s)
 {
-    const ex_backend_iface *f = ex_backend_iface_of(s->be);
-    void *im = ex_backend_impl_of(s->be);
+    const ex_backend_iface *f = ex__backend_iface_of(s->be);
+    void *im = ex__backend_impl_of(s->be);
     ex_buffer *buf = NULL;
     uint64_t bytes = (uint64_t)(FL_WD + 81) * 4;
     assert_int_equal(f->buffer_alloc(im, bytes, &buf), EX_OK);
@@ -319,8 +320,8 @@ static ex_buffer *fl_buffer(const suite *s)
 /* Runs node n alone, as a plan would hand it over, and waits for it. */
 static ex_status fl_compute(const suite *s, const ex_node_exec *n)
 {
-    const ex_backend_iface *f = ex_backend_iface_of(s->be);
-    void *im = ex_backend_impl_of(s->be);
+    const ex_backend_iface *f = ex__backend_iface_of(s->be);
+    void *im = ex__backend_impl_of(s->be);
     ex_status st = f->compute(im, n, 1, NULL);
     return st == EX_OK ? f->synchronize(im) : st;
 }
@@ -353,8 +354,8 @@ static ex_status fl_run(const suite *s, ex_buffer *buf, const fl_case *c)
 void conv_flag_errors(void **state)
 {
     suite *s = *state;
-    const ex_backend_iface *f = ex_backend_iface_of(s->be);
-    void *im = ex_backend_impl_of(s->be);
+    const ex_backend_iface *f = ex__backend_iface_of(s->be);
+    void *im = ex__backend_impl_of(s->be);
     ex_buffer *buf = fl_buffer(s);
     /* the first four and the last are well formed: the others fail for their flag and
      * sources alone, and leave the backend able to run the next node */
@@ -426,8 +427,8 @@ static ex_status bf_run(const suite *s, ex_buffer *buf, ex_op op, int xhat)
 void bn_flag_errors(void **state)
 {
     suite *s = *state;
-    const ex_backend_iface *f = ex_backend_iface_of(s->be);
-    void *im = ex_backend_impl_of(s->be);
+    const ex_backend_iface *f = ex__backend_iface_of(s->be);
+    void *im = ex__backend_impl_of(s->be);
     ex_buffer *buf = fl_buffer(s);
     static const int flags[] = {0, 1, 2, -1, 1};
     int failed = 0;

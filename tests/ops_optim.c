@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "core/backend_iface.h"
 #include "ops_harness.h"
 #include "ref.h"
 
@@ -332,8 +333,8 @@ typedef struct sc_case {
 static ex_status sc_run(const suite *s, ex_buffer *buf, const sc_case *c, float *p, float *m,
                         char *msg, size_t len)
 {
-    const ex_backend_iface *f = ex_backend_iface_of(s->be);
-    void *im = ex_backend_impl_of(s->be);
+    const ex_backend_iface *f = ex__backend_iface_of(s->be);
+    void *im = ex__backend_impl_of(s->be);
     float host[SC_FLOATS] = {0};
     for (int i = 0; i < SC_N; i++) {
         host[SC_P + i] = 1.0f;
@@ -383,8 +384,8 @@ static bool all_near(const float *v, int n, float x)
 void sgd_clip_node_errors(void **state)
 {
     suite *s = *state;
-    const ex_backend_iface *f = ex_backend_iface_of(s->be);
-    void *im = ex_backend_impl_of(s->be);
+    const ex_backend_iface *f = ex__backend_iface_of(s->be);
+    void *im = ex__backend_impl_of(s->be);
     ex_buffer *buf = NULL;
     assert_int_equal(f->buffer_alloc(im, SC_FLOATS * 4, &buf), EX_OK);
     static const sc_case cases[] = {

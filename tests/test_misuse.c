@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "core/backend_iface.h"
 #include "exapt/data.h"
 #include "exapt/exapt.h"
 #include "exapt/metrics.h"
@@ -47,8 +48,9 @@ static void backend_and_names(void **state)
 {
     (void)state;
     assert_null(ex_backend_get_caps(NULL));
-    assert_null(ex_backend_iface_of(NULL));
-    assert_null(ex_backend_impl_of(NULL));
+    assert_null(ex__backend_iface_of(NULL));
+    assert_string_equal(ex_backend_error(NULL), "");
+    assert_null(ex__backend_impl_of(NULL));
     assert_non_null(ex_backend_list());
     assert_int_equal(ex_backend_host_syncs(NULL), 0);
     assert_non_null(ex_genotype_builtin_names());
@@ -73,7 +75,7 @@ static void backend_and_names(void **state)
     assert_string_equal(list, "x");
     assert_int_equal(ex_backend_devices("no-such-backend", list, sizeof list), EX_ERR_UNSUPPORTED);
     assert_true(list[0] != '\0');
-    FAILS_MSG(ex_cpu_backend_create(0, NULL, NULL, NULL, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex__cpu_backend_create(0, NULL, NULL, NULL, msg, sizeof msg), EX_ERR_ARG);
     assert_non_null(ex_cand_name((ex_cand)-1));
     assert_non_null(ex_cand_name((ex_cand)EX_CAND_COUNT));
     assert_int_equal(ex_cand_parse(NULL), -1);

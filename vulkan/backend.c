@@ -660,7 +660,7 @@ static void fill_caps(vk_backend *b, ex_backend_caps *caps)
     caps->reuse_after = 384;
 }
 
-ex_status ex_vulkan_backend_create(int automatic, const ex_backend_iface **iface, void **impl,
+ex_status ex__vulkan_backend_create(int automatic, const ex_backend_iface **iface, void **impl,
                                    ex_backend_caps *caps, char *msg, size_t msg_len)
 {
     /* checked before the instance is made: bad arguments must not cost a driver load */
@@ -702,7 +702,7 @@ ex_status ex_vulkan_backend_create(int automatic, const ex_backend_iface **iface
 
 /* ---- listing devices (exapt info) ---- */
 
-ex_status ex_vulkan_devices(char *buf, size_t len)
+ex_status ex__vulkan_devices(char *buf, size_t len)
 {
     if (!buf || len == 0)
         return EX_ERR_ARG;

@@ -1,9 +1,7 @@
-/* exapt — backends: opening one, what it offers, and the interface each implements.
- *
- * A backend runs a planned graph: the planner resolves every tensor to a buffer and a
- * byte offset, and the backend receives a flat list of nodes (ex_node_exec) to run in
- * order. Backends are compiled in and listed in one constant table; there is no
- * registration at start-up. */
+/* exapt — backends: opening one and what it offers. The interface a backend implements is
+ * internal (core/backend_iface.h). The CPU backend is in the library; the CUDA and Vulkan
+ * backends are compiled into the static library and, for the shared library, built as
+ * modules it loads when one is opened (docs/library.md). */
 #ifndef EXAPT_BACKEND_H
 #define EXAPT_BACKEND_H
 
@@ -17,41 +15,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/** A device allocation; its layout belongs to the backend that made it. */
-typedef struct ex_buffer ex_buffer;
-
-/** A tensor as a backend sees it: shape and element strides (outermost first, unused
- *  trailing entries 1 and 0), and where its element 0 lies. */
-typedef struct ex_tdesc {
-    ex_dtype dtype;
-    int ndim;
-    int64_t ne[EX_MAX_DIMS];
-    int64_t st[EX_MAX_DIMS];
-    ex_buffer *buf;
-    uint64_t offset; /**< bytes from the buffer's start to element 0 */
-} ex_tdesc;
-
-/** Integer and float parameters per node; docs/ops.md says what each op keeps there. */
-#define EX_NODE_IPARAMS 16
-#define EX_NODE_FPARAMS 8
-
-/** One node of a plan, ready to run. */
-typedef struct ex_node_exec {
-    ex_op op;
-    int nsrc;
-    const ex_tdesc *src; /**< nsrc source descriptors */
-    ex_tdesc dst;
-    int32_t ip[EX_NODE_IPARAMS];
-    float fp[EX_NODE_FPARAMS];
-    const ex_tdesc *gate; /**< NULL, or an f32 mask: skip the node when gate[gate_index] == 0 */
-    int64_t gate_index;
-    int32_t tag[3];      /**< cell, edge, candidate (-1: none) */
-    uint64_t bytes_read; /**< bytes this node's sources occupy */
-    uint64_t bytes_written;
-    uint64_t min_bytes; /**< the least traffic the best algorithm must move */
-    uint64_t flops;
-} ex_node_exec;
 
 /** What a backend holds on its device and what it did recording its last step, for leak
  *  checks and for measuring: a per-step allocation or a leak shows as growth of the first
@@ -90,45 +53,10 @@ typedef struct ex_backend_caps {
     uint64_t max_binding_bytes; /**< largest range one node may address in a buffer */
     double peak_copy_gbs;       /**< measured device-to-device copy bandwidth, 0 if not yet */
     unsigned features;
-    int threads; /**< host threads used (CPU backends) */
+    int threads;         /**< host threads used (CPU backends) */
     int64_t reuse_after; /**< the default of ex_plan_opts.reuse_after on this backend; 0:
                               EX_PLAN_REUSE_AFTER (exapt/graph.h) */
 } ex_backend_caps;
-
-/** The interface every backend implements. Each function returns a status and leaves a
- *  message readable through error(); none aborts. */
-typedef struct ex_backend_iface {
-    void (*close)(void *impl);
-    const char *(*error)(void *impl);
-    ex_status (*buffer_alloc)(void *impl, uint64_t bytes, ex_buffer **out);
-    void (*buffer_free)(void *impl, ex_buffer *buf);
-    ex_status (*upload)(void *impl, ex_buffer *buf, uint64_t offset, const void *src, uint64_t n);
-    /** Copies device data to the host once the work queued before it is done; returns a
-     *  failure a queued compute found. */
-    ex_status (*download)(void *impl, ex_buffer *buf, uint64_t offset, void *dst, uint64_t n);
-    ex_status (*copy)(void *impl, ex_buffer *dst, uint64_t doff, ex_buffer *src, uint64_t soff,
-                      uint64_t n);
-    /** Fills n bytes (a multiple of 4) with a 32-bit pattern. */
-    ex_status (*fill)(void *impl, ex_buffer *buf, uint64_t offset, uint64_t n, uint32_t pattern);
-    /** Runs nodes in order. When node_ms is not NULL, stores each node's time (ms) and
-     *  returns once they ran. Otherwise it may return once the nodes are queued: a failure
-     *  the device finds later (a label out of range) is then returned by the next
-     *  synchronize or download, or by a compute that must wait to collect it. */
-    ex_status (*compute)(void *impl, const ex_node_exec *nodes, int64_t n, double *node_ms);
-    /** Waits for all queued work; returns a failure a queued compute found. */
-    ex_status (*synchronize)(void *impl);
-    /** Times the host has waited for the device so far (NULL: the backend runs on the
-     *  host and never waits). */
-    uint64_t (*host_syncs)(void *impl);
-    /** Fault injection: while fails is set, the backend asks fails(user) before each host
-     *  allocation it makes inside compute (kernel scratch) and reports out of memory when
-     *  it answers true. The plan sets it around each run from its context's allocation
-     *  hook (ex_ctx_fail_alloc_after). NULL: the backend's own host allocations while
-     *  computing (the GPU backends' recording of a step) are not covered by the hook. */
-    void (*set_alloc_hook)(void *impl, bool (*fails)(void *user), void *user);
-    /** Fills *out (ex_backend_counters). NULL: the backend keeps no such counters. */
-    void (*counters)(void *impl, ex_backend_counters *out);
-} ex_backend_iface;
 
 /** An open backend. */
 typedef struct ex_backend ex_backend;
@@ -141,6 +69,9 @@ ex_status ex_backend_open(const char *name, ex_backend **out, char *msg, size_t 
 
 /** Closes a backend. NULL is a no-op. Plans on it must be freed first. */
 void ex_backend_close(ex_backend *be);
+
+/** The message of the backend's last failure ("" when it has none; "" for NULL). */
+const char *ex_backend_error(const ex_backend *be);
 
 /** The backend's capabilities (never NULL for an open backend; NULL for NULL). */
 const ex_backend_caps *ex_backend_get_caps(const ex_backend *be);
@@ -173,31 +104,6 @@ int ex_backend_supports(const char *name, ex_op op);
  *  device list or not compiled in; on failure buf holds the message. EX_ERR_ARG, writing
  *  nothing, when name or buf is NULL or len is 0. */
 ex_status ex_backend_devices(const char *name, char *buf, size_t len);
-
-/** The interface and implementation behind an open backend (for the planner). */
-const ex_backend_iface *ex_backend_iface_of(const ex_backend *be);
-void *ex_backend_impl_of(const ex_backend *be);
-
-/** Entry points of the backends compiled in; used by the backend table. */
-ex_status ex_cpu_backend_create(int reference, const ex_backend_iface **iface, void **impl,
-                                ex_backend_caps *caps, char *msg, size_t msg_len);
-/** The CUDA backend (compiled in when EXAPT_HAVE_CUDA): the device is EXAPT_CUDA_DEVICE
- *  (default 0); arg is unused. Fails with EX_ERR_UNSUPPORTED when there is no usable
- *  device. */
-ex_status ex_cuda_backend_create(int arg, const ex_backend_iface **iface, void **impl,
-                                 ex_backend_caps *caps, char *msg, size_t msg_len);
-/** The Vulkan devices the loader reports, for ex_backend_devices() (compiled in when
- *  EXAPT_HAVE_VULKAN). EX_ERR_ARG, writing nothing, when buf is NULL or len is 0; on other
- *  failures buf holds the message. */
-ex_status ex_vulkan_devices(char *buf, size_t len);
-/** The Vulkan backend (compiled in when EXAPT_HAVE_VULKAN): the device is EXAPT_VK_DEVICE
- *  (an index or part of a name) or the best one, discrete before integrated GPUs; virtual
- *  and CPU-type devices (lavapipe) only when automatic is 0 (asked for by name), never for
- *  "auto". EXAPT_VK_PORTABLE=1 keeps to what Vulkan 1.1 guarantees; EXAPT_VK_VALIDATION=1
- *  turns the Khronos validation layer on and makes any message of it an error. EX_ERR_ARG
- *  when iface, impl or caps is NULL (checked before Vulkan is touched); msg may be NULL. */
-ex_status ex_vulkan_backend_create(int automatic, const ex_backend_iface **iface, void **impl,
-                                   ex_backend_caps *caps, char *msg, size_t msg_len);
 
 #ifdef __cplusplus
 }
