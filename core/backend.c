@@ -234,8 +234,8 @@ void *ex__backend_impl_of(const ex_backend *be)
 
 /* Seconds one copy of `bytes` from src to dst takes. A backend that times nodes runs it as
  * a COPY node and times it on its own clock (the device's, on a GPU): a host clock around
- * a GPU submission counts its launch and the wait too, which made a 2.8 TB/s copy read
- * 773 GB/s on NVIDIA's Vulkan driver. Otherwise the host clock around copy(). */
+ * a GPU submission counts its launch and the wait too, several times the copy itself on
+ * a fast GPU. Otherwise the host clock around copy(). */
 static ex_status timed_copy(ex_backend *be, ex_buffer *dst, ex_buffer *src, uint64_t bytes,
                             double *seconds)
 {

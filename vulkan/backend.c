@@ -653,10 +653,9 @@ static void fill_caps(vk_backend *b, ex_backend_caps *caps)
     caps->features = f->timestamps ? EX_FEAT_TIMESTAMPS : 0u;
     /* A step runs in rounds with a full barrier between them (vulkan/order.c), and a
      * write into memory read a little earlier holds its node, and its chain, a round or
-     * more behind where the data would put it. On an H200 a DARTS step at 28x28x1 took
-     * 91.1 ms with memory reused after 192 tensors, 87.2 after 256, 82.4 after 384 (2.6 %
-     * more arena than after 128), 82.1 after 768 and 81.6 with none reused (9x the
-     * arena); bench/results/README.md. */
+     * more behind where the data would put it: reuse waits for 384 tensors, which costs
+     * a few percent more arena and keeps the step near its speed with no reuse at all
+     * (bench/results/README.md, "Vulkan tuning"). */
     caps->reuse_after = 384;
 }
 

@@ -110,10 +110,9 @@ static ex_status conv_filter(vk_exec *e, const ex_tdesc *x, const ex_tdesc *w, c
 }
 
 /** Units (a quad column of a band of rows) the column quads' forward and data passes aim
- *  at: bands are halved, down to 8 rows, while there are fewer. On the H100 (NVIDIA's
- *  driver) 2^18 beat 2^16 at 256x64x32x32 (forward 0.078 -> 0.071 ms) and left DARTS'
- *  shapes as they were; 4-row bands sped up the lone 64x16x32x32 pass but slowed the
- *  DARTS step, whose rounds run many passes at once. */
+ *  at: bands are halved, down to 8 rows, while there are fewer. Larger shapes gain from
+ *  more units; a DARTS step, whose rounds run many passes at once, loses from smaller
+ *  bands (bench/results/README.md, "Vulkan tuning"). */
 #define DW_QUAD_UNITS 262144
 
 /* Mirrors dw.comp's push constants. */
@@ -278,8 +277,7 @@ static int dw_quad_ok(const int64_t g[16])
 /* Rows per band (pc->tile), bands per plane (tiles), quads per row (tiles_w) for the
  * column quads: bands halved from whole planes, down to 16 rows, while there are fewer
  * than DW_QUAD_UNITS units (a band re-reads (k - 1) d halo rows; in a DARTS step, whose
- * rounds keep the GPU full, whole 14x14 and 7x7 planes beat bands of 7 rows, and bands
- * of 4, 2 or 1 rows, here and in pool.c alike, cost 5, 14 and 23 ms a step on an H200).
+ * rounds keep the GPU full, whole small planes beat bands, here and in pool.c alike).
  * The filter gradient's bands: at most 8 rows, and ranges (ns samples, parts per channel)
  * of about DW_PARTS workgroups, each with at least one unit per invocation where the
  * shape has them. */

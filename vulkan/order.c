@@ -1,21 +1,17 @@
 /* The order a step is recorded in. The plan's order puts most of a DARTS step's nodes right
  * after a node they do not depend on (the candidates of an edge, the edges of a cell run
- * one chain at a time), and recorded in that order almost every dispatch needed a barrier
- * behind the one before: 24,000 barriers for 35,000 dispatches, the GPU draining at each.
- * Recorded by rounds instead, the tracker in vulkan/bind.c needs a barrier about once per
- * round, and the nodes of a round run side by side. A node of p dispatches that depend
- * on each other (a batch norm's sums, then their finish) spans p rounds, one dispatch in
- * each; it starts in the round after the last one of every node it depends on (round 0:
- * it depends on no earlier node). So a chain that runs past a two-pass node does not hold
- * up the chains beside it, as whole levels of nodes would. Within a round the nodes come
- * grouped by op, each op's in the plan's order, so more consecutive dispatches share a
- * pipeline: of a DARTS step's 31,000 dispatches 15,400 switch instead of 19,400, and the
- * step takes about 3 ms less on an H200. The ops come in their enum's order, but the
- * element-wise ones (adds, products, copies, ReLUs: short dispatches) last. The order
- * within a round matters on NVIDIA's driver beyond switches, for reasons not found: on an
- * H200 the element-wise ops last took 0.6 to 1.1 ms off the step, while the batch norms'
- * reductions first or last, the filter gradients last, the pipelines' order (11,955
- * switches, 13,235 by op) and the reverse of the ops' order each cost 2.8 to 10 ms.
+ * one chain at a time); recorded in that order almost every dispatch would need a barrier
+ * behind the one before, and the GPU would drain at each. Recorded by rounds instead, the
+ * tracker in vulkan/bind.c needs a barrier about once per round, and the nodes of a round
+ * run side by side. A node of p dispatches that depend on each other (a batch norm's
+ * sums, then their finish) spans p rounds, one dispatch in each; it starts in the round
+ * after the last one of every node it depends on (round 0: it depends on no earlier
+ * node). So a chain that runs past a two-pass node does not hold up the chains beside it,
+ * as whole levels of nodes would. Within a round the nodes come grouped by op, each op's
+ * in the plan's order, so consecutive dispatches share a pipeline; the ops come in their
+ * enum's order with the short element-wise ones (adds, products, copies, ReLUs) last,
+ * the order that measured fastest on NVIDIA's driver (bench/results/README.md, "Vulkan
+ * recording order").
  *
  * A node depends on an earlier one when both touch a byte and one of them writes it:
  * sources read, sources an op updates, the gate, dst. Scratch and the status words are
