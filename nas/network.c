@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/abi.h"
 #include "core/clock.h"
 #include "nas/derived.h"
 #include "nas/store.h"
@@ -29,6 +30,7 @@ void ex_network_config_default(ex_network_config *c)
     if (!c)
         return;
     memset(c, 0, sizeof *c);
+    c->size = sizeof *c;
     c->in_channels = 3;
     c->height = c->width = 32;
     c->classes = 10;
@@ -152,15 +154,20 @@ static void teardown(ex_network *n)
     n->ctx = NULL;
 }
 
-ex_status ex_network_new(const ex_genotype *g, const ex_network_config *c, ex_backend *be,
+ex_status ex_network_new(const ex_genotype *g, const ex_network_config *caller, ex_backend *be,
                          ex_network **out, char *msg, size_t msg_len)
 {
-    if (!out || !g || !c || !be) {
+    if (!out || !g || !caller || !be) {
         if (msg && msg_len)
             snprintf(msg, msg_len, "network: NULL argument");
         return EX_ERR_ARG;
     }
     *out = NULL;
+    ex_network_config cfg, *c = &cfg;
+    ex_network_config_default(c);
+    ex_status adopted = ex__adopt_config(c, sizeof *c, caller, "network", msg, msg_len);
+    if (adopted != EX_OK)
+        return adopted;
     if (c->batch < 2 || c->channels < 2 || c->channels % 2 || c->layers < 1 || c->classes < 2 ||
         c->stem_multiplier < 1 || g->steps < 1 || g->steps > EX_MAX_STEPS ||
         !(c->label_smoothing >= 0.0f && c->label_smoothing < 1.0f)) {

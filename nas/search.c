@@ -6,9 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/abi.h"
 #include "core/clock.h"
 #include "core/engine.h"
 #include "core/philox.h"
+#include "nas/faults.h"
 #include "nas/store.h"
 #include "nas/supernet.h"
 
@@ -44,6 +46,7 @@ void ex_search_config_default(ex_search_config *c)
     if (!c)
         return;
     memset(c, 0, sizeof *c);
+    c->size = sizeof *c;
     c->in_channels = 3;
     c->height = c->width = 32;
     c->classes = 10;
@@ -457,22 +460,30 @@ static ex_status initialise(ex_search *s)
     return st;
 }
 
-ex_status ex_search_new(const ex_search_config *c, ex_backend *be, ex_search **out, char *msg,
-                        size_t msg_len)
+ex_status ex__search_new_faulty(const ex_search_config *caller, ex_backend *be,
+                                uint64_t fail_alloc_after, ex_search **out, char *msg,
+                                size_t msg_len)
 {
-    if (!out || !c || !be) {
+    if (!out || !caller || !be) {
         if (msg && msg_len)
-            snprintf(msg, msg_len, "search: NULL %s", !out ? "out" : !c ? "config" : "backend");
+            snprintf(msg, msg_len, "search: NULL %s",
+                     !out      ? "out"
+                     : !caller ? "config"
+                               : "backend");
         return EX_ERR_ARG;
     }
     *out = NULL;
-    ex_status st = check_config(c, msg, msg_len);
+    ex_search_config cfg, *c = &cfg;
+    ex_search_config_default(c);
+    ex_status st = ex__adopt_config(c, sizeof *c, caller, "search", msg, msg_len);
+    if (st == EX_OK)
+        st = check_config(c, msg, msg_len);
     if (st != EX_OK)
         return st;
     /* the context first, so its allocation hook sees the search's own memory too */
     ex_ctx *ctx = ex_ctx_new();
     if (ctx) {
-        ex_ctx_fail_alloc_after(ctx, c->fail_alloc_after);
+        ex_ctx_fail_alloc_after(ctx, fail_alloc_after);
         bool cheap = ex_backend_get_caps(be)->features & EX_FEAT_RECOMPUTE;
         ex_graph_set_recompute(ctx, c->recompute < 0 ? cheap : c->recompute != 0);
     }
@@ -515,6 +526,12 @@ ex_status ex_search_new(const ex_search_config *c, ex_backend *be, ex_search **o
     }
     *out = s;
     return EX_OK;
+}
+
+ex_status ex_search_new(const ex_search_config *c, ex_backend *be, ex_search **out, char *msg,
+                        size_t msg_len)
+{
+    return ex__search_new_faulty(c, be, 0, out, msg, msg_len);
 }
 
 ex_search_setup ex_search_setup_times(const ex_search *s)

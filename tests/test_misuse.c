@@ -416,6 +416,22 @@ static void searches_and_networks(void **state)
     c.ncand = 2;
     c.cand[0] = EX_CAND_SKIP_CONNECT;
     c.cand[1] = EX_CAND_AVG_POOL_3X3;
+    /* the size field: unset or from a newer exapt is refused; a program built against an
+     * older, shorter struct gets the defaults of the fields it lacks, whatever lies past
+     * its end (here fields that would be refused) */
+    ex_search_config other = c;
+    other.size = 0;
+    FAILS_MSG(ex_search_new(&other, be, &s, msg, sizeof msg), EX_ERR_ARG);
+    other.size = sizeof other + 8;
+    FAILS_MSG(ex_search_new(&other, be, &s, msg, sizeof msg), EX_ERR_ARG);
+    other = c;
+    other.partial_channels = 3; /* does not divide channels */
+    other.nonfinite_limit = -1;
+    FAILS_MSG(ex_search_new(&other, be, &s, msg, sizeof msg), EX_ERR_ARG);
+    other.size = offsetof(ex_search_config, partial_channels);
+    assert_int_equal(ex_search_new(&other, be, &s, msg, sizeof msg), EX_OK);
+    ex_search_free(s);
+    s = NULL;
     assert_int_equal(ex_search_new(&c, be, &s, msg, sizeof msg), EX_OK);
     float x[2 * 64] = {0};
     int32_t y[2] = {0, 7}; /* 7: outside two classes */
@@ -462,6 +478,15 @@ static void searches_and_networks(void **state)
     FAILS_MSG(ex_network_new(&g, &nc, be, &n, msg, sizeof msg), EX_ERR_ARG);
     nc.label_smoothing = NAN;
     FAILS_MSG(ex_network_new(&g, &nc, be, &n, msg, sizeof msg), EX_ERR_ARG);
+    nc.size = 0;
+    FAILS_MSG(ex_network_new(&g, &nc, be, &n, msg, sizeof msg), EX_ERR_ARG);
+    nc.size = sizeof nc + 1;
+    FAILS_MSG(ex_network_new(&g, &nc, be, &n, msg, sizeof msg), EX_ERR_ARG);
+    nc.size = offsetof(ex_network_config, label_smoothing); /* an older caller: NAN unread */
+    assert_int_equal(ex_network_new(&g, &nc, be, &n, msg, sizeof msg), EX_OK);
+    ex_network_free(n);
+    n = NULL;
+    nc.size = sizeof nc;
     nc.label_smoothing = 0.0f;
     assert_int_equal(ex_network_new(&g, &nc, be, &n, msg, sizeof msg), EX_OK);
     assert_int_equal(ex_network_predict(n, NULL, logits), EX_ERR_ARG);

@@ -18,6 +18,7 @@
 #include "exapt/exapt.h"
 #include "exapt/metrics.h"
 #include "exapt/search.h"
+#include "nas/faults.h"
 
 #define B 4
 #define HW 8
@@ -225,10 +226,9 @@ static void alloc_fault_sweep(void **state)
     assert_true(total > 100);
     uint64_t in_new = 0, in_step = 0;
     for (uint64_t n = 1; n <= total; n++) {
-        c.fail_alloc_after = n;
         s = NULL;
         msg[0] = '\0';
-        ex_status r = ex_search_new(&c, be, &s, msg, sizeof msg);
+        ex_status r = ex__search_new_faulty(&c, be, n, &s, msg, sizeof msg);
         if (r != EX_OK) {
             assert_null(s);
             if (msg[0] == '\0')

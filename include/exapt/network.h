@@ -18,6 +18,8 @@ extern "C" {
 /** The derived network's configuration. ex_network_config_default() gives DARTS's
  *  evaluation settings for 32x32x3 inputs and 10 classes. */
 typedef struct ex_network_config {
+    size_t size; /**< sizeof(ex_network_config) where the caller was compiled (set by
+                      ex_network_config_default(); fields added later take defaults) */
     int in_channels, height, width, classes;
     int batch;
     int eval_batch;      /**< images per ex_network_eval() call (0: batch) */

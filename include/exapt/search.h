@@ -28,8 +28,13 @@ const char *ex_search_mode_name(ex_search_mode m);
 int ex_search_mode_parse(const char *name);
 
 /** The search's configuration. ex_search_config_default() gives DARTS's search
- *  settings (Liu et al., 2019) for 32x32x3 inputs and 10 classes. */
+ *  settings (Liu et al., 2019) for 32x32x3 inputs and 10 classes; fill a config with it,
+ *  then change fields (it sets `size`, which lets the struct grow without breaking
+ *  programs built against an older exapt: docs/library.md). */
 typedef struct ex_search_config {
+    size_t size; /**< sizeof(ex_search_config) where the caller was compiled (set by
+                      ex_search_config_default(); the library reads that many bytes and
+                      takes its defaults for fields added later) */
     int in_channels, height, width, classes;
     int batch;
     int eval_batch;      /**< images per ex_search_eval() call (0: batch) */
@@ -62,19 +67,16 @@ typedef struct ex_search_config {
                                  time per image, so larger batches (1: all channels, DARTS;
                                  k must divide channels) */
     uint64_t seed;
-    int recompute;             /**< 1: the backward passes recompute depthwise convolutions'
-                                    outputs instead of keeping them (ex_graph_set_recompute):
-                                    the same results with a third less memory; 0: they keep
-                                    them; -1 (default): where the backend says it is cheap
-                                    (EX_FEAT_RECOMPUTE: CUDA, 6 % more time for 38 % less
-                                    memory), not on Vulkan (10 % more time, its dispatches
-                                    and barriers) or the CPU (14 % more time) */
-    int nonfinite_limit;       /**< steps in a row whose loss or gradients are not finite that
-                                    are skipped (state kept) before ex_search_step fails with
-                                    EX_ERR_NONFINITE (3; 0: the first one fails) */
-    uint64_t fail_alloc_after; /**< fault injection (tests): the n-th allocation the search
-                                    makes from its creation on fails (0: none); see
-                                    ex_ctx_fail_alloc_after() */
+    int recompute;       /**< 1: the backward passes recompute depthwise convolutions'
+                              outputs instead of keeping them (ex_graph_set_recompute):
+                              the same results with a third less memory; 0: they keep
+                              them; -1 (default): where the backend says it is cheap
+                              (EX_FEAT_RECOMPUTE: CUDA, 6 % more time for 38 % less
+                              memory), not on Vulkan (10 % more time, its dispatches
+                              and barriers) or the CPU (14 % more time) */
+    int nonfinite_limit; /**< steps in a row whose loss or gradients are not finite that
+                              are skipped (state kept) before ex_search_step fails with
+                              EX_ERR_NONFINITE (3; 0: the first one fails) */
 } ex_search_config;
 
 /** Fills c with DARTS's search settings. */
@@ -151,7 +153,8 @@ ex_status ex_search_load(ex_search *s, const char *path);
 const char *ex_search_error(const ex_search *s);
 
 /** Allocations the search has made since its creation (ex_ctx_alloc_count() of its
- *  context; 0 for NULL): with config.fail_alloc_after, the range a fault sweep covers. */
+ *  context; 0 for NULL): the range a fault sweep covers (the tests inject faults through
+ *  an internal entry point, nas/faults.h). */
 uint64_t ex_search_alloc_count(const ex_search *s);
 
 /** The plan behind the search (for profiling). */
