@@ -175,12 +175,42 @@ static void test_heatmap_colours(void **state)
     assert_color(center(s, q), (SDL_Color){68, 1, 84, 255});
     assert_true(ex_viz_heatmap_rect(m, &l, EX_VIZ_NORMAL, 4, 2, &q));
     assert_color(center(s, q), (SDL_Color){253, 231, 37, 255});
+    /* the colours span each cell's own range: the reduction cell's 0.125 to 0.75 */
     assert_true(ex_viz_heatmap_rect(m, &l, EX_VIZ_REDUCE, 7, 6, &q));
-    assert_color(center(s, q), ex_viz_colormap(0.75f));
+    assert_color(center(s, q), ex_viz_colormap(1.0f));
     assert_true(ex_viz_heatmap_rect(m, &l, EX_VIZ_REDUCE, 0, 0, &q));
-    assert_color(center(s, q), ex_viz_colormap(0.125f));
+    assert_color(center(s, q), ex_viz_colormap(0.0f));
     assert_false(ex_viz_heatmap_rect(m, &l, EX_VIZ_NORMAL, 14, 0, &q));
     assert_false(ex_viz_heatmap_rect(m, &l, EX_VIZ_NORMAL, 0, 8, &q));
+    SDL_FreeSurface(s);
+    ex_viz_model_free(m);
+}
+
+/* A search's early weights lie close together: 0.114 to 0.137 must not be one colour. */
+static void narrow_alpha(ex_metrics_step *s)
+{
+    s->alpha_normal[0][0] = 0.114f;
+    s->alpha_normal[1][1] = 0.137f;
+}
+
+static void test_narrow_range(void **state)
+{
+    (void)state;
+    ex_viz_model *m = new_model();
+    add_header(m, "darts");
+    add_step(m, 0, 2.0f, true, false, narrow_alpha);
+    SDL_Surface *s = render(m, NULL, NULL);
+    ex_viz_layout l;
+    ex_viz_layout_compute(W, H, &l);
+    SDL_Rect lo, hi, mid;
+    assert_true(ex_viz_heatmap_rect(m, &l, EX_VIZ_NORMAL, 0, 0, &lo));
+    assert_true(ex_viz_heatmap_rect(m, &l, EX_VIZ_NORMAL, 1, 1, &hi));
+    assert_true(ex_viz_heatmap_rect(m, &l, EX_VIZ_NORMAL, 2, 2, &mid));
+    assert_color(center(s, lo), ex_viz_colormap(0.0f));
+    assert_color(center(s, hi), ex_viz_colormap(1.0f));
+    assert_color(center(s, mid), ex_viz_colormap((0.125f - 0.114f) / (0.137f - 0.114f)));
+    assert_false(same(center(s, lo), center(s, mid)));
+    assert_false(same(center(s, mid), center(s, hi)));
     SDL_FreeSurface(s);
     ex_viz_model_free(m);
 }
@@ -209,11 +239,12 @@ static void test_pruned(void **state)
     assert_color(pixel(s, q.x, q.y), ex_viz_pruned_mark());
     assert_color(pixel(s, q.x + q.w - 1, q.y), ex_viz_pruned_mark());
     assert_color(pixel(s, q.x + q.w / 2, q.y), ex_viz_pruned_fill());
-    assert_false(same(pixel(s, q.x + q.w / 2, q.y), ex_viz_colormap(0.25f)));
-    /* the same weight on an active candidate is drawn by its colour */
+    assert_false(same(pixel(s, q.x + q.w / 2, q.y), ex_viz_colormap(1.0f)));
+    /* the same weight on an active candidate is drawn by its colour: the top of the
+     * scale, which spans the computed candidates only (0.125 to 0.25) */
     assert_true(ex_viz_heatmap_rect(m, &l, EX_VIZ_NORMAL, 2, 4, &q));
-    assert_color(center(s, q), ex_viz_colormap(0.25f));
-    assert_color(pixel(s, q.x + q.w / 2, q.y + 1), ex_viz_colormap(0.25f));
+    assert_color(center(s, q), ex_viz_colormap(1.0f));
+    assert_color(pixel(s, q.x + q.w / 2, q.y + 1), ex_viz_colormap(1.0f));
     SDL_FreeSurface(s);
     ex_viz_model_free(m);
 }
@@ -671,6 +702,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_colormap),
         cmocka_unit_test(test_heatmap_colours),
+        cmocka_unit_test(test_narrow_range),
         cmocka_unit_test(test_pruned),
         cmocka_unit_test(test_curves),
         cmocka_unit_test(test_scrub_and_hover),

@@ -106,7 +106,56 @@ static void no_alpha(ex_viz_renderer *r, const ex_viz_model *m, SDL_Rect c)
     viz_text_draw(r, c.x + 4, c.y + 4, t, viz_dim, VIZ_LEFT);
 }
 
-static void draw_cell(ex_viz_renderer *r, SDL_Rect q, float p, bool pruned, bool win)
+/* The range the colours span: the smallest and largest α of the cell's candidates that are
+ * computed. A scale fixed to [0, 1] paints a search's early weights (all near 1/8) one
+ * colour; over the data's range the differences show, and the legend gives the range. */
+typedef struct scale {
+    float lo, hi;
+} scale;
+
+static scale cell_scale(const ex_viz_model *m, const float *a, const uint8_t *act, bool masked)
+{
+    scale s = {1, 0};
+    for (int i = 0; i < m->edges * m->cands; i++) {
+        if ((masked && !act[i]) || !(a[i] == a[i]))
+            continue;
+        s.lo = a[i] < s.lo ? a[i] : s.lo;
+        s.hi = a[i] > s.hi ? a[i] : s.hi;
+    }
+    return s;
+}
+
+/* p's place on the scale, 0 to 1 (the middle when the range is a single value). */
+static float scaled(scale s, float p)
+{
+    return s.hi - s.lo > 1e-6f ? (p - s.lo) / (s.hi - s.lo) : 0.5f;
+}
+
+/* The legend: a colour bar from the lowest to the highest value, both written beside it,
+ * at the right of the panel's title row. */
+static void legend(ex_viz_renderer *r, SDL_Rect panel, scale s)
+{
+    enum { BAR_W = 96, BAR_H = 8 };
+    char lo[16], hi[16];
+    /* as many decimals as it takes the two ends to differ (up to 6) */
+    for (int d = 3; d <= 6; d++) {
+        snprintf(lo, sizeof lo, "%.*f", d, (double)s.lo);
+        snprintf(hi, sizeof hi, "%.*f", d, (double)s.hi);
+        if (strcmp(lo, hi))
+            break;
+    }
+    int hi_x = panel.x + panel.w - 6;
+    int bar_x = hi_x - viz_text_width(r, hi) - 4 - BAR_W;
+    int y = panel.y + 3;
+    for (int i = 0; i < BAR_W; i++)
+        viz_fill(r, bar_x + i, y + r->line_h / 2 - BAR_H / 2, 1, BAR_H,
+                 ex_viz_colormap((float)i / (float)(BAR_W - 1)));
+    viz_text_draw(r, bar_x - 4, y, lo, viz_dim, VIZ_RIGHT);
+    viz_text_draw(r, hi_x, y, hi, viz_dim, VIZ_RIGHT);
+}
+
+static void draw_cell(ex_viz_renderer *r, SDL_Rect q, float p, float on_scale, bool pruned,
+                      bool win)
 {
     char t[16];
     if (pruned) {
@@ -115,13 +164,13 @@ static void draw_cell(ex_viz_renderer *r, SDL_Rect q, float p, bool pruned, bool
         viz_line(r, q.x + q.w - 1, q.y, q.x, q.y + q.h - 1, 1, ex_viz_pruned_mark());
         return;
     }
-    viz_fill(r, q.x, q.y, q.w, q.h, ex_viz_colormap(p));
+    viz_fill(r, q.x, q.y, q.w, q.h, ex_viz_colormap(on_scale));
     if (win)
         viz_frame(r, q.x, q.y, q.w, q.h, viz_fg);
     /* the value itself where the cell is roomy; small cells leave it to the hover */
     if (q.h >= 30 && q.w >= 36) {
         snprintf(t, sizeof t, "%.3f", (double)p);
-        viz_text_draw(r, q.x + 3, q.y + 2, t, p > 0.6f ? viz_bg : viz_fg, VIZ_LEFT);
+        viz_text_draw(r, q.x + 3, q.y + 2, t, on_scale > 0.6f ? viz_bg : viz_fg, VIZ_LEFT);
     }
 }
 
@@ -158,9 +207,9 @@ void viz_draw_heatmap(ex_viz_renderer *r, const ex_viz_model *m, const ex_viz_vi
                  (long long)m->snap_step[s]);
     else
         snprintf(title, sizeof title, "\xce\xb1 %s cell", which);
-    SDL_Rect c = viz_panel_begin(
-        r, l->panel[cell == EX_VIZ_NORMAL ? EX_VIZ_PANEL_ALPHA_NORMAL : EX_VIZ_PANEL_ALPHA_REDUCE],
-        title);
+    SDL_Rect panel =
+        l->panel[cell == EX_VIZ_NORMAL ? EX_VIZ_PANEL_ALPHA_NORMAL : EX_VIZ_PANEL_ALPHA_REDUCE];
+    SDL_Rect c = viz_panel_begin(r, panel, title);
     SDL_Rect q;
     if (s < 0 || !viz_heatmap_rect(m, l, cell, 0, 0, &q)) {
         no_alpha(r, m, c);
@@ -168,12 +217,14 @@ void viz_draw_heatmap(ex_viz_renderer *r, const ex_viz_model *m, const ex_viz_vi
     }
     const float *a = snap_alpha(m, s, cell);
     const uint8_t *act = snap_active(m, s, cell);
+    scale sc = cell_scale(m, a, act, m->has_active[s]);
+    legend(r, panel, sc);
     for (int e = 0; e < m->edges; e++) {
         int w = winner(m, a + e * m->cands);
         for (int k = 0; k < m->cands; k++) {
+            int i = e * m->cands + k;
             viz_heatmap_rect(m, l, cell, e, k, &q);
-            draw_cell(r, q, a[e * m->cands + k], m->has_active[s] && !act[e * m->cands + k],
-                      k == w);
+            draw_cell(r, q, a[i], scaled(sc, a[i]), m->has_active[s] && !act[i], k == w);
         }
     }
     heatmap_labels(r, m, l, cell);
