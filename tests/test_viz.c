@@ -19,6 +19,7 @@
 
 #include <SDL2/SDL_image.h>
 
+#include "exapt/genotype.h"
 #include "exapt/viz.h"
 
 #define W 1400
@@ -213,6 +214,58 @@ static void test_narrow_range(void **state)
     assert_false(same(center(s, mid), center(s, hi)));
     SDL_FreeSurface(s);
     ex_viz_model_free(m);
+}
+
+/* A model whose genotype record holds text (DARTS_V2's form, or a short one). */
+static ex_viz_model *with_genotype(const char *text)
+{
+    ex_viz_model *m = new_model();
+    add_header(m, "darts");
+    ex_metrics_record *r = calloc(1, sizeof *r);
+    r->kind = EX_METRICS_GENOTYPE;
+    snprintf(r->genotype.text, sizeof r->genotype.text, "%s", text);
+    ex_viz_model_add(m, r);
+    free(r);
+    return m;
+}
+
+/* Pixels of the second line of the notes bar that are not its background. */
+static int second_line_ink(SDL_Surface *s)
+{
+    ex_viz_layout l;
+    ex_viz_layout_compute(W, H, &l);
+    SDL_Rect p = l.panel[EX_VIZ_PANEL_NOTES];
+    SDL_Color bg = pixel(s, p.x + p.w - 2, p.y + p.h - 2);
+    int ink = 0;
+    for (int y = p.y + 3 + 15 + 2; y < p.y + 3 + 2 * 15; y++)
+        for (int x = p.x; x < p.x + p.w; x++)
+            ink += !same(pixel(s, x, y), bg);
+    return ink;
+}
+
+/* The genotype is wrapped to the window, not cut at its edge. */
+static void test_genotype_wraps(void **state)
+{
+    (void)state;
+    ex_genotype g;
+    char text[EX_GENOTYPE_TEXT_MAX];
+    assert_int_equal(ex_genotype_builtin("DARTS_V2", &g), EX_OK);
+    ex_genotype_format(&g, text, sizeof text);
+    bool has_font = false;
+    ex_viz_model *m = with_genotype(text);
+    SDL_Surface *s = render(m, NULL, &has_font);
+    if (!has_font)
+        fail_msg("no font: the text layout cannot be checked (install fonts-dejavu-core)");
+    int long_ink = second_line_ink(s);
+    SDL_FreeSurface(s);
+    ex_viz_model_free(m);
+    m = with_genotype("Genotype(normal=[('skip_connect', 0)])");
+    s = render(m, NULL, NULL);
+    int short_ink = second_line_ink(s);
+    SDL_FreeSurface(s);
+    ex_viz_model_free(m);
+    assert_int_equal(short_ink, 0);
+    assert_true(long_ink > 50);
 }
 
 /* ---- pruned candidates ---- */
@@ -703,6 +756,7 @@ int main(void)
         cmocka_unit_test(test_colormap),
         cmocka_unit_test(test_heatmap_colours),
         cmocka_unit_test(test_narrow_range),
+        cmocka_unit_test(test_genotype_wraps),
         cmocka_unit_test(test_pruned),
         cmocka_unit_test(test_curves),
         cmocka_unit_test(test_scrub_and_hover),

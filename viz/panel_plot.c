@@ -322,6 +322,35 @@ static void status_text(const ex_viz_model *m, const ex_viz_view *v, char *t, si
              m->finished ? ", run finished" : "");
 }
 
+/* Draws text from (x, y) in lines of at most w pixels, broken after a ", " (a line longer
+ * than w where no break fits), at most `lines` of them; returns how many it drew. */
+static int wrapped(ex_viz_renderer *r, int x, int y, int w, int lines, const char *text,
+                   SDL_Color c)
+{
+    char line[VIZ_TEXT_MAX];
+    int drawn = 0;
+    while (*text && drawn < lines) {
+        size_t end = strlen(text), fit = 0;
+        for (const char *b = strstr(text, ", "); b; b = strstr(b + 2, ", ")) {
+            size_t at = (size_t)(b - text) + 1; /* the comma stays on this line */
+            snprintf(line, sizeof line, "%.*s", (int)at, text);
+            if (fit && viz_text_width(r, line) > w)
+                break;
+            fit = at;
+        }
+        snprintf(line, sizeof line, "%s", text);
+        if (!fit || viz_text_width(r, line) <= w || drawn + 1 == lines)
+            fit = end; /* all of it fits, no break does, or the last line */
+        snprintf(line, sizeof line, "%.*s", (int)fit, text);
+        viz_text_draw(r, x, y + drawn * r->line_h, line, c, VIZ_LEFT);
+        drawn++;
+        text += fit;
+        while (*text == ' ')
+            text++;
+    }
+    return drawn;
+}
+
 static void notes_bar(ex_viz_renderer *r, const ex_viz_model *m, SDL_Rect p)
 {
     char t[VIZ_TEXT_MAX];
@@ -335,7 +364,7 @@ static void notes_bar(ex_viz_renderer *r, const ex_viz_model *m, SDL_Rect p)
         viz_text_draw(r, p.x + 6, p.y + 4, t, viz_warn, VIZ_LEFT);
     } else if (m->genotype[0]) {
         snprintf(t, sizeof t, "genotype: %.1000s", m->genotype);
-        viz_text_draw(r, p.x + 6, p.y + 4, t, viz_dim, VIZ_LEFT);
+        wrapped(r, p.x + 6, p.y + 3, p.w - 12, (p.h - 3) / r->line_h, t, viz_dim);
     }
 }
 

@@ -290,7 +290,8 @@ void ex_viz_layout_compute(int w, int h, ex_viz_layout *out)
         return;
     w = w < 0 ? 0 : w;
     h = h < 0 ? 0 : h;
-    int top = 24, bottom = 42, y0 = top, bh = h - top - bottom;
+    /* bottom: the notes bar (three lines: a DARTS genotype wrapped), then the timeline */
+    int top = 24, bottom = 16 + 3 * 15 + 6, y0 = top, bh = h - top - bottom;
     int lw = w * 36 / 100, mw = w * 32 / 100, rw = w - lw - mw;
     SDL_Rect *p = out->panel;
     p[EX_VIZ_PANEL_STATUS] = (SDL_Rect){0, 0, w, top};
