@@ -268,6 +268,42 @@ static void test_genotype_wraps(void **state)
     assert_true(long_ink > 50);
 }
 
+/* A training's log: its steps have no evaluation; each epoch record's (the test split's)
+ * figures are drawn at the epoch's last step, as markers joined by a line. */
+static void test_training_curve(void **state)
+{
+    (void)state;
+    ex_viz_model *m = new_model();
+    add_header(m, "train");
+    ex_metrics_record *r = calloc(1, sizeof *r);
+    for (int i = 0; i < 10; i++) {
+        add_step(m, i, 2.0f - 0.1f * (float)i, false, false, NULL);
+        if (i % 5 != 4)
+            continue;
+        memset(r, 0, sizeof *r);
+        r->kind = EX_METRICS_EPOCH;
+        r->epoch.epoch = i / 5;
+        r->epoch.valid_loss = 1.5f - 0.5f * (float)(i / 5);
+        r->epoch.valid_acc = 0.4f + 0.2f * (float)(i / 5);
+        ex_viz_model_add(m, r);
+    }
+    free(r);
+    SDL_Surface *s = render(m, NULL, NULL);
+    ex_viz_layout l;
+    ex_viz_layout_compute(W, H, &l);
+    int x, y, x2, y2;
+    assert_false(ex_viz_curve_point(m, &l, EX_VIZ_VALID_ACC, 3, &x, &y));
+    assert_true(ex_viz_curve_point(m, &l, EX_VIZ_VALID_ACC, 4, &x, &y));
+    assert_true(ex_viz_curve_point(m, &l, EX_VIZ_VALID_ACC, 9, &x2, &y2));
+    assert_true(y2 < y); /* 0.6 above 0.4 */
+    SDL_Color c = ex_viz_series_color(EX_VIZ_VALID_ACC);
+    assert_color(pixel(s, x, y), c);
+    assert_color(pixel(s, x + 2, y + 2), c);               /* the marker */
+    assert_color(pixel(s, (x + x2) / 2, (y + y2) / 2), c); /* the line between */
+    SDL_FreeSurface(s);
+    ex_viz_model_free(m);
+}
+
 /* ---- pruned candidates ---- */
 
 static void pruned_mask(ex_metrics_step *s)
@@ -757,6 +793,7 @@ int main(void)
         cmocka_unit_test(test_heatmap_colours),
         cmocka_unit_test(test_narrow_range),
         cmocka_unit_test(test_genotype_wraps),
+        cmocka_unit_test(test_training_curve),
         cmocka_unit_test(test_pruned),
         cmocka_unit_test(test_curves),
         cmocka_unit_test(test_scrub_and_hover),

@@ -31,6 +31,7 @@ ex_status ex_viz_model_new(ex_viz_model **out, char *msg, size_t msg_len)
         free(m);
         return viz_fail(EX_ERR_NOMEM, msg, msg_len, "viewer model: out of memory");
     }
+    snprintf(m->eval_label, sizeof m->eval_label, "valid");
     if (pthread_cond_init(&m->cv, NULL)) {
         pthread_mutex_destroy(&m->mu);
         free(m);
@@ -60,6 +61,7 @@ static void clear(ex_viz_model *m)
     m->paused = paused;
     m->version = version + 1;
     m->last_epoch = -1;
+    snprintf(m->eval_label, sizeof m->eval_label, "valid");
 }
 
 void ex_viz_model_free(ex_viz_model *m)
@@ -154,6 +156,13 @@ static void add_header(ex_viz_model *m, const ex_metrics_header *h)
     m->has_header = true;
     json_t *cfg = json_loads(h->config, 0, NULL);
     m->config_epochs = run_epochs(cfg);
+    /* exapt train scores each epoch on the test split, or on held-out training images */
+    m->per_epoch = !strcmp(h->mode, "train");
+    const json_t *holdout = json_object_get(cfg, "holdout");
+    snprintf(m->eval_label, sizeof m->eval_label, "%s",
+             !m->per_epoch                                                 ? "valid"
+             : json_is_integer(holdout) && json_integer_value(holdout) > 0 ? "held-out"
+                                                                           : "test");
     json_decref(cfg);
 }
 
@@ -277,6 +286,10 @@ void ex_viz_model_add(ex_viz_model *m, const ex_metrics_record *rec)
     case EX_METRICS_PROFILE: add_profile(m, &rec->profile); break;
     case EX_METRICS_EPOCH:
         m->last_epoch = rec->epoch.epoch;
+        if (m->per_epoch && m->n_pts > 0) { /* the evaluation belongs to the epoch's last step */
+            m->pts[m->n_pts - 1].v[EX_VIZ_VALID_LOSS] = (float)rec->epoch.valid_loss;
+            m->pts[m->n_pts - 1].v[EX_VIZ_VALID_ACC] = (float)rec->epoch.valid_acc;
+        }
         if (rec->epoch.genotype[0])
             snprintf(m->genotype, sizeof m->genotype, "%s", rec->epoch.genotype);
         if (m->config_epochs > 0 && rec->epoch.epoch + 1 >= m->config_epochs)

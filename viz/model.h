@@ -25,7 +25,10 @@ struct ex_viz_model {
     bool paused, finished;
     bool has_header;
     ex_metrics_header header;
-    int config_epochs; /* from the header's config, 0 when absent */
+    int config_epochs;   /* from the header's config, 0 when absent */
+    bool per_epoch;      /* a training's log: its evaluation comes once an epoch (epoch
+                            records), not with every step */
+    char eval_label[16]; /* what the evaluation curve is: "valid", "test", "held-out" */
     viz_point *pts;
     int64_t n_pts, cap_pts;
     /* α snapshots: [n][2 cells][edges][cands], active masks alike, and whether each has one */

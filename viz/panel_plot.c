@@ -160,6 +160,36 @@ static void draw_series(ex_viz_renderer *r, const ex_viz_model *m, SDL_Rect q, e
     flush_line(r, &pl);
 }
 
+/* A series with a value now and then (a training's evaluation, once an epoch): each value
+ * a marker, joined to the one before by a line. */
+static void draw_sparse(ex_viz_renderer *r, const ex_viz_model *m, SDL_Rect q, ex_viz_series s,
+                        float lo, float hi)
+{
+    SDL_Color c = ex_viz_series_color(s);
+    int px = -1, py = -1;
+    for (int64_t i = 0; i < m->n_pts; i++) {
+        float v = m->pts[i].v[s];
+        if (!isfinite(v))
+            continue;
+        int x = col_of(q, i, m->n_pts), y = row_of(q, v, lo, hi);
+        viz_color(r, c);
+        if (px >= 0)
+            SDL_RenderDrawLine(r->sdl, px, py, x, y);
+        viz_fill(r, x - 2, y - 2, 5, 5, c);
+        px = x;
+        py = y;
+    }
+}
+
+/* The latest finite value of series s at or before point c (NAN if none). */
+static float latest(const ex_viz_model *m, ex_viz_series s, int64_t c)
+{
+    for (int64_t i = c; i >= 0; i--)
+        if (isfinite(m->pts[i].v[s]))
+            return m->pts[i].v[s];
+    return NAN;
+}
+
 static void axes(ex_viz_renderer *r, SDL_Rect q, float lo, float hi, const char *fmt)
 {
     char t[32];
@@ -203,8 +233,11 @@ static void curve_panel(ex_viz_renderer *r, const ex_viz_model *m, const ex_viz_
     }
     ex_viz_series a = p == EX_VIZ_PANEL_LOSS ? EX_VIZ_TRAIN_LOSS : EX_VIZ_TRAIN_ACC;
     draw_series(r, m, q, a, lo, hi);
-    draw_series(r, m, q, (ex_viz_series)(a + 1), lo, hi);
-    legend(r, l->panel[p], "train", a, "valid", (ex_viz_series)(a + 1));
+    if (m->per_epoch)
+        draw_sparse(r, m, q, (ex_viz_series)(a + 1), lo, hi);
+    else
+        draw_series(r, m, q, (ex_viz_series)(a + 1), lo, hi);
+    legend(r, l->panel[p], "train", a, m->eval_label, (ex_viz_series)(a + 1));
 }
 
 void viz_draw_curves(ex_viz_renderer *r, const ex_viz_model *m, const ex_viz_view *v,
@@ -212,16 +245,23 @@ void viz_draw_curves(ex_viz_renderer *r, const ex_viz_model *m, const ex_viz_vie
 {
     int64_t c = viz_model_cursor(m, v);
     char t[160];
+    /* the evaluation as of the cursor: a training's, from its latest epoch */
+    float vl = c >= 0 ? latest(m, EX_VIZ_VALID_LOSS, c) : NAN,
+          va = c >= 0 ? latest(m, EX_VIZ_VALID_ACC, c) : NAN;
+    char ev[48] = "";
+    if (c >= 0 && isfinite(vl))
+        snprintf(ev, sizeof ev, ", %s %.4f", m->eval_label, (double)vl);
     if (c >= 0)
-        snprintf(t, sizeof t, "loss at step %lld: train %.4f, valid %.4f",
-                 (long long)m->pts[c].global_step, (double)m->pts[c].v[EX_VIZ_TRAIN_LOSS],
-                 (double)m->pts[c].v[EX_VIZ_VALID_LOSS]);
+        snprintf(t, sizeof t, "loss at step %lld: train %.4f%s", (long long)m->pts[c].global_step,
+                 (double)m->pts[c].v[EX_VIZ_TRAIN_LOSS], ev);
     else
         snprintf(t, sizeof t, "loss");
     curve_panel(r, m, v, l, EX_VIZ_PANEL_LOSS, t, "%.2f");
+    ev[0] = '\0';
+    if (c >= 0 && isfinite(va))
+        snprintf(ev, sizeof ev, ", %s %.3f", m->eval_label, (double)va);
     if (c >= 0)
-        snprintf(t, sizeof t, "accuracy: train %.3f, valid %.3f",
-                 (double)m->pts[c].v[EX_VIZ_TRAIN_ACC], (double)m->pts[c].v[EX_VIZ_VALID_ACC]);
+        snprintf(t, sizeof t, "accuracy: train %.3f%s", (double)m->pts[c].v[EX_VIZ_TRAIN_ACC], ev);
     else
         snprintf(t, sizeof t, "accuracy");
     curve_panel(r, m, v, l, EX_VIZ_PANEL_ACCURACY, t, "%.2f");
