@@ -304,6 +304,30 @@ static void test_training_curve(void **state)
     ex_viz_model_free(m);
 }
 
+/* The curves' x axis is named: "step" under the middle of each plot. */
+static void test_x_axis_named(void **state)
+{
+    (void)state;
+    ex_viz_model *m = new_model();
+    add_header(m, "darts");
+    bool has_font = false;
+    SDL_Surface *s = render(m, NULL, &has_font);
+    if (!has_font)
+        fail_msg("no font: the axis names cannot be checked (install fonts-dejavu-core)");
+    ex_viz_layout l;
+    ex_viz_layout_compute(W, H, &l);
+    SDL_Rect p = l.panel[EX_VIZ_PANEL_LOSS];
+    /* ink: pixels unlike their row's colour away from the word (the background, or a
+     * grid line's colour on a grid row) */
+    int ink = 0, mid = p.x + 50 + (p.w - 58) / 2;
+    for (int y = p.y + p.h - 22; y < p.y + p.h - 2; y++)
+        for (int x = mid - 20; x < mid + 20; x++)
+            ink += !same(pixel(s, x, y), pixel(s, mid - 60, y));
+    assert_true(ink > 20);
+    SDL_FreeSurface(s);
+    ex_viz_model_free(m);
+}
+
 /* ---- pruned candidates ---- */
 
 static void pruned_mask(ex_metrics_step *s)
@@ -794,6 +818,7 @@ int main(void)
         cmocka_unit_test(test_narrow_range),
         cmocka_unit_test(test_genotype_wraps),
         cmocka_unit_test(test_training_curve),
+        cmocka_unit_test(test_x_axis_named),
         cmocka_unit_test(test_pruned),
         cmocka_unit_test(test_curves),
         cmocka_unit_test(test_scrub_and_hover),

@@ -20,10 +20,26 @@ static ex_viz_panel series_panel(ex_viz_series s)
     }
 }
 
+/* The plot inside a curve panel: the y axis's values to its left, the x axis's row below. */
+enum { X_AXIS_H = 16 };
 static SDL_Rect plot_rect(const ex_viz_layout *l, ex_viz_panel p)
 {
     SDL_Rect q = l->panel[p];
-    return (SDL_Rect){q.x + 50, q.y + VIZ_TITLE_H + 6, q.w - 58, q.h - VIZ_TITLE_H - 12};
+    return (SDL_Rect){q.x + 50, q.y + VIZ_TITLE_H + 6, q.w - 58, q.h - VIZ_TITLE_H - 12 - X_AXIS_H};
+}
+
+/* The x axis: the global steps at both ends, named. */
+static void x_axis(ex_viz_renderer *r, const ex_viz_model *m, SDL_Rect q)
+{
+    char t[32];
+    int y = q.y + q.h + 3;
+    viz_text_draw(r, q.x + q.w / 2, y, "step", viz_dim, VIZ_CENTER);
+    if (m->n_pts < 1)
+        return;
+    snprintf(t, sizeof t, "%lld", (long long)m->pts[0].global_step);
+    viz_text_draw(r, q.x, y, t, viz_dim, VIZ_LEFT);
+    snprintf(t, sizeof t, "%lld", (long long)m->pts[m->n_pts - 1].global_step);
+    viz_text_draw(r, q.x + q.w, y, t, viz_dim, VIZ_RIGHT);
 }
 
 /* The value range of a panel's axis: accuracy 0..1, the others 0..their largest value. */
@@ -226,6 +242,7 @@ static void curve_panel(ex_viz_renderer *r, const ex_viz_model *m, const ex_viz_
     float lo, hi;
     y_range(m, p, &lo, &hi);
     axes(r, q, lo, hi, fmt);
+    x_axis(r, m, q);
     cursor_line(r, m, v, q);
     if (p == EX_VIZ_PANEL_STEP_TIME) {
         draw_series(r, m, q, EX_VIZ_STEP_MS, lo, hi);
