@@ -21,6 +21,7 @@
 
 #include "exapt/genotype.h"
 #include "exapt/viz.h"
+#include "viz/draw.h"
 
 #define W 1400
 #define H 860
@@ -326,6 +327,99 @@ static void test_x_axis_named(void **state)
     assert_true(ink > 20);
     SDL_FreeSurface(s);
     ex_viz_model_free(m);
+}
+
+/* ---- the cell graph's layout ---- */
+
+/* A model of one cell of `steps` nodes over the first ncand of DARTS's candidates, with α
+ * that vary from edge to edge. */
+static ex_viz_model *graph_model(int steps, int ncand)
+{
+    ex_viz_model *m = new_model();
+    ex_metrics_record *r = calloc(1, sizeof *r);
+    r->kind = EX_METRICS_HEADER;
+    ex_metrics_header *h = &r->header;
+    snprintf(h->config, sizeof h->config, "{}");
+    snprintf(h->mode, sizeof h->mode, "darts");
+    h->n_candidates = ncand;
+    for (int k = 0; k < ncand; k++)
+        snprintf(h->candidates[k], sizeof h->candidates[k], "%s", cands[k]);
+    for (int node = 0; node < steps; node++)
+        for (int in = 0; in < 2 + node; in++, h->n_edges++) {
+            h->edges[h->n_edges][0] = 2 + node;
+            h->edges[h->n_edges][1] = in;
+        }
+    int edges = h->n_edges;
+    ex_viz_model_add(m, r);
+    memset(r, 0, sizeof *r);
+    r->kind = EX_METRICS_STEP;
+    r->step.has_alphas = true;
+    r->step.n_edges = edges;
+    r->step.n_cands = ncand;
+    for (int e = 0; e < edges; e++)
+        for (int k = 0; k < ncand; k++)
+            r->step.alpha_normal[e][k] = r->step.alpha_reduce[e][k] =
+                0.1f + 0.01f * (float)((e * 7 + k * 3) % 11);
+    ex_viz_model_add(m, r);
+    free(r);
+    return m;
+}
+
+static int test_text_w(void *ctx, const char *text)
+{
+    (void)ctx;
+    return 8 * (int)strlen(text); /* wider than DejaVu Sans 12's glyphs */
+}
+
+static bool inside(SDL_Rect q, int x, int y)
+{
+    return x > q.x && x < q.x + q.w - 1 && y > q.y && y < q.y + q.h - 1;
+}
+
+/* No two labels overlap, no label covers a node, and no edge passes through a node other
+ * than its two ends (every pixel of its polyline checked). */
+static void check_graph(int steps, int ncand)
+{
+    ex_viz_model *m = graph_model(steps, ncand);
+    ex_viz_layout l;
+    ex_viz_layout_compute(W, H, &l);
+    SDL_Rect p = l.panel[EX_VIZ_PANEL_GRAPH];
+    SDL_Rect g = {p.x + 6, p.y + VIZ_TITLE_H + 4, p.w - 12, p.h - VIZ_TITLE_H - 52};
+    viz_graph *v = calloc(1, sizeof *v);
+    viz_graph_layout(m, 0, EX_VIZ_NORMAL, g, 15, test_text_w, NULL, v);
+    assert_int_equal(v->n_states, steps + 3);
+    int labels = 0;
+    for (int i = 0; i < v->n_edges; i++) {
+        const viz_graph_edge *a = &v->e[i];
+        labels += a->labelled;
+        for (int j = 0; a->labelled && j < v->n_edges; j++)
+            if (j != i && v->e[j].labelled && SDL_HasIntersection(&a->label, &v->e[j].label))
+                fail_msg("labels of edges %d and %d overlap", i, j);
+        for (int n = 0; a->labelled && n < v->n_states; n++)
+            if (SDL_HasIntersection(&a->label, &v->node[n]))
+                fail_msg("the label of edge %d covers state %d", i, n);
+        for (int k = 0; k + 1 < VIZ_ARC_POINTS; k++) {
+            SDL_Point p0 = a->arc[k], p1 = a->arc[k + 1];
+            int len = abs(p1.x - p0.x) + abs(p1.y - p0.y) + 1;
+            for (int t = 0; t <= len; t++) {
+                int x = p0.x + (p1.x - p0.x) * t / len, y = p0.y + (p1.y - p0.y) * t / len;
+                for (int n = 0; n < v->n_states; n++)
+                    if (n != a->from && n != a->to && inside(v->node[n], x, y))
+                        fail_msg("edge %d (%d to %d) crosses state %d at (%d, %d)", i, a->from,
+                                 a->to, n, x, y);
+            }
+        }
+    }
+    assert_int_equal(labels, 2 * steps); /* DARTS keeps two inputs a node */
+    free(v);
+    ex_viz_model_free(m);
+}
+
+static void test_graph_layout(void **state)
+{
+    (void)state;
+    check_graph(4, 8); /* DARTS's cell */
+    check_graph(3, 6); /* the quick preset's: three nodes, six candidates */
 }
 
 /* ---- pruned candidates ---- */
@@ -819,6 +913,7 @@ int main(void)
         cmocka_unit_test(test_genotype_wraps),
         cmocka_unit_test(test_training_curve),
         cmocka_unit_test(test_x_axis_named),
+        cmocka_unit_test(test_graph_layout),
         cmocka_unit_test(test_pruned),
         cmocka_unit_test(test_curves),
         cmocka_unit_test(test_scrub_and_hover),

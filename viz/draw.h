@@ -4,6 +4,7 @@
 
 #include <SDL2/SDL_ttf.h>
 
+#include "exapt/genotype.h"
 #include "viz/model.h"
 
 #define VIZ_TEXT_SLOTS 512
@@ -69,6 +70,33 @@ void viz_draw_bandwidth(ex_viz_renderer *r, const ex_viz_model *m, const ex_viz_
                         SDL_Rect p);
 void viz_draw_status(ex_viz_renderer *r, const ex_viz_model *m, const ex_viz_view *v,
                      const ex_viz_layout *l);
+
+/* The cell graph's geometry, an arc diagram: the states in a column (inputs on top, the
+ * output at the bottom), each edge an arc out to the right of the column and back, wider
+ * the more states it spans, so no edge crosses a node; an edge into the output arcs to the
+ * left. The kept edges' labels sit on their arcs where they overlap no other label and no
+ * node. */
+#define VIZ_GRAPH_MAX_STATES (EX_MAX_STEPS + 3) /* two inputs, the nodes, the output */
+#define VIZ_GRAPH_MAX_EDGES (EX_METRICS_MAX_EDGES + EX_MAX_STEPS)
+#define VIZ_ARC_POINTS 13
+typedef struct viz_graph_edge {
+    int from, to;                  /* states; to == n_states - 1 is the output */
+    int edge;                      /* the α row, -1 for an edge into the output */
+    SDL_Point arc[VIZ_ARC_POINTS]; /* the polyline, from's box to to's box */
+    bool labelled;                 /* kept: drawn thick, with a label in label */
+    SDL_Rect label;
+    char text[32];
+} viz_graph_edge;
+typedef struct viz_graph {
+    int n_states;
+    SDL_Rect node[VIZ_GRAPH_MAX_STATES];
+    int n_edges;
+    viz_graph_edge e[VIZ_GRAPH_MAX_EDGES];
+} viz_graph;
+
+/** Lays out snapshot s's cell in g; text_w(ctx, text) gives a label's width in pixels. */
+void viz_graph_layout(const ex_viz_model *m, int64_t s, ex_viz_cell cell, SDL_Rect g, int line_h,
+                      int (*text_w)(void *ctx, const char *text), void *ctx, viz_graph *out);
 
 /* Geometry shared by drawing and the public queries (m locked). */
 bool viz_heatmap_rect(const ex_viz_model *m, const ex_viz_layout *l, ex_viz_cell cell, int edge,

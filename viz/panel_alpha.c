@@ -275,29 +275,136 @@ void viz_draw_hover(ex_viz_renderer *r, const ex_viz_model *m, const ex_viz_view
 
 /* ---- the cell as a graph ---- */
 
-typedef struct pt {
-    int x, y;
-} pt;
+enum { NODE_W = 40, NODE_H = 20 };
 
-static pt node_pos(SDL_Rect c, int state, int steps)
+static bool overlaps(SDL_Rect a, SDL_Rect b)
 {
-    if (state < 2)
-        return (pt){c.x + 34, c.y + c.h * (state == 0 ? 30 : 70) / 100};
-    int i = state - 2;
-    int x = c.x + 34 + (i + 1) * (c.w - 68) / (steps + 1);
-    int y = c.y + c.h / 2 + (i % 2 ? 1 : -1) * c.h * (steps > 1 ? 22 : 0) / 100;
-    return (pt){x, y};
+    return a.x < b.x + b.w && b.x < a.x + a.w && a.y < b.y + b.h && b.y < a.y + a.h;
 }
 
-static void draw_node(ex_viz_renderer *r, pt p, const char *name, SDL_Color fill)
+/* Whether edge e is among the two strongest inputs of its node: what DARTS's genotype
+ * keeps, drawn thick and labelled; the others are drawn thin. */
+static bool kept(const ex_viz_model *m, const float *a, int e)
 {
-    viz_fill(r, p.x - 20, p.y - 10, 40, 20, fill);
-    viz_frame(r, p.x - 20, p.y - 10, 40, 20, viz_fg);
-    viz_text_draw(r, p.x, p.y - r->line_h / 2, name, viz_fg, VIZ_CENTER);
+    int node, input, better = 0;
+    edge_ends(m, e, &node, &input);
+    float mine = a[e * m->cands + winner(m, a + e * m->cands)];
+    for (int o = 0; o < m->edges; o++) {
+        int n2, i2;
+        edge_ends(m, o, &n2, &i2);
+        float w = a[o * m->cands + winner(m, a + o * m->cands)];
+        if (o != e && n2 == node && (w > mine || (w == mine && o < e)))
+            better++;
+    }
+    return better < 2;
+}
+
+/* The arc from the column's side at y0 to it at y1, bulging out by `out` pixels (negative:
+ * to the left), as a polyline of VIZ_ARC_POINTS points on half an ellipse. */
+static void arc(SDL_Point *p, int side_x, int y0, int y1, int out)
+{
+    for (int k = 0; k < VIZ_ARC_POINTS; k++) {
+        double t = 3.14159265358979 * (double)k / (VIZ_ARC_POINTS - 1); /* 0..pi */
+        p[k].x = side_x + (int)lround(out * sin(t));
+        p[k].y = (int)lround(0.5 * (y0 + y1) - 0.5 * (y1 - y0) * cos(t));
+    }
+}
+
+/* A label box for edge x: the first point of its arc, from the widest outward, where the box
+ * overlaps no node and no label placed before. */
+static void place_label(viz_graph *g, viz_graph_edge *x, int w, int h)
+{
+    static const int order[] = {6, 5, 7, 4, 8, 3, 9, 2, 10};
+    SDL_Rect best = {0, 0, 0, 0};
+    for (size_t o = 0; o < sizeof order / sizeof order[0]; o++) {
+        SDL_Point at = x->arc[order[o]];
+        SDL_Rect q = {at.x + 3, at.y - h / 2, w, h};
+        if (o == 0)
+            best = q;
+        bool free = true;
+        for (int n = 0; free && n < g->n_states; n++)
+            free = !overlaps(q, g->node[n]);
+        for (viz_graph_edge *y = g->e; free && y < x; y++)
+            free = !(y->labelled && overlaps(q, y->label));
+        if (free) {
+            best = q;
+            break;
+        }
+    }
+    x->label = best;
+}
+
+void viz_graph_layout(const ex_viz_model *m, int64_t s, ex_viz_cell cell, SDL_Rect g, int line_h,
+                      int (*text_w)(void *ctx, const char *text), void *ctx, viz_graph *out)
+{
+    memset(out, 0, sizeof *out);
+    int steps = 0;
+    for (int e = 0; e < m->edges; e++) {
+        int node, input;
+        edge_ends(m, e, &node, &input);
+        steps = node + 1 > steps ? node + 1 : steps;
+    }
+    int n = steps + 3 > VIZ_GRAPH_MAX_STATES ? VIZ_GRAPH_MAX_STATES : steps + 3;
+    out->n_states = n;
+    /* the column: to the left, room for the output's arcs beside it and the labels right */
+    int cx = g.x + 34 + NODE_W / 2, row = (g.h - NODE_H) / (n > 1 ? n - 1 : 1);
+    for (int st = 0; st < n; st++)
+        out->node[st] = (SDL_Rect){cx - NODE_W / 2, g.y + st * row, NODE_W, NODE_H};
+    const float *a = snap_alpha(m, s, cell);
+    int reach = g.x + g.w - cx - NODE_W / 2 - 80; /* the widest arc leaves room for a label */
+    for (int e = 0; e < m->edges && out->n_edges < VIZ_GRAPH_MAX_EDGES; e++) {
+        int node, input;
+        edge_ends(m, e, &node, &input);
+        if (node + 2 >= n - 1 || input < 0 || input >= node + 2)
+            continue;
+        viz_graph_edge *x = &out->e[out->n_edges++];
+        x->from = input;
+        x->to = node + 2;
+        x->edge = e;
+        int span = x->to - x->from;
+        arc(x->arc, cx + NODE_W / 2, out->node[x->from].y + NODE_H / 2,
+            out->node[x->to].y + NODE_H / 2, 14 + (span - 1) * (reach - 14) / (n > 3 ? n - 3 : 1));
+        x->labelled = kept(m, a, e);
+    }
+    for (int st = 2; st < n - 1 && out->n_edges < VIZ_GRAPH_MAX_EDGES; st++) {
+        viz_graph_edge *x = &out->e[out->n_edges++];
+        x->from = st;
+        x->to = n - 1;
+        x->edge = -1;
+        arc(x->arc, cx - NODE_W / 2, out->node[st].y + NODE_H / 2, out->node[n - 1].y + NODE_H / 2,
+            -(6 + (n - 1 - st) * 22 / (n > 2 ? n - 2 : 1)));
+    }
+    char buf[64], nm[32];
+    for (int i = 0; i < out->n_edges; i++) {
+        viz_graph_edge *x = &out->e[i];
+        if (!x->labelled)
+            continue;
+        const float *rw = a + x->edge * m->cands;
+        int w = winner(m, rw);
+        viz_short_name(cand_name(m, w, buf, sizeof buf), nm, sizeof nm);
+        snprintf(x->text, sizeof x->text, "%.12s %.2f", nm,
+                 (double)(rw[w] < 0   ? 0
+                          : rw[w] > 1 ? 1
+                                      : rw[w]));
+        place_label(out, x, text_w(ctx, x->text) + 2, line_h);
+    }
+}
+
+static int renderer_text_w(void *ctx, const char *text)
+{
+    int w = viz_text_width(ctx, text);
+    return w > 0 ? w : 7 * (int)strlen(text); /* no font: the labels are not drawn anyway */
+}
+
+static void draw_node(ex_viz_renderer *r, SDL_Rect q, const char *name, SDL_Color fill)
+{
+    viz_fill(r, q.x, q.y, q.w, q.h, fill);
+    viz_frame(r, q.x, q.y, q.w, q.h, viz_fg);
+    viz_text_draw(r, q.x + q.w / 2, q.y + q.h / 2 - r->line_h / 2, name, viz_fg, VIZ_CENTER);
 }
 
 /* Markers of which candidates an edge computes (filled) and which it skips (hollow). */
-static void draw_mask(ex_viz_renderer *r, const ex_viz_model *m, const uint8_t *act, pt mid)
+static void draw_mask(ex_viz_renderer *r, const ex_viz_model *m, const uint8_t *act, SDL_Point mid)
 {
     int x = mid.x - m->cands * 7 / 2;
     for (int k = 0; k < m->cands; k++, x += 7) {
@@ -321,53 +428,31 @@ static void graph_legend(ex_viz_renderer *r, const ex_viz_model *m, SDL_Rect c)
     }
 }
 
-/* Whether edge e is among the two strongest inputs of its node: what DARTS's genotype
- * keeps, drawn thick and labelled; the others are drawn thin. */
-static bool kept(const ex_viz_model *m, const float *a, int e)
-{
-    int node, input, better = 0;
-    edge_ends(m, e, &node, &input);
-    float mine = a[e * m->cands + winner(m, a + e * m->cands)];
-    for (int o = 0; o < m->edges; o++) {
-        int n2, i2;
-        edge_ends(m, o, &n2, &i2);
-        float w = a[o * m->cands + winner(m, a + o * m->cands)];
-        if (o != e && n2 == node && (w > mine || (w == mine && o < e)))
-            better++;
-    }
-    return better < 2;
-}
-
+/* The edges, thin ones first so the kept ones are drawn over them. */
 static void graph_edges(ex_viz_renderer *r, const ex_viz_model *m, int64_t s, ex_viz_cell cell,
-                        SDL_Rect g, int steps, bool masks)
+                        const viz_graph *g, bool masks)
 {
     const float *a = snap_alpha(m, s, cell);
     const uint8_t *act = snap_active(m, s, cell);
-    char buf[64], nm[32];
     for (int pass = 0; pass < 2; pass++)
-        for (int e = 0; e < m->edges; e++) {
-            int node, input;
-            edge_ends(m, e, &node, &input);
-            const float *row = a + e * m->cands;
-            int w = winner(m, row);
-            bool strong = kept(m, a, e);
-            if (strong != (pass == 1))
+        for (int i = 0; i < g->n_edges; i++) {
+            const viz_graph_edge *x = &g->e[i];
+            if (x->labelled != (pass == 1))
                 continue;
-            pt p0 = node_pos(g, input, steps), p1 = node_pos(g, node + 2, steps);
-            SDL_Color c = viz_cand_color(w);
-            if (!strong)
-                c = (SDL_Color){(uint8_t)(c.r / 2 + 14), (uint8_t)(c.g / 2 + 15),
-                                (uint8_t)(c.b / 2 + 18), 255};
-            viz_line(r, p0.x + 20, p0.y, p1.x - 20, p1.y, strong ? 3 : 1, c);
-            /* labels sit near the head of the edge, where edges into a node fan apart */
-            pt at = {p0.x + 20 + (p1.x - p0.x - 40) * 68 / 100, p0.y + (p1.y - p0.y) * 68 / 100};
-            if (strong) {
-                viz_short_name(cand_name(m, w, buf, sizeof buf), nm, sizeof nm);
-                snprintf(buf, sizeof buf, "%s %.2f", nm, (double)row[w]);
-                viz_text_draw(r, at.x, at.y - r->line_h - 1, buf, viz_cand_color(w), VIZ_CENTER);
+            SDL_Color c = viz_grid;
+            if (x->edge >= 0) {
+                c = viz_cand_color(winner(m, a + x->edge * m->cands));
+                if (!x->labelled)
+                    c = (SDL_Color){(uint8_t)(c.r / 2 + 14), (uint8_t)(c.g / 2 + 15),
+                                    (uint8_t)(c.b / 2 + 18), 255};
             }
-            if (masks)
-                draw_mask(r, m, act + e * m->cands, at);
+            for (int k = 0; k + 1 < VIZ_ARC_POINTS; k++)
+                viz_line(r, x->arc[k].x, x->arc[k].y, x->arc[k + 1].x, x->arc[k + 1].y,
+                         x->labelled ? 3 : 1, c);
+            if (x->labelled)
+                viz_text_draw(r, x->label.x + 1, x->label.y, x->text, c, VIZ_LEFT);
+            if (masks && x->edge >= 0)
+                draw_mask(r, m, act + x->edge * m->cands, x->arc[VIZ_ARC_POINTS / 2]);
         }
 }
 
@@ -384,26 +469,19 @@ void viz_draw_graph(ex_viz_renderer *r, const ex_viz_model *m, const ex_viz_view
         no_alpha(r, m, c);
         return;
     }
-    int steps = 0;
-    for (int e = 0; e < m->edges; e++) {
-        int node, input;
-        edge_ends(m, e, &node, &input);
-        steps = node + 1 > steps ? node + 1 : steps;
-    }
     int legend = (m->cands + 3) / 4 * r->line_h + 4;
-    SDL_Rect g = {c.x, c.y + 4, c.w, c.h - legend - 4};
-    graph_edges(r, m, s, v->cell, g, steps, masks);
-    pt out = {g.x + g.w - 22, g.y + g.h / 2};
+    SDL_Rect g = {c.x, c.y + 4, c.w, c.h - legend - 8};
+    viz_graph graph, *layout = &graph; /* about 12 KB */
+    viz_graph_layout(m, s, v->cell, g, r->line_h, renderer_text_w, r, layout);
+    graph_edges(r, m, s, v->cell, layout, masks);
     char name[16];
-    for (int i = 0; i < steps; i++) {
-        pt q = node_pos(g, i + 2, steps);
-        viz_line(r, q.x + 20, q.y, out.x - 20, out.y, 1, viz_grid);
-    }
-    for (int st = 0; st < steps + 2; st++) {
+    for (int st = 0; st < layout->n_states; st++) {
+        bool output = st == layout->n_states - 1;
         state_name(st, name, sizeof name);
-        draw_node(r, node_pos(g, st, steps), name,
-                  st < 2 ? (SDL_Color){45, 60, 80, 255} : (SDL_Color){50, 50, 62, 255});
+        draw_node(r, layout->node[st], output ? "out" : name,
+                  output   ? (SDL_Color){70, 50, 50, 255}
+                  : st < 2 ? (SDL_Color){45, 60, 80, 255}
+                           : (SDL_Color){50, 50, 62, 255});
     }
-    draw_node(r, out, "out", (SDL_Color){70, 50, 50, 255});
     graph_legend(r, m, c);
 }
