@@ -23,3 +23,13 @@ ex_status ex__adopt_config(void *dst, size_t dst_size, const void *src, const ch
     memcpy(dst, &dst_size, sizeof dst_size);
     return EX_OK;
 }
+
+void ex__give_config(void *dst, size_t dst_size, const void *src, size_t src_size)
+{
+    if (dst_size < sizeof dst_size)
+        return;
+    size_t n = dst_size < src_size ? dst_size : src_size;
+    memcpy(dst, src, n);
+    memset((char *)dst + n, 0, dst_size - n);
+    memcpy(dst, &dst_size, sizeof dst_size);
+}

@@ -16,4 +16,10 @@
 ex_status ex__adopt_config(void *dst, size_t dst_size, const void *src, const char *what, char *msg,
                            size_t msg_len);
 
+/** Gives the caller's struct dst, of dst_size bytes as the caller was compiled, this
+ *  library's defaults (src, src_size bytes): as many bytes as both have, zeros past this
+ *  library's end, and dst_size in its size field. Nothing when dst_size is below the size
+ *  field's. */
+void ex__give_config(void *dst, size_t dst_size, const void *src, size_t src_size);
+
 #endif

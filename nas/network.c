@@ -25,10 +25,9 @@ struct ex_network {
     char msg[512];
 };
 
-void ex_network_config_default(ex_network_config *c)
+/* This library's defaults, all fields. */
+static void network_defaults(ex_network_config *c)
 {
-    if (!c)
-        return;
     memset(c, 0, sizeof *c);
     c->size = sizeof *c;
     c->in_channels = 3;
@@ -44,6 +43,15 @@ void ex_network_config_default(ex_network_config *c)
     c->weight_decay = 3e-4f;
     c->grad_clip = 5.0f;
     c->seed = 0;
+}
+
+void ex_network_config_init(ex_network_config *c, size_t size)
+{
+    if (!c)
+        return;
+    ex_network_config d;
+    network_defaults(&d);
+    ex__give_config(c, size, &d, sizeof d);
 }
 
 static ex_status fail(ex_network *n, ex_status st, const char *fmt, ...)

@@ -41,10 +41,9 @@ static const ex_cand darts_space[] = {
     EX_CAND_SEP_CONV_3X3, EX_CAND_SEP_CONV_5X5, EX_CAND_DIL_CONV_3X3, EX_CAND_DIL_CONV_5X5,
 };
 
-void ex_search_config_default(ex_search_config *c)
+/* This library's defaults, all fields. */
+static void search_defaults(ex_search_config *c)
 {
-    if (!c)
-        return;
     memset(c, 0, sizeof *c);
     c->size = sizeof *c;
     c->in_channels = 3;
@@ -76,6 +75,15 @@ void ex_search_config_default(ex_search_config *c)
     c->nonfinite_limit = 3;
     c->max_param_free = -1;
     c->partial_channels = 1;
+}
+
+void ex_search_config_init(ex_search_config *c, size_t size)
+{
+    if (!c)
+        return;
+    ex_search_config d;
+    search_defaults(&d);
+    ex__give_config(c, size, &d, sizeof d);
 }
 
 const char *ex_search_mode_name(ex_search_mode m)

@@ -372,8 +372,25 @@ static void metrics_logs(void **state)
 static void searches_and_networks(void **state)
 {
     (void)state;
-    ex_search_config_default(NULL);
-    ex_network_config_default(NULL);
+    ex_search_config_init(NULL, sizeof(ex_search_config));
+    ex_network_config_init(NULL, sizeof(ex_network_config));
+    /* an older program's shorter struct: the defaults are written up to its end, not past */
+    ex_search_config two[2];
+    memset(two, 0xab, sizeof two);
+    size_t old_size = offsetof(ex_search_config, partial_channels);
+    ex_search_config_init(&two[0], old_size);
+    assert_int_equal(two[0].size, old_size);
+    assert_int_equal(two[0].channels, 16);
+    for (size_t i = old_size; i < sizeof two; i++)
+        assert_int_equal(((const unsigned char *)two)[i], 0xab);
+    ex_search_config_init(&two[0], 1); /* below the size field: nothing written */
+    assert_int_equal(two[0].size, old_size);
+    ex_network_config nets[2];
+    memset(nets, 0xab, sizeof nets);
+    ex_network_config_init(&nets[0], offsetof(ex_network_config, seed));
+    assert_int_equal(nets[0].channels, 36);
+    for (size_t i = offsetof(ex_network_config, seed); i < sizeof nets; i++)
+        assert_int_equal(((const unsigned char *)nets)[i], 0xab);
     assert_int_equal(ex_search_edges(NULL), 0);
     assert_non_null(ex_search_error(NULL));
     assert_null(ex_search_plan(NULL));

@@ -34,8 +34,13 @@ typedef struct ex_network_config {
     uint64_t seed;
 } ex_network_config;
 
-/** Fills c with DARTS's evaluation settings. */
-void ex_network_config_default(ex_network_config *c);
+/** Fills the first `size` bytes of c with DARTS's evaluation settings and sets c->size to
+ *  size; nothing for a NULL c or a size below the size field's. Call it as
+ *  ex_network_config_default(c), which passes the caller's sizeof. */
+void ex_network_config_init(ex_network_config *c, size_t size);
+
+/** Fills *c with DARTS's evaluation settings (a macro: sizeof *c as the caller was compiled). */
+#define ex_network_config_default(c) ex_network_config_init((c), sizeof *(c))
 
 /** A derived network planned on one backend. */
 typedef struct ex_network ex_network;

@@ -79,8 +79,14 @@ typedef struct ex_search_config {
                               EX_ERR_NONFINITE (3; 0: the first one fails) */
 } ex_search_config;
 
-/** Fills c with DARTS's search settings. */
-void ex_search_config_default(ex_search_config *c);
+/** Fills the first `size` bytes of c with DARTS's search settings and sets c->size to size;
+ *  nothing for a NULL c or a size below the size field's. Call it as
+ *  ex_search_config_default(c), which passes the caller's sizeof: a newer library never
+ *  writes past an older program's struct. */
+void ex_search_config_init(ex_search_config *c, size_t size);
+
+/** Fills *c with DARTS's search settings (a macro: sizeof *c as the caller was compiled). */
+#define ex_search_config_default(c) ex_search_config_init((c), sizeof *(c))
 
 /** Figures of one search step. */
 typedef struct ex_search_stats {
