@@ -27,7 +27,7 @@ typedef struct backend_entry {
     bool automatic; /* may "auto" pick it */
 } backend_entry;
 
-#ifdef EXAPT_BACKEND_MODULES
+#if defined(EXAPT_BACKEND_MODULES) && (defined(EXAPT_HAVE_CUDA) || defined(EXAPT_HAVE_VULKAN))
 /* The entry point `symbol` of module `file`, or NULL with the reason in msg. */
 static create_fn module_create(const char *file, const char *symbol, char *msg, size_t len)
 {
@@ -35,6 +35,9 @@ static create_fn module_create(const char *file, const char *symbol, char *msg, 
     *(void **)&f = ex__module_symbol(file, symbol, msg, len);
     return f;
 }
+#endif
+
+#ifdef EXAPT_BACKEND_MODULES
 
 #ifdef EXAPT_HAVE_CUDA
 static ex_status cuda_create(int arg, const ex_backend_iface **iface, void **impl,
