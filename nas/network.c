@@ -1,4 +1,7 @@
-/* The derived network object: a training stage and an evaluation stage in one plan. */
+/* The derived network object: a training stage and an evaluation stage in one plan, or
+ * for inference (ex_network_open) the evaluation stage alone. */
+#include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,7 +9,10 @@
 
 #include "core/abi.h"
 #include "core/clock.h"
+#include "core/fileio.h"
+#include "exapt/safetensors.h"
 #include "nas/derived.h"
+#include "nas/export.h"
 #include "nas/store.h"
 
 struct ex_network {
@@ -21,6 +27,8 @@ struct ex_network {
     ex_tensor *loss, *acc, *loss_e, *acc_e, *logits_e;
     int32_t *no_labels; /* eval_batch zeros: ex_network_predict's labels */
     float drop_prob;
+    bool inference; /* only the evaluation stage: opened from a file */
+    int eval_stage;
     int64_t steps_done;
     char msg[512];
 };
@@ -116,19 +124,23 @@ static ex_status build(ex_network *n)
     int64_t xs[4] = {c->batch, c->in_channels, c->height, c->width}, ys = c->batch, one = 1,
             two = 2, eb = c->eval_batch > 0 ? c->eval_batch : c->batch;
     int64_t xes[4] = {eb, c->in_channels, c->height, c->width};
-    n->x = ex_input(ctx, EX_F32, 4, xs, "x");
-    n->y = ex_input(ctx, EX_I32, 1, &ys, "y");
     n->xe = ex_input(ctx, EX_F32, 4, xes, "eval_x");
     n->ye = ex_input(ctx, EX_I32, 1, &eb, "eval_y");
-    n->lr = ex_input(ctx, EX_F32, 1, &one, "lr");
-    n->counter = ex_input(ctx, EX_I32, 1, &two, "counter");
     nas_net_init(&n->net, ctx);
-    train_step(n);
-    ex_ctx_begin_stage(ctx);
-    nas_net_rebuild(&n->net, NULL);
+    if (!n->inference) {
+        n->x = ex_input(ctx, EX_F32, 4, xs, "x");
+        n->y = ex_input(ctx, EX_I32, 1, &ys, "y");
+        n->lr = ex_input(ctx, EX_F32, 1, &one, "lr");
+        n->counter = ex_input(ctx, EX_I32, 1, &two, "counter");
+        train_step(n);
+        ex_ctx_begin_stage(ctx);
+        nas_net_rebuild(&n->net, NULL);
+        n->eval_stage = 1;
+    }
     n->net.train = false;
     ex_tensor *logits =
         nas_derived_forward(&n->net, &n->genotype, c, n->xe, n->counter, 1.0f, NULL);
+    n->net.built = true;
     n->logits_e = ex_keep(ctx, logits);
     n->loss_e = ex_keep(ctx, ex_cross_entropy(ctx, logits, n->ye));
     n->acc_e = ex_keep(ctx, ex_accuracy(ctx, logits, n->ye));
@@ -162,8 +174,9 @@ static void teardown(ex_network *n)
     n->ctx = NULL;
 }
 
-ex_status ex_network_new(const ex_genotype *g, const ex_network_config *caller, ex_backend *be,
-                         ex_network **out, char *msg, size_t msg_len)
+/* A network of genotype g and the caller's configuration c on be, weights from the seed. */
+static ex_status create(const ex_genotype *g, const ex_network_config *caller, ex_backend *be,
+                        bool inference, ex_network **out, char *msg, size_t msg_len)
 {
     if (!out || !g || !caller || !be) {
         if (msg && msg_len)
@@ -185,16 +198,19 @@ ex_status ex_network_new(const ex_genotype *g, const ex_network_config *caller, 
                      "classes, genotype steps or label smoothing)");
         return EX_ERR_ARG;
     }
+    if (c->eval_batch <= 0)
+        c->eval_batch = c->batch;
     ex_network *n = calloc(1, sizeof *n);
     if (!n)
         return EX_ERR_NOMEM;
     n->cfg = *c;
     n->genotype = *g;
     n->be = be;
+    n->inference = inference;
     ex_status st = build(n);
     if (st == EX_OK && (st = nas_net_initialise(&n->net, n->plan, c->seed)) != EX_OK)
         fail(n, st, "network: %s", ex_plan_error(n->plan));
-    if (st == EX_OK)
+    if (st == EX_OK && !inference)
         st = zero_momentum(n);
     if (st != EX_OK) {
         if (msg && msg_len)
@@ -204,6 +220,12 @@ ex_status ex_network_new(const ex_genotype *g, const ex_network_config *caller, 
     }
     *out = n;
     return EX_OK;
+}
+
+ex_status ex_network_new(const ex_genotype *g, const ex_network_config *c, ex_backend *be,
+                         ex_network **out, char *msg, size_t msg_len)
+{
+    return create(g, c, be, false, out, msg, msg_len);
 }
 
 void ex_network_free(ex_network *n)
@@ -238,6 +260,8 @@ ex_status ex_network_set_drop_path(ex_network *n, float prob)
                     (double)prob);
     if (prob == n->drop_prob)
         return EX_OK;
+    if (n->inference)
+        return fail(n, EX_ERR_STATE, "network: opened for inference, it has no training pass");
     /* the keep probability is part of the graph: carry the state across a rebuild */
     int count;
     nas_entry *e = entries(n, true, &count);
@@ -309,6 +333,8 @@ ex_status ex_network_step(ex_network *n, const float *x, const int32_t *y, float
 {
     if (!n)
         return EX_ERR_ARG;
+    if (n->inference)
+        return fail(n, EX_ERR_STATE, "network: opened for inference, it has no training pass");
     double t0 = ex__clock_ms();
     ex_status st = write_batch(n, n->x, x, n->y, y);
     int32_t counter[2] = {(int32_t)n->steps_done, (int32_t)(n->steps_done >> 31)};
@@ -333,7 +359,7 @@ ex_status ex_network_eval(ex_network *n, const float *x, const int32_t *y, float
     if (!n)
         return EX_ERR_ARG;
     ex_status st = write_batch(n, n->xe, x, n->ye, y);
-    if (st == EX_OK && (st = ex_plan_run_stage(n->plan, 1)) != EX_OK)
+    if (st == EX_OK && (st = ex_plan_run_stage(n->plan, n->eval_stage)) != EX_OK)
         return fail(n, st, "network: %s", ex_plan_error(n->plan));
     float l = 0, c = 0;
     if (st == EX_OK)
@@ -355,7 +381,7 @@ ex_status ex_network_predict(ex_network *n, const float *x, float *logits)
     if (!n->no_labels && !(n->no_labels = calloc((size_t)eb, sizeof *n->no_labels)))
         return fail(n, EX_ERR_NOMEM, "network: out of host memory");
     ex_status st = write_batch(n, n->xe, x, n->ye, n->no_labels);
-    if (st == EX_OK && (st = ex_plan_run_stage(n->plan, 1)) != EX_OK)
+    if (st == EX_OK && (st = ex_plan_run_stage(n->plan, n->eval_stage)) != EX_OK)
         return fail(n, st, "network: %s", ex_plan_error(n->plan));
     size_t bytes = (size_t)ex_tensor_numel(n->logits_e) * sizeof *logits;
     if (st == EX_OK && (st = ex_plan_read(n->plan, n->logits_e, logits, bytes)) != EX_OK)
@@ -363,24 +389,53 @@ ex_status ex_network_predict(ex_network *n, const float *x, float *logits)
     return st;
 }
 
+/* The architecture and input normalization as the "network" metadata's JSON (malloc'ed). */
+static char *architecture_json(const ex_network_config *c)
+{
+    json_t *j = json_pack("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:b}", "in_channels", c->in_channels,
+                          "height", c->height, "width", c->width, "classes", c->classes, "channels",
+                          c->channels, "layers", c->layers, "stem_multiplier", c->stem_multiplier,
+                          "auxiliary", c->auxiliary);
+    if (j && c->input.enabled) {
+        json_t *mean = json_array(), *std = json_array();
+        for (int i = 0; i < c->in_channels && i < EX_DATA_MAX_CHANNELS; i++) {
+            json_array_append_new(mean, json_real(c->input.mean[i]));
+            json_array_append_new(std, json_real(c->input.std[i]));
+        }
+        json_object_set_new(j, "mean", mean);
+        json_object_set_new(j, "std", std);
+    }
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return text;
+}
+
 static ex_status save(ex_network *n, const char *path, bool optimizer, const char *user)
 {
     if (!n || !path)
         return EX_ERR_ARG;
-    int count;
+    if (optimizer && n->inference)
+        return fail(n, EX_ERR_STATE, "network: opened for inference, it has no optimizer state");
+    int count = 0;
     nas_entry *e = entries(n, optimizer, &count);
-    if (!e)
+    char *arch = architecture_json(&n->cfg);
+    if (!e || !arch) {
+        free(e);
+        free(arch);
         return fail(n, EX_ERR_NOMEM, "network: out of host memory");
+    }
     char genotype[2048], steps[32];
     ex_genotype_format(&n->genotype, genotype, sizeof genotype);
     snprintf(steps, sizeof steps, "%lld", (long long)n->steps_done);
-    ex_st_meta meta[4] = {{"format", "exapt-network"},
+    ex_st_meta meta[5] = {{"format", "exapt-network"},
                           {"genotype", genotype},
+                          {"network", arch},
                           {"steps", steps},
                           {"user", user ? user : ""}};
-    ex_status st = nas_store_save(n->plan, e, count, n->steps_done, meta, user ? 4 : 3, path,
+    ex_status st = nas_store_save(n->plan, e, count, n->steps_done, meta, user ? 5 : 4, path,
                                   n->msg, sizeof n->msg);
     free(e);
+    free(arch);
     return st;
 }
 
@@ -410,6 +465,152 @@ ex_status ex_network_load(ex_network *n, const char *path, bool optimizer)
     return st;
 }
 
+/* The configuration the "network" metadata j records, over c's defaults. */
+static bool parse_architecture(json_t *j, ex_network_config *c)
+{
+    int aux = 0;
+    if (!j || json_unpack(j, "{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:b}", "in_channels", &c->in_channels,
+                          "height", &c->height, "width", &c->width, "classes", &c->classes,
+                          "channels", &c->channels, "layers", &c->layers, "stem_multiplier",
+                          &c->stem_multiplier, "auxiliary", &aux))
+        return false;
+    c->auxiliary = aux;
+    if (c->in_channels < 1 || c->in_channels > EX_DATA_MAX_CHANNELS || c->height < 1 ||
+        c->width < 1 || (int64_t)c->height * c->width > (1 << 24))
+        return false;
+    json_t *mean = json_object_get(j, "mean"), *std = json_object_get(j, "std");
+    if (!mean && !std)
+        return true;
+    if (json_array_size(mean) != (size_t)c->in_channels ||
+        json_array_size(std) != (size_t)c->in_channels)
+        return false;
+    for (int i = 0; i < c->in_channels; i++) {
+        c->input.mean[i] = (float)json_number_value(json_array_get(mean, (size_t)i));
+        c->input.std[i] = (float)json_number_value(json_array_get(std, (size_t)i));
+        if (!json_is_number(json_array_get(mean, (size_t)i)) || !isfinite(c->input.mean[i]) ||
+            !(c->input.std[i] > 0.0f) || !isfinite(c->input.std[i]))
+            return false;
+    }
+    c->input.enabled = true;
+    return true;
+}
+
+/* The genotype and configuration that the file f (at path) records. */
+static ex_status recorded(ex_safetensors *f, const char *path, ex_genotype *g, ex_network_config *c,
+                          char *msg, size_t msg_len)
+{
+    const char *format = ex_safetensors_metadata(f, "format");
+    const char *genotype = ex_safetensors_metadata(f, "genotype");
+    const char *arch = ex_safetensors_metadata(f, "network");
+    if (!format || strcmp(format, "exapt-network") || !genotype)
+        return ex__msg(msg, msg_len, EX_ERR_FORMAT,
+                       "%s: not the weights of a network exapt trained (no exapt-network "
+                       "format and genotype in its metadata)",
+                       path);
+    if (!arch)
+        return ex__msg(msg, msg_len, EX_ERR_FORMAT,
+                       "%s: its architecture is not recorded (weights saved by exapt before "
+                       "0.2.0); train it again",
+                       path);
+    char gm[256];
+    if (ex_genotype_parse(genotype, strlen(genotype), g, gm, sizeof gm) != EX_OK)
+        return ex__msg(msg, msg_len, EX_ERR_FORMAT, "%s: its genotype: %s", path, gm);
+    json_t *j = json_loads(arch, 0, NULL);
+    bool ok = parse_architecture(j, c);
+    json_decref(j);
+    if (!ok)
+        return ex__msg(msg, msg_len, EX_ERR_FORMAT,
+                       "%s: its \"network\" metadata is not a valid architecture", path);
+    return EX_OK;
+}
+
+ex_status ex_network_open(const char *path, ex_backend *be, int batch, ex_network **out, char *msg,
+                          size_t msg_len)
+{
+    if (out)
+        *out = NULL;
+    if (!path || !be || !out)
+        return ex__msg(msg, msg_len, EX_ERR_ARG, "ex_network_open: NULL argument");
+    if (batch < 1)
+        return ex__msg(msg, msg_len, EX_ERR_ARG, "ex_network_open: batch %d below 1", batch);
+    ex_safetensors *f = NULL;
+    ex_status st = ex_safetensors_open(path, &f, msg, msg_len);
+    ex_genotype g;
+    ex_network_config c;
+    ex_network_config_default(&c);
+    if (st == EX_OK)
+        st = recorded(f, path, &g, &c, msg, msg_len);
+    ex_safetensors_close(f);
+    if (st != EX_OK)
+        return st;
+    c.batch = batch < 2 ? 2 : batch; /* the training batch: not planned */
+    c.eval_batch = batch;
+    ex_network *n = NULL;
+    if ((st = create(&g, &c, be, true, &n, msg, msg_len)) != EX_OK)
+        return st;
+    if ((st = ex_network_load(n, path, false)) != EX_OK) {
+        ex__msg(msg, msg_len, st == EX_ERR_NOMEM ? st : EX_ERR_FORMAT, "%s", n->msg);
+        ex_network_free(n);
+        return st == EX_ERR_NOMEM ? st : EX_ERR_FORMAT;
+    }
+    *out = n;
+    return EX_OK;
+}
+
+void ex_network_get_config(const ex_network *n, ex_network_config *c)
+{
+    if (n && c)
+        ex__give_config(c, c->size, &n->cfg, sizeof n->cfg);
+}
+
+/* Writes count images of pixels, normalized as the network's input says and padded with
+ * zeros to the evaluation batch, into x. */
+static void normalized_batch(const ex_network *n, const float *pixels, int count, float *x)
+{
+    const ex_network_config *c = &n->cfg;
+    size_t plane = (size_t)c->height * (size_t)c->width, img = plane * (size_t)c->in_channels;
+    memset(x, 0, img * (size_t)c->eval_batch * sizeof *x);
+    for (size_t i = 0; i < (size_t)count * img; i++) {
+        int ch = (int)(i / plane % (size_t)c->in_channels);
+        x[i] = c->input.enabled ? (pixels[i] - c->input.mean[ch]) / c->input.std[ch] : pixels[i];
+    }
+}
+
+ex_status ex_network_classify(ex_network *n, const float *pixels, int count, float *probs)
+{
+    if (!n)
+        return EX_ERR_ARG;
+    const ex_network_config *c = &n->cfg;
+    if (!pixels || !probs || count < 1 || count > c->eval_batch)
+        return fail(n, EX_ERR_ARG,
+                    "network: classify takes 1 to %d images, pixels and room for the "
+                    "probabilities (%d images given)",
+                    c->eval_batch, count);
+    size_t img = (size_t)c->in_channels * (size_t)c->height * (size_t)c->width;
+    float *x = malloc(img * (size_t)c->eval_batch * sizeof *x),
+          *logits = malloc((size_t)c->eval_batch * (size_t)c->classes * sizeof *logits);
+    ex_status st = x && logits ? EX_OK : fail(n, EX_ERR_NOMEM, "network: out of host memory");
+    if (st == EX_OK) {
+        normalized_batch(n, pixels, count, x);
+        st = ex_network_predict(n, x, logits);
+    }
+    for (int i = 0; st == EX_OK && i < count; i++) {
+        const float *r = logits + (size_t)i * (size_t)c->classes;
+        float *p = probs + (size_t)i * (size_t)c->classes;
+        float top = r[0];
+        for (int k = 1; k < c->classes; k++)
+            top = r[k] > top ? r[k] : top;
+        double sum = 0;
+        for (int k = 0; k < c->classes; k++)
+            sum += exp((double)r[k] - (double)top);
+        for (int k = 0; k < c->classes; k++)
+            p[k] = (float)(exp((double)r[k] - (double)top) / sum);
+    }
+    free(x);
+    free(logits);
+    return st;
+}
+
 int64_t ex_network_param_count(const ex_network *n)
 {
     int64_t total = 0;
@@ -426,4 +627,44 @@ struct ex_plan *ex_network_plan(ex_network *n)
 const char *ex_network_error(const ex_network *n)
 {
     return n ? n->msg : "no network (NULL)";
+}
+
+const ex_genotype *nas_network_genotype(const ex_network *n)
+{
+    return &n->genotype;
+}
+
+const ex_network_config *nas_network_config(const ex_network *n)
+{
+    return &n->cfg;
+}
+
+float *nas_network_read(ex_network *n, const char *name, int64_t *count)
+{
+    ex_tensor *t = NULL;
+    for (int i = 0; !t && i < n->net.nparams; i++)
+        if (!strcmp(n->net.params[i].name, name))
+            t = n->net.params[i].t;
+    for (int i = 0; !t && i < n->net.nstates; i++)
+        if (!strcmp(n->net.states[i].name, name))
+            t = n->net.states[i].t;
+    if (!t) {
+        fail(n, EX_ERR_STATE, "network: no tensor %s", name);
+        return NULL;
+    }
+    *count = ex_tensor_numel(t);
+    float *v = malloc((size_t)*count * sizeof *v + 1);
+    ex_status st = v ? ex_plan_read(n->plan, t, v, (size_t)*count * sizeof *v) : EX_ERR_NOMEM;
+    if (st != EX_OK) {
+        free(v);
+        fail(n, st, "network: reading %s: %s", name,
+             st == EX_ERR_NOMEM ? "out of host memory" : ex_plan_error(n->plan));
+        return NULL;
+    }
+    return v;
+}
+
+ex_status nas_network_fail(ex_network *n, ex_status st, const char *what)
+{
+    return fail(n, st, "%s", what);
 }

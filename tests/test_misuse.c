@@ -17,10 +17,12 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <png.h>
 
 #include "core/backend_iface.h"
 #include "exapt/data.h"
 #include "exapt/exapt.h"
+#include "exapt/file.h"
 #include "exapt/metrics.h"
 #include "exapt/network.h"
 #include "exapt/safetensors.h"
@@ -521,6 +523,185 @@ static void searches_and_networks(void **state)
     ex_backend_close(be);
 }
 
+/* A safetensors file of one tensor and the given metadata (NULL value: no entry). */
+static void weights_file(const char *path, const char *format, const char *genotype,
+                         const char *network)
+{
+    float v = 1.0f;
+    ex_st_tensor t = {
+        .name = "stem.0.weight", .dtype = EX_ST_F32, .ndim = 1, .shape = {1}, .data = &v};
+    ex_st_meta meta[3];
+    size_t n = 0;
+    if (format)
+        meta[n++] = (ex_st_meta){"format", format};
+    if (genotype)
+        meta[n++] = (ex_st_meta){"genotype", genotype};
+    if (network)
+        meta[n++] = (ex_st_meta){"network", network};
+    assert_int_equal(ex_safetensors_save(path, &t, 1, meta, n, msg, sizeof msg), EX_OK);
+}
+
+/* A grey PNG of w x h pixels of value v. */
+static void png_file(const char *path, int w, int h, uint8_t v)
+{
+    png_image im;
+    memset(&im, 0, sizeof im);
+    im.version = PNG_IMAGE_VERSION;
+    im.width = (png_uint_32)w;
+    im.height = (png_uint_32)h;
+    im.format = PNG_FORMAT_GRAY;
+    uint8_t *px = malloc((size_t)w * (size_t)h);
+    assert_non_null(px);
+    memset(px, v, (size_t)w * (size_t)h);
+    assert_true(png_image_write_to_file(&im, path, 0, px, 0, NULL));
+    free(px);
+}
+
+/* Saved weights opened for inference: the recorded architecture and normalization,
+ * classify against predict, training refused, bad files and arguments; the image readers. */
+static void deployment(void **state)
+{
+    (void)state;
+    ex_backend *be = cpu();
+    ex_genotype g;
+    assert_int_equal(ex_genotype_builtin("DARTS_V2", &g), EX_OK);
+    ex_network_config nc;
+    ex_network_config_default(&nc);
+    nc.in_channels = 1;
+    nc.height = nc.width = 8;
+    nc.classes = 3;
+    nc.batch = 2;
+    nc.channels = 2;
+    nc.layers = 1;
+    nc.auxiliary = false;
+    nc.input.enabled = true;
+    nc.input.mean[0] = 0.5f;
+    nc.input.std[0] = 0.25f;
+    ex_network *n = NULL, *o = NULL;
+    assert_int_equal(ex_network_new(&g, &nc, be, &n, msg, sizeof msg), EX_OK);
+    char path[] = "/tmp/exapt-deploy-XXXXXX", file[64], other[64];
+    assert_non_null(mkdtemp(path));
+    snprintf(file, sizeof file, "%s/w.safetensors", path);
+    snprintf(other, sizeof other, "%s/x", path);
+    assert_int_equal(ex_network_save(n, file, false), EX_OK);
+
+    FAILS_MSG(ex_network_open(NULL, be, 1, &o, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_network_open(file, NULL, 1, &o, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_network_open(file, be, 1, NULL, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_network_open(file, be, 0, &o, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_network_open("/nonexistent/w", be, 1, &o, msg, sizeof msg), EX_ERR_IO);
+    weights_file(other, NULL, NULL, NULL);
+    FAILS_MSG(ex_network_open(other, be, 1, &o, msg, sizeof msg), EX_ERR_FORMAT);
+    weights_file(other, "exapt-network", "DARTS_V2", NULL); /* before 0.2.0 */
+    FAILS_MSG(ex_network_open(other, be, 1, &o, msg, sizeof msg), EX_ERR_FORMAT);
+    assert_non_null(strstr(msg, "0.2.0"));
+    weights_file(other, "exapt-network", "not a genotype", "{}");
+    FAILS_MSG(ex_network_open(other, be, 1, &o, msg, sizeof msg), EX_ERR_FORMAT);
+    char text[EX_GENOTYPE_TEXT_MAX];
+    ex_genotype_format(&g, text, sizeof text);
+    weights_file(other, "exapt-network", text, "{\"in_channels\":1}");
+    FAILS_MSG(ex_network_open(other, be, 1, &o, msg, sizeof msg), EX_ERR_FORMAT);
+    weights_file(other, "exapt-network", text,
+                 "{\"in_channels\":1,\"height\":8,\"width\":8,\"classes\":3,\"channels\":2,"
+                 "\"layers\":1,\"stem_multiplier\":3,\"auxiliary\":false,\"mean\":[0.5],"
+                 "\"std\":[0]}");
+    FAILS_MSG(ex_network_open(other, be, 1, &o, msg, sizeof msg), EX_ERR_FORMAT);
+    weights_file(other, "exapt-network", text, /* the architecture, but not its tensors */
+                 "{\"in_channels\":1,\"height\":8,\"width\":8,\"classes\":3,\"channels\":2,"
+                 "\"layers\":1,\"stem_multiplier\":3,\"auxiliary\":false}");
+    FAILS_MSG(ex_network_open(other, be, 1, &o, msg, sizeof msg), EX_ERR_FORMAT);
+    assert_null(o);
+
+    assert_int_equal(ex_network_open(file, be, 3, &o, msg, sizeof msg), EX_OK);
+    ex_network_config got;
+    ex_network_config_default(&got);
+    ex_network_get_config(o, &got);
+    ex_network_get_config(NULL, &got);
+    ex_network_get_config(o, NULL);
+    assert_int_equal(got.height, 8);
+    assert_int_equal(got.classes, 3);
+    assert_int_equal(got.eval_batch, 3);
+    assert_true(got.input.enabled);
+    assert_true(got.input.mean[0] == 0.5f && got.input.std[0] == 0.25f);
+
+    /* classify normalizes and takes the softmax of what predict gives */
+    float px[2 * 64], x[2 * 64], logits[2 * 3], probs[2 * 3];
+    for (int i = 0; i < 2 * 64; i++) {
+        px[i] = (float)((i * 37) % 101) / 100.0f;
+        x[i] = (px[i] - 0.5f) / 0.25f;
+    }
+    assert_int_equal(ex_network_predict(n, x, logits), EX_OK);
+    assert_int_equal(ex_network_classify(NULL, px, 2, probs), EX_ERR_ARG);
+    assert_int_equal(ex_network_classify(o, NULL, 2, probs), EX_ERR_ARG);
+    assert_int_equal(ex_network_classify(o, px, 2, NULL), EX_ERR_ARG);
+    assert_int_equal(ex_network_classify(o, px, 0, probs), EX_ERR_ARG);
+    assert_int_equal(ex_network_classify(o, px, 4, probs), EX_ERR_ARG);
+    assert_true(ex_network_error(o)[0] != '\0');
+    assert_int_equal(ex_network_classify(o, px, 2, probs), EX_OK);
+    for (int i = 0; i < 2; i++) {
+        double sum = 0, top = logits[3 * i];
+        for (int k = 1; k < 3; k++)
+            top = fmax(top, logits[3 * i + k]);
+        for (int k = 0; k < 3; k++)
+            sum += exp(logits[3 * i + k] - top);
+        for (int k = 0; k < 3; k++)
+            assert_float_equal(probs[3 * i + k], exp(logits[3 * i + k] - top) / sum, 1e-5);
+    }
+
+    /* an opened network has no training pass */
+    int32_t y[3] = {0, 1, 2};
+    assert_int_equal(ex_network_step(o, x, y, 0.1f, NULL), EX_ERR_STATE);
+    assert_int_equal(ex_network_set_drop_path(o, 0.1f), EX_ERR_STATE);
+    assert_int_equal(ex_network_checkpoint(o, other, NULL), EX_ERR_STATE);
+    assert_int_equal(ex_network_save(o, other, true), EX_ERR_STATE);
+    assert_int_equal(ex_network_save(o, other, false), EX_OK);
+
+    assert_int_equal(ex_network_export_onnx(NULL, other), EX_ERR_ARG);
+    assert_int_equal(ex_network_export_onnx(o, NULL), EX_ERR_ARG);
+    assert_int_equal(ex_network_export_onnx(o, "/nonexistent/m.onnx"), EX_ERR_IO);
+    assert_true(ex_network_error(o)[0] != '\0');
+
+    /* the image readers */
+    ex_dataset *ds = NULL;
+    float img[64];
+    char png[80];
+    snprintf(png, sizeof png, "%s/i.png", path);
+    png_file(png, 8, 8, 51);
+    FAILS_MSG(ex_images_load(NULL, &ds, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_images_load(file, NULL, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_images_load("/nonexistent/i", &ds, msg, sizeof msg), EX_ERR_IO);
+    FAILS_MSG(ex_images_load(png, &ds, msg, sizeof msg), EX_ERR_FORMAT);
+    assert_null(ds);
+    FAILS_MSG(ex_image_load_png(NULL, 1, 8, 8, img, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_image_load_png(png, 2, 8, 8, img, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_image_load_png(png, 1, 0, 8, img, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_image_load_png(png, 1, 8, 8, NULL, msg, sizeof msg), EX_ERR_ARG);
+    FAILS_MSG(ex_image_load_png("/nonexistent/i.png", 1, 8, 8, img, msg, sizeof msg), EX_ERR_IO);
+    FAILS_MSG(ex_image_load_png(file, 1, 8, 8, img, msg, sizeof msg), EX_ERR_FORMAT);
+    FAILS_MSG(ex_image_load_png(png, 1, 8, 9, img, msg, sizeof msg), EX_ERR_ARG);
+    assert_non_null(strstr(msg, "8 x 8"));
+    assert_int_equal(ex_image_load_png(png, 1, 8, 8, img, msg, sizeof msg), EX_OK);
+    assert_float_equal(img[0], 0.2, 1e-6);
+    float rgb[3 * 64];
+    assert_int_equal(ex_image_load_png(png, 3, 8, 8, rgb, msg, sizeof msg), EX_OK);
+    assert_float_equal(rgb[0], 0.2, 1e-6); /* grey repeated in every plane */
+    assert_float_equal(rgb[2 * 64 + 63], 0.2, 1e-6);
+    /* truncated: the header read, the pixels gone */
+    FILE *f = fopen(png, "r+b");
+    assert_non_null(f);
+    assert_int_equal(ftruncate(fileno(f), 40), 0);
+    fclose(f);
+    FAILS_MSG(ex_image_load_png(png, 1, 8, 8, img, msg, sizeof msg), EX_ERR_FORMAT);
+
+    remove(file);
+    remove(other);
+    remove(png);
+    rmdir(path);
+    ex_network_free(o);
+    ex_network_free(n);
+    ex_backend_close(be);
+}
+
 /* The crash-safe writer: bad arguments, a directory that is not there (the old file is
  * kept), and a replacement that holds exactly the new bytes. */
 static void files(void **state)
@@ -556,6 +737,7 @@ int main(void)
         cmocka_unit_test(metrics_logs),
         cmocka_unit_test(files),
         cmocka_unit_test(searches_and_networks),
+        cmocka_unit_test(deployment),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

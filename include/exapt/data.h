@@ -98,6 +98,22 @@ ex_status ex_dataset_sample(const ex_dataset *ds, int64_t i, float *image, int32
 ex_status ex_dataset_split(const ex_dataset *ds, double portion, ex_dataset **first,
                            ex_dataset **second, char *msg, size_t msg_len);
 
+/** Reads unlabelled images for inference from an IDX file of unsigned bytes in 3
+ *  dimensions (n x h x w: one channel, as MNIST's image files; gzipped or raw). The dataset
+ *  has n samples, every label 0 and one class; its name is "images". EX_ERR_IO when the file
+ *  cannot be read, EX_ERR_FORMAT when it is not such a file. */
+ex_status ex_images_load(const char *path, ex_dataset **out, char *msg, size_t msg_len);
+
+/** Reads one PNG image (any colour type and bit depth: libpng's simplified API converts it)
+ *  of exactly width x height pixels into pixels: channels (1 or 3) planes of the stored
+ *  values scaled to [0, 1] (8-bit samples / 255, 16-bit ones / 65535; no gamma
+ *  conversion). Colour becomes grey by libpng's luminance, grey is repeated for 3 channels,
+ *  transparency is composited over black. EX_ERR_IO when the file cannot be read,
+ *  EX_ERR_FORMAT when it is not a valid PNG, EX_ERR_ARG for another size (the message says
+ *  both) or bad arguments; pixels may be partly written on failure. */
+ex_status ex_image_load_png(const char *path, int channels, int height, int width, float *pixels,
+                            char *msg, size_t msg_len);
+
 /** Per-channel normalization, applied when batches are made: x = pixel / 255 (bytes) or the
  *  stored float, then, when enabled, (x - mean[c]) / std[c]. */
 typedef struct ex_normalize {

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "exapt/backend.h"
+#include "exapt/data.h"
 #include "exapt/genotype.h"
 #include "exapt/status.h"
 
@@ -32,6 +33,11 @@ typedef struct ex_network_config {
     float label_smoothing; /**< the training loss's targets smoothed towards uniform
                                 (ex_cross_entropy_smoothed; 0: off, DARTS) */
     uint64_t seed;
+    /* appended in 0.2.0 */
+    ex_normalize input; /**< the per-channel normalization the training's inputs were given
+                             (the loader's, ex_loader_opts_default()): saved with the weights
+                             and applied by ex_network_classify(); ex_network_step, _eval and
+                             _predict take inputs already normalized. Default: off */
 } ex_network_config;
 
 /** Fills the first `size` bytes of c with DARTS's evaluation settings and sets c->size to
@@ -49,6 +55,28 @@ typedef struct ex_network ex_network;
  *  be, and initialises its weights from the seed. */
 ex_status ex_network_new(const ex_genotype *g, const ex_network_config *c, ex_backend *be,
                          ex_network **out, char *msg, size_t msg_len);
+
+/** Opens weights that ex_network_save() or ex_network_checkpoint() wrote (exapt 0.2.0 or
+ *  later: the file records the genotype, the architecture and the input normalization)
+ *  for inference on be: only the evaluation pass is planned, for `batch` images per
+ *  ex_network_predict() or at most that many per ex_network_classify(). EX_ERR_IO when
+ *  the file cannot be read, EX_ERR_FORMAT when it is not such a file or its tensors do not
+ *  fit what it records, EX_ERR_ARG for a batch below 1; a message in msg. Training calls
+ *  (ex_network_step, _set_drop_path, _checkpoint, saving with optimizer) fail with
+ *  EX_ERR_STATE on such a network. */
+ex_status ex_network_open(const char *path, ex_backend *be, int batch, ex_network **out, char *msg,
+                          size_t msg_len);
+
+/** Copies the network's configuration (for an opened network, what its file records, with
+ *  eval_batch the batch it was opened for) into the caller's struct, as
+ *  ex_network_config_default() sizes it. Nothing for a NULL argument. */
+void ex_network_get_config(const ex_network *n, ex_network_config *c);
+
+/** Classifies count images (1 <= count <= config.eval_batch) of pixels scaled to [0, 1],
+ *  [count, in_channels, height, width] NCHW, as the training saw them: normalized as
+ *  config.input says, batch norm in eval mode. Writes the softmax probabilities
+ *  [count, classes] into probs. */
+ex_status ex_network_classify(ex_network *n, const float *pixels, int count, float *probs);
 
 /** Frees the network. NULL is a no-op. */
 void ex_network_free(ex_network *n);
@@ -80,7 +108,11 @@ ex_status ex_network_predict(ex_network *n, const float *x, float *logits);
 
 /** Saves the weights and batch-norm statistics as safetensors with the names of DARTS's
  *  PyTorch NetworkCIFAR (stem.0.weight, cells.0.preprocess0.op.1.weight, ...), atomically;
- *  with optimizer, the momentum buffers too (a checkpoint). */
+ *  with optimizer, the momentum buffers too (a checkpoint). The metadata records the
+ *  genotype ("genotype", DARTS's text form) and the architecture and input normalization
+ *  ("network", JSON: in_channels, height, width, classes, channels, layers,
+ *  stem_multiplier, auxiliary, and mean and std when config.input is enabled), which
+ *  ex_network_open() reads. */
 ex_status ex_network_save(ex_network *n, const char *path, bool optimizer);
 
 /** Saves a checkpoint: what ex_network_save(n, path, true) saves, and the caller's JSON
@@ -92,6 +124,14 @@ ex_status ex_network_checkpoint(ex_network *n, const char *path, const char *use
 /** Loads what ex_network_save wrote for the same genotype and configuration; with
  *  optimizer (a checkpoint), the momentum buffers and the step count too. */
 ex_status ex_network_load(ex_network *n, const char *path, bool optimizer);
+
+/** Writes the network's evaluation pass as an ONNX model (opset 13, IR version 7) to path,
+ *  replaced atomically: input "input" [N, in_channels, height, width] float32, normalized
+ *  as config.input says (its mean and std are in the model's metadata, "input_mean" and
+ *  "input_std", beside the "genotype"); output "logits" [N, classes]; the batch dimension
+ *  N is free. Every batch norm is folded into the convolution before it (each follows
+ *  one), in double; the auxiliary head is left out. */
+ex_status ex_network_export_onnx(ex_network *n, const char *path);
 
 /** Number of trainable parameters. */
 int64_t ex_network_param_count(const ex_network *n);

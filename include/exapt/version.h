@@ -3,9 +3,9 @@
 #define EXAPT_VERSION_H
 
 #define EXAPT_VERSION_MAJOR 0
-#define EXAPT_VERSION_MINOR 1
+#define EXAPT_VERSION_MINOR 2
 #define EXAPT_VERSION_PATCH 0
-#define EXAPT_VERSION_STRING "0.1.0"
+#define EXAPT_VERSION_STRING "0.2.0"
 
 #ifdef __cplusplus
 extern "C" {
