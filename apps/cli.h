@@ -28,6 +28,9 @@ int cli_bench(const cli_global *g, int argc, char **argv);
 int cli_search(const cli_global *g, int argc, char **argv);
 int cli_train(const cli_global *g, int argc, char **argv);
 int cli_viz(const cli_global *g, int argc, char **argv);
+int cli_eval(const cli_global *g, int argc, char **argv);
+int cli_predict(const cli_global *g, int argc, char **argv);
+int cli_export(const cli_global *g, int argc, char **argv);
 
 /* ---- the live viewer of `exapt search --viz` (cmd_viz.c) ---- */
 

@@ -11,6 +11,7 @@
 #include "options.h"
 #include "run.h"
 #include "run_record.h"
+#include "score.h"
 #include "train_run.h"
 
 static const char train_usage[] =
@@ -64,49 +65,21 @@ typedef struct train_state {
     int64_t step, global_step;
 } train_state;
 
-/* Mirrors each image of a batch left-right in place (NCHW). */
-static void mirror(float *x, int64_t rows, int width)
-{
-    for (int64_t r = 0; r < rows; r++)
-        for (int a = 0, b = width - 1; a < b; a++, b--) {
-            float v = x[r * width + a];
-            x[r * width + a] = x[r * width + b];
-            x[r * width + b] = v;
-        }
-}
-
-/* Mean loss and fraction correct from logits [n, k] (summed over two views with tta). */
-static void score(const float *logits, const int32_t *y, int n, int k, double *sum, int64_t *right)
-{
-    for (int i = 0; i < n; i++) {
-        const float *r = logits + (size_t)i * (size_t)k;
-        int best = 0;
-        for (int c = 1; c < k; c++)
-            if (r[c] > r[best])
-                best = c;
-        double mx = r[best], e = 0;
-        for (int c = 0; c < k; c++)
-            e += exp((double)r[c] - mx);
-        *sum += mx + log(e) - (double)r[y[i]];
-        *right += best == y[i];
-    }
-}
-
 /* One batch with test-time flip: the logits of the images and of their mirror images,
  * averaged. */
-static ex_status tta_batch(train_state *t, float *x, const int32_t *y, double *sum, int64_t *right)
+static ex_status tta_batch(train_state *t, float *x, const int32_t *y, run_score *s)
 {
     const ex_network_config *c = &t->j->net;
     size_t nl = (size_t)c->eval_batch * (size_t)c->classes;
     float *a = t->logits, *b = t->logits + nl;
     ex_status st = ex_network_predict(t->net, x, a);
-    mirror(x, (int64_t)c->eval_batch * c->in_channels * c->height, c->width);
+    run_mirror(x, (int64_t)c->eval_batch * c->in_channels * c->height, c->width);
     if (st == EX_OK)
         st = ex_network_predict(t->net, x, b);
     for (size_t i = 0; st == EX_OK && i < nl; i++)
         a[i] = 0.5f * (a[i] + b[i]);
     if (st == EX_OK)
-        score(a, y, c->eval_batch, c->classes, sum, right);
+        run_score_add(s, a, y, c->eval_batch);
     return st;
 }
 
@@ -118,8 +91,7 @@ static int accuracy_on(train_state *t, const ex_dataset *ds, double *loss, doubl
     int rc = run_loader(ds, false, eb, 0, 0, false, &l, t->j->cmd);
     if (rc)
         return rc;
-    double sum = 0;
-    int64_t correct = 0, seen = 0;
+    run_score s = {.classes = t->j->net.classes};
     for (int64_t b = 0; b < ex_loader_batches_per_epoch(l); b++) {
         int count = 0, c = 0;
         float lb = 0;
@@ -129,20 +101,20 @@ static int accuracy_on(train_state *t, const ex_dataset *ds, double *loss, doubl
         }
         ex_status st = ex_loader_next(l, t->x, t->y, &count);
         if (st == EX_OK && t->j->tta) {
-            st = tta_batch(t, t->x, t->y, &sum, &correct);
+            st = tta_batch(t, t->x, t->y, &s);
         } else if (st == EX_OK && (st = ex_network_eval(t->net, t->x, t->y, &lb, &c)) == EX_OK) {
-            sum += (double)lb * count;
-            correct += c;
+            s.loss_sum += (double)lb * count;
+            s.right += c;
+            s.seen += count;
         }
         if (st != EX_OK) {
             ex_loader_free(l);
             return cli_fail(t->j->cmd, "evaluation: %s", ex_network_error(t->net));
         }
-        seen += count;
     }
     ex_loader_free(l);
-    *loss = seen ? sum / (double)seen : 0;
-    *acc = seen ? (double)correct / (double)seen : 0;
+    *loss = s.seen ? s.loss_sum / (double)s.seen : 0;
+    *acc = s.seen ? (double)s.right / (double)s.seen : 0;
     return 0;
 }
 
@@ -405,7 +377,8 @@ static int setup(train_state *t)
     c.width = ex_dataset_width(t->train_set);
     c.classes = ex_dataset_classes(t->train_set);
     c.eval_batch = eval_batch(t);
-    ((train_job *)j)->net = c; /* the job records what ran */
+    c.input = ex_loader_opts_default(t->train_set, false).normalize; /* what run_loader gives */
+    ((train_job *)j)->net = c;                                       /* the job records what ran */
     if ((rc = run_loader(t->train_set, true, c.batch, c.seed, j->cutout, j->flip, &t->train,
                          j->cmd)))
         return rc;

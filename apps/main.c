@@ -17,6 +17,9 @@ static const cli_command commands[] = {
     {"bench", cli_bench, "time every op on representative shapes (JSON)"},
     {"search", cli_search, "search an architecture (DARTS, GDAS, top-k) on a dataset"},
     {"train", cli_train, "train the network of a genotype from scratch"},
+    {"eval", cli_eval, "accuracy, loss and confusion matrix of saved weights on a dataset"},
+    {"predict", cli_predict, "classify images (PNG or IDX files) with saved weights"},
+    {"export", cli_export, "write saved weights as an ONNX model"},
     {"viz", cli_viz, "watch a search: replay or follow its metrics log, or snapshot it"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])

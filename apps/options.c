@@ -34,10 +34,24 @@ static int store(const char *cmd, const opt_spec *s, const char *v)
 int opt_parse(const char *cmd, const char *usage, const opt_spec *specs, int n, int argc,
               char **argv)
 {
+    return opt_parse_args(cmd, usage, specs, n, argc, argv, NULL, 0, NULL);
+}
+
+int opt_parse_args(const char *cmd, const char *usage, const opt_spec *specs, int n, int argc,
+                   char **argv, const char **args, int max_args, int *nargs)
+{
+    if (nargs)
+        *nargs = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage, stdout);
             return -1;
+        }
+        if (argv[i][0] != '-' || !argv[i][1]) {
+            if (!nargs || *nargs >= max_args)
+                return cli_usage_error(cmd, "unexpected argument '%s'", argv[i]);
+            args[(*nargs)++] = argv[i];
+            continue;
         }
         int k = 0;
         for (; k < n; k++) {

@@ -22,4 +22,10 @@ typedef struct opt_spec {
 int opt_parse(const char *cmd, const char *usage, const opt_spec *specs, int n, int argc,
               char **argv);
 
+/** opt_parse, and the arguments that are not options (those not starting with '-', and
+ *  "-") into args, at most max_args of them (more: the usage exit code); *nargs says how
+ *  many came. */
+int opt_parse_args(const char *cmd, const char *usage, const opt_spec *specs, int n, int argc,
+                   char **argv, const char **args, int max_args, int *nargs);
+
 #endif

@@ -91,6 +91,33 @@ int run_loader(const ex_dataset *ds, bool train, int batch, uint64_t seed, int c
     return CLI_EXIT_OK;
 }
 
+int run_find_weights(const char *arg, char *path, size_t len, char *dir, size_t dir_len,
+                     const char *cmd)
+{
+    struct stat sb;
+    if (stat(arg, &sb) != 0)
+        return cli_fail(cmd, "%s: %s", arg, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) {
+        snprintf(path, len, "%s", arg);
+        const char *slash = strrchr(arg, '/');
+        snprintf(dir, dir_len, "%.*s", slash ? (int)(slash - arg) : 1, slash ? arg : ".");
+        return CLI_EXIT_OK;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (i == 0)
+            snprintf(dir, dir_len, "%s", arg);
+        else
+            run_path(dir, dir_len, arg, "train");
+        run_path(path, len, dir, "weights.safetensors");
+        if (stat(path, &sb) == 0)
+            return CLI_EXIT_OK;
+    }
+    return cli_fail(cmd,
+                    "%s: no weights.safetensors there or in its train/ (a run not trained to "
+                    "the end?)",
+                    arg);
+}
+
 float run_cosine(float hi, float lo, double done, double total)
 {
     if (total <= 0)

@@ -48,6 +48,12 @@ int run_mkdir(const char *dir, const char *cmd);
 /** Joins dir and name into buf. */
 const char *run_path(char *buf, size_t len, const char *dir, const char *name);
 
+/** The weights that arg names: the file itself, or in a run directory its
+ *  weights.safetensors, else its train/weights.safetensors (a search's training). dir gets
+ *  the folder that holds them, whose metrics.jsonl describes their training. */
+int run_find_weights(const char *arg, char *path, size_t len, char *dir, size_t dir_len,
+                     const char *cmd);
+
 /** Prints a progress line: what, epoch, step, figures, throughput and time left. */
 void run_progress(const char *what, int epoch, int epochs, int64_t step, int64_t steps,
                   const char *figures, double images_per_s, double eta_s);

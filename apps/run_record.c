@@ -36,6 +36,18 @@ static int take_header(const ex_metrics_record *rec, int64_t line, void *user)
     return 1; /* the header is the first line: nothing after it is needed */
 }
 
+json_t *run_record_peek(const char *dir)
+{
+    char path[4096], msg[512];
+    run_path(path, sizeof path, dir, "metrics.jsonl");
+    json_t *rec = NULL;
+    if (ex_metrics_read(path, take_header, &rec, NULL, msg, sizeof msg) != EX_OK) {
+        json_decref(rec);
+        return NULL;
+    }
+    return rec;
+}
+
 int run_record_load(const char *dir, json_t **out, const char *cmd)
 {
     char path[4096], msg[512];

@@ -17,6 +17,10 @@ json_t *run_record_new(const cli_global *g, int argc, char **argv);
  *  Returns an exit code, with a message when the log is missing or holds no record. */
 int run_record_load(const char *dir, json_t **out, const char *cmd);
 
+/** The record of DIR/metrics.jsonl's header (the caller frees it), or NULL when there is
+ *  none: for reading a setting where its absence is no error. */
+json_t *run_record_peek(const char *dir);
+
 /** The recorded options as an argv (argv[0] = name) for the subcommand's parser; the
  *  strings belong to rec, the array is malloc'ed. -1 when out of memory or malformed. */
 int run_record_argv(json_t *rec, const char *name, int *argc, char ***argv);

@@ -12,7 +12,11 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 packages=(build-essential cmake pkg-config libopenblas-dev libopenblas-openmp-dev libcmocka-dev
-          libjansson-dev zlib1g-dev dataset-fashion-mnist help2man)
+          libjansson-dev zlib1g-dev libpng-dev dataset-fashion-mnist help2man)
+# ONNX export (protobuf-c and Debian's onnx.proto) and its checks (onnx.checker; Node.js for
+# onnxruntime's binding, below)
+packages+=(libprotobuf-c-dev protobuf-c-compiler libonnx-dev python3-onnx)
+command -v npm >/dev/null || packages+=(nodejs npm)
 # the Vulkan backend: shader compiler, loader and headers, lavapipe, validation layers
 packages+=(glslang-tools libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers)
 # the fuzz targets (EXAPT_FUZZ): clang with libFuzzer and the sanitizer runtimes
@@ -27,6 +31,16 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: installing ${missing[*]}"
     $sudo_cmd apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# the ONNX export's test runs the model on onnxruntime through npm's onnxruntime-node (its CPU
+# binaries are in the package; --ignore-scripts skips the download of its CUDA ones)
+ort=build/onnxruntime
+if [ ! -f "$ort/node_modules/onnxruntime-node/package.json" ]; then
+    mkdir -p "$ort"
+    npm install --prefix "$ort" --ignore-scripts --no-audit --no-fund onnxruntime-node@1.30.0 \
+        >/dev/null || echo "setup: npm could not install onnxruntime-node: the test of the" \
+        "ONNX export on onnxruntime is left out" >&2
 fi
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release ${EXAPT_CMAKE_ARGS:-}
