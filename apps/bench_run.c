@@ -186,7 +186,9 @@ ex_status bench_run_case(ex_backend *be, ex_op op, const bench_case *c, const be
         return EX_ERR_NOMEM;
     }
     ex_plan *plan = NULL;
-    ex_plan_opts opts = {.profile = true};
+    ex_plan_opts opts;
+    ex_plan_opts_default(&opts);
+    opts.profile = true;
     ex_status st = build_graph(&g, c);
     if (st == EX_OK)
         st = ex_graph_plan(g.ctx, be, &opts, &plan);

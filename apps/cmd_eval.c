@@ -60,7 +60,8 @@ static ex_status batch_logits(eval_state *e, int count)
 
 static int score_all(eval_state *e, const char *path)
 {
-    ex_loader_opts o = ex_loader_opts_default(e->ds, false);
+    ex_loader_opts o;
+    ex_loader_opts_default(&o, e->ds, false);
     o.batch = e->cfg.eval_batch;
     o.normalize = e->cfg.input;
     o.prefetch = 2;

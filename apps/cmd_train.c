@@ -377,8 +377,10 @@ static int setup(train_state *t)
     c.width = ex_dataset_width(t->train_set);
     c.classes = ex_dataset_classes(t->train_set);
     c.eval_batch = eval_batch(t);
-    c.input = ex_loader_opts_default(t->train_set, false).normalize; /* what run_loader gives */
-    ((train_job *)j)->net = c;                                       /* the job records what ran */
+    ex_loader_opts lo;
+    ex_loader_opts_default(&lo, t->train_set, false);
+    c.input = lo.normalize;    /* what run_loader gives */
+    ((train_job *)j)->net = c; /* the job records what ran */
     if ((rc = run_loader(t->train_set, true, c.batch, c.seed, j->cutout, j->flip, &t->train,
                          j->cmd)))
         return rc;

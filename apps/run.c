@@ -77,7 +77,8 @@ int run_loader(const ex_dataset *ds, bool train, int batch, uint64_t seed, int c
                ex_loader **out, const char *cmd)
 {
     char msg[512];
-    ex_loader_opts o = ex_loader_opts_default(ds, train);
+    ex_loader_opts o;
+    ex_loader_opts_default(&o, ds, train);
     o.batch = batch;
     o.seed = seed;
     o.drop_last = train;

@@ -26,7 +26,8 @@ typedef struct probe {
 /* Accuracy of n on the first `images` test images. */
 static int test_acc(probe *p, ex_network *n, int64_t images, double *acc)
 {
-    ex_loader_opts o = ex_loader_opts_default(p->test, false);
+    ex_loader_opts o;
+    ex_loader_opts_default(&o, p->test, false);
     o.batch = p->cfg.eval_batch;
     o.prefetch = 0;
     ex_loader *l = NULL;
@@ -79,7 +80,8 @@ static int run(probe *p, long steps, long every)
         fprintf(stderr, "network: %s\n", msg);
         return 1;
     }
-    ex_loader_opts o = ex_loader_opts_default(p->train, true);
+    ex_loader_opts o;
+    ex_loader_opts_default(&o, p->train, true);
     o.batch = p->cfg.batch;
     o.drop_last = true;
     ex_loader *l = NULL;
@@ -117,7 +119,8 @@ static int first_losses(probe *p)
         fprintf(stderr, "network: %s\n", msg);
         return 1;
     }
-    ex_loader_opts o = ex_loader_opts_default(p->test, false);
+    ex_loader_opts o;
+    ex_loader_opts_default(&o, p->test, false);
     o.batch = p->cfg.eval_batch;
     o.prefetch = 0;
     ex_loader *l = NULL;

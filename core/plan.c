@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/abi.h"
 #include "core/plan.h"
 
 #define ALIGN 256u
@@ -510,6 +511,14 @@ static ex_status plan_build(ex_plan *p)
     return st;
 }
 
+void ex_plan_opts_init(ex_plan_opts *o, size_t size)
+{
+    if (!o)
+        return;
+    ex_plan_opts d = {.size = sizeof d};
+    ex__give_config(o, size, &d, sizeof d);
+}
+
 ex_status ex_graph_plan(ex_ctx *ctx, ex_backend *be, const ex_plan_opts *opts, ex_plan **out)
 {
     if (!out)
@@ -532,8 +541,13 @@ ex_status ex_graph_plan(ex_ctx *ctx, ex_backend *be, const ex_plan_opts *opts, e
     p->be = be;
     p->f = ex__backend_iface_of(be);
     p->impl = ex__backend_impl_of(be);
-    if (opts)
-        p->opts = *opts;
+    ex_plan_opts_default(&p->opts);
+    if (opts && ex__adopt_config(&p->opts, sizeof p->opts, opts, "plan", p->error,
+                                 sizeof p->error) != EX_OK) {
+        ex__fail(ctx, EX_ERR_ARG, "%s", p->error);
+        free(p);
+        return EX_ERR_ARG;
+    }
     p->ntensors = ctx->ntensors;
     ex_status st = plan_build(p);
     if (st != EX_OK) {

@@ -1,6 +1,7 @@
 /* Customary loader settings per dataset, as DARTS and common practice use them. */
 #include <string.h>
 
+#include "core/abi.h"
 #include "data/internal.h"
 
 typedef struct known_stats {
@@ -24,9 +25,10 @@ static const known_stats known[] = {
      true},
 };
 
-ex_loader_opts ex_loader_opts_default(const ex_dataset *ds, bool train)
+/* This library's defaults for ds, every field. */
+static ex_loader_opts defaults(const ex_dataset *ds, bool train)
 {
-    ex_loader_opts o = {.batch = 64, .shuffle = train, .prefetch = 2};
+    ex_loader_opts o = {.size = sizeof o, .batch = 64, .shuffle = train, .prefetch = 2};
     const char *name = ex_dataset_name(ds);
     for (size_t i = 0; name && i < sizeof known / sizeof known[0]; i++) {
         const known_stats *k = &known[i];
@@ -43,4 +45,19 @@ ex_loader_opts ex_loader_opts_default(const ex_dataset *ds, bool train)
         }
     }
     return o;
+}
+
+void ex_loader_opts_init(ex_loader_opts *o, size_t size, const ex_dataset *ds, bool train)
+{
+    if (!o)
+        return;
+    ex_loader_opts d = defaults(ds, train);
+    ex__give_config(o, size, &d, sizeof d);
+}
+
+ex_status exd_adopt_opts(const ex_dataset *ds, const ex_loader_opts *caller, ex_loader_opts *o,
+                         char *msg, size_t len)
+{
+    *o = defaults(ds, false);
+    return ex__adopt_config(o, sizeof *o, caller, "ex_loader_new", msg, len);
 }

@@ -99,6 +99,11 @@ ex_status exd_idx_load(const char *images, const char *labels, const char *name,
 ex_status exd_cifar_load(const char *const *paths, int files, ex_dataset **out, char *msg,
                          size_t len);
 
+/** The caller's loader options (of the size it was compiled with) over the library's
+ *  defaults for ds, into *o; EX_ERR_ARG with a message for a size that is not one. */
+ex_status exd_adopt_opts(const ex_dataset *ds, const ex_loader_opts *caller, ex_loader_opts *o,
+                         char *msg, size_t len);
+
 /* ---- augmentation ---- */
 
 /** The random decisions for one sample: crop offsets in [0, 2 * pad], flip, cutout centre. */

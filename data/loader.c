@@ -236,13 +236,16 @@ ex_status ex_loader_new(const ex_dataset *ds, const ex_loader_opts *opts, ex_loa
     if (!ds || !opts || !out)
         return exd_fail(msg, msg_len, EX_ERR_ARG,
                         "ex_loader_new: ds, opts and out must not be NULL");
-    ex_status st = check_opts(ds, opts, msg, msg_len);
+    ex_loader_opts o;
+    ex_status st = exd_adopt_opts(ds, opts, &o, msg, msg_len);
+    if (st == EX_OK)
+        st = check_opts(ds, &o, msg, msg_len);
     if (st != EX_OK)
         return st;
     ex_loader *l = calloc(1, sizeof *l);
     if (!l)
         return exd_fail(msg, msg_len, EX_ERR_NOMEM, "ex_loader_new: out of memory");
-    l->o = *opts;
+    l->o = o;
     st = init_loader(l, ds, msg, msg_len);
     if (st != EX_OK) {
         ex_loader_free(l);

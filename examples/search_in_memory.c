@@ -38,7 +38,8 @@ int main(void)
                                sizeof msg) != EX_OK ||
         ex_dataset_split(all, 0.5, &train, &valid, msg, sizeof msg) != EX_OK)
         goto out;
-    ex_loader_opts o = ex_loader_opts_default(train, true);
+    ex_loader_opts o;
+    ex_loader_opts_default(&o, train, true);
     o.batch = BATCH;
     o.drop_last = true;
     if (ex_loader_new(train, &o, &lt, msg, sizeof msg) != EX_OK ||

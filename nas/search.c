@@ -512,7 +512,9 @@ ex_status ex__search_new_faulty(const ex_search_config *caller, ex_backend *be,
     st = build(s);
     double t1 = ex__clock_ms();
     /* the snapshot lets a step with non-finite values be undone on the device */
-    ex_plan_opts po = {.snapshot = true};
+    ex_plan_opts po;
+    ex_plan_opts_default(&po);
+    po.snapshot = true;
     if (st == EX_OK)
         st = ex_graph_plan(s->ctx, be, &po, &s->plan);
     double t2 = ex__clock_ms();

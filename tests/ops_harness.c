@@ -111,7 +111,9 @@ bool check_nmse(env *e, const char *what, const double *y, const double *ref, in
 
 ex_status plan_graph(suite *s, ex_ctx *ctx, ex_plan **plan, char *msg, size_t len)
 {
-    ex_plan_opts o = {.poison = true};
+    ex_plan_opts o;
+    ex_plan_opts_default(&o);
+    o.poison = true;
     ex_status st = ex_graph_plan(ctx, s->be, &o, plan);
     if (st != EX_OK) {
         snprintf(msg, len, "%s", ex_ctx_error(ctx));

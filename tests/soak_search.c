@@ -108,7 +108,8 @@ static void device_print(const char *when, const device_use *u)
 
 static ex_loader *loader(const ex_dataset *ds, int batch, uint64_t seed)
 {
-    ex_loader_opts o = ex_loader_opts_default(ds, true);
+    ex_loader_opts o;
+    ex_loader_opts_default(&o, ds, true);
     o.batch = batch;
     o.seed = seed;
     o.drop_last = true;

@@ -74,7 +74,7 @@ static ex_backend *open_cpu(void)
 static ex_plan *plan_graph(ex_ctx *ctx, ex_backend *be)
 {
     ex_plan_opts opts;
-    memset(&opts, 0, sizeof opts);
+    ex_plan_opts_default(&opts);
     ex_plan *plan = NULL;
     check_ok(ex_graph_plan(ctx, be, &opts, &plan), "ex_graph_plan", ex_ctx_error(ctx));
     assert_non_null(plan);

@@ -51,7 +51,10 @@ static void open_cpu(fixture *f)
 
 static void plan(fixture *f, bool profile)
 {
-    ex_plan_opts o = {.poison = true, .profile = profile};
+    ex_plan_opts o;
+    ex_plan_opts_default(&o);
+    o.poison = true;
+    o.profile = profile;
     ex_status st = ex_graph_plan(f->ctx, f->be, &o, &f->plan);
     if (st != EX_OK)
         fail_msg("plan: %s", ex_ctx_error(f->ctx));
@@ -416,7 +419,8 @@ static void stages_share_parameters(void **state)
     ex_tensor *t = ex_relu(f.ctx, a);
     ex_ctx_begin_stage(f.ctx);
     ex_keep(f.ctx, ex_scale(f.ctx, t, 2.0f));
-    ex_plan_opts o = {0};
+    ex_plan_opts o;
+    ex_plan_opts_default(&o);
     assert_int_equal(ex_graph_plan(f.ctx, f.be, &o, &f.plan), EX_ERR_ARG);
     assert_non_null(strstr(ex_ctx_error(f.ctx), "stage"));
     close_all(&f);

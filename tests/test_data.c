@@ -630,7 +630,8 @@ static void split(void **state)
     assert_null(q);
 
     /* a loader over a split sees only that split's samples */
-    ex_loader_opts o = ex_loader_opts_default(va, true);
+    ex_loader_opts o;
+    ex_loader_opts_default(&o, va, true);
     o.batch = 3;
     ex_loader *l;
     assert_int_equal(ex_loader_new(va, &o, &l, msg, sizeof msg), EX_OK);
@@ -677,7 +678,7 @@ static void normalization(void **state)
     assert_float_equal(nz.std[1], 0.0f, 1e-6f);
 
     /* a constant channel cannot be normalized */
-    ex_loader_opts o = {.batch = 2, .normalize = nz};
+    ex_loader_opts o = {.size = sizeof(ex_loader_opts), .batch = 2, .normalize = nz};
     ex_loader *l = (ex_loader *)&msg;
     assert_int_equal(ex_loader_new(ds, &o, &l, msg, sizeof msg), EX_ERR_ARG);
     assert_null(l);
@@ -793,7 +794,8 @@ static void transform_known(void **state)
 static void many_draws(ex_augment a, int epochs, void (*check)(const float *, void *), void *arg)
 {
     ex_dataset *ds = known_image();
-    ex_loader_opts o = {.batch = 1, .seed = 77, .augment = a, .prefetch = 2};
+    ex_loader_opts o = {
+        .size = sizeof(ex_loader_opts), .batch = 1, .seed = 77, .augment = a, .prefetch = 2};
     ex_loader *l;
     char msg[256];
     assert_int_equal(ex_loader_new(ds, &o, &l, msg, sizeof msg), EX_OK);
@@ -909,7 +911,11 @@ static ex_dataset *random_set(void)
 
 static ex_loader_opts full_opts(const ex_dataset *ds, uint64_t seed, int prefetch)
 {
-    ex_loader_opts o = {.batch = DBATCH, .shuffle = true, .seed = seed, .prefetch = prefetch};
+    ex_loader_opts o = {.size = sizeof(ex_loader_opts),
+                        .batch = DBATCH,
+                        .shuffle = true,
+                        .seed = seed,
+                        .prefetch = prefetch};
     o.augment = (ex_augment){.crop_pad = 2, .flip = true, .cutout = 4};
     assert_int_equal(ex_dataset_normalization(ds, &o.normalize, NULL, 0), EX_OK);
     return o;
@@ -1033,7 +1039,8 @@ static void loader_resume_races(void **state)
     ex_dataset *ds;
     assert_int_equal(ex_dataset_from_memory(px, EX_PIXEL_U8, N, C, S, S, labels, 10, &ds, NULL, 0),
                      EX_OK);
-    ex_loader_opts o = {.batch = B, .shuffle = true, .seed = 5, .prefetch = 1};
+    ex_loader_opts o = {
+        .size = sizeof(ex_loader_opts), .batch = B, .shuffle = true, .seed = 5, .prefetch = 1};
     o.augment = (ex_augment){.crop_pad = 4, .flip = true, .cutout = 8};
     ex_loader *fast, *ref;
     assert_int_equal(ex_loader_new(ds, &o, &fast, NULL, 0), EX_OK);
@@ -1086,7 +1093,7 @@ static void loader_epochs_and_free(void **state)
 
     /* unshuffled without augmentation: dataset order, wrapping */
     ds = random_set();
-    o = (ex_loader_opts){.batch = 10, .prefetch = 1};
+    o = (ex_loader_opts){.size = sizeof(ex_loader_opts), .batch = 10, .prefetch = 1};
     assert_int_equal(ex_loader_new(ds, &o, &l, msg, sizeof msg), EX_OK);
     float big[10 * DSAMPLE], want[DSAMPLE];
     int32_t lab10[10];
@@ -1120,13 +1127,23 @@ static void loader_arguments(void **state)
 {
     (void)state;
     ex_dataset *ds = memory_set(7, 1, 2, 2, 2);
-    ex_loader_opts good = {.batch = 2};
-    expect_bad_opts(ds, (ex_loader_opts){.batch = 0}, "batch 0");
-    expect_bad_opts(ds, (ex_loader_opts){.batch = 2, .prefetch = -1}, "prefetch");
-    expect_bad_opts(ds, (ex_loader_opts){.batch = 2, .prefetch = 65}, "prefetch");
-    expect_bad_opts(ds, (ex_loader_opts){.batch = 2, .augment.crop_pad = -1}, "crop_pad");
-    expect_bad_opts(ds, (ex_loader_opts){.batch = 2, .augment.cutout = -3}, "cutout");
-    expect_bad_opts(ds, (ex_loader_opts){.batch = 8, .drop_last = true}, "no full batch");
+    ex_loader_opts good = {.size = sizeof(ex_loader_opts), .batch = 2};
+    expect_bad_opts(ds, (ex_loader_opts){.size = sizeof(ex_loader_opts), .batch = 0}, "batch 0");
+    expect_bad_opts(ds,
+                    (ex_loader_opts){.size = sizeof(ex_loader_opts), .batch = 2, .prefetch = -1},
+                    "prefetch");
+    expect_bad_opts(ds,
+                    (ex_loader_opts){.size = sizeof(ex_loader_opts), .batch = 2, .prefetch = 65},
+                    "prefetch");
+    expect_bad_opts(
+        ds, (ex_loader_opts){.size = sizeof(ex_loader_opts), .batch = 2, .augment.crop_pad = -1},
+        "crop_pad");
+    expect_bad_opts(
+        ds, (ex_loader_opts){.size = sizeof(ex_loader_opts), .batch = 2, .augment.cutout = -3},
+        "cutout");
+    expect_bad_opts(ds,
+                    (ex_loader_opts){.size = sizeof(ex_loader_opts), .batch = 8, .drop_last = true},
+                    "no full batch");
     ex_loader_opts o = good;
     o.normalize = (ex_normalize){.enabled = true, .mean = {0}, .std = {NAN}};
     expect_bad_opts(ds, o, "channel 0");
@@ -1164,21 +1181,23 @@ static void defaults(void **state)
     ex_dataset *mnist = load_ok(dir, "mnist", EX_SPLIT_TEST);
     ex_dataset *mem = memory_set(3, 1, 2, 2, 2);
 
-    ex_loader_opts o = ex_loader_opts_default(cifar, true);
+    ex_loader_opts o;
+
+    ex_loader_opts_default(&o, cifar, true);
     assert_true(o.shuffle && o.augment.flip && o.normalize.enabled);
     assert_int_equal(o.augment.crop_pad, 4);
     assert_int_equal(o.augment.cutout, 0);
     assert_float_equal(o.normalize.mean[2], 0.44653124f, 1e-7f);
     assert_float_equal(o.normalize.std[0], 0.24703233f, 1e-7f);
     assert_int_equal(o.batch, 64);
-    o = ex_loader_opts_default(mnist, true);
+    ex_loader_opts_default(&o, mnist, true);
     assert_true(o.shuffle && !o.augment.flip && o.normalize.enabled);
     assert_int_equal(o.augment.crop_pad, 2);
     assert_float_equal(o.normalize.mean[0], 0.1307f, 1e-7f);
-    o = ex_loader_opts_default(mnist, false);
+    ex_loader_opts_default(&o, mnist, false);
     assert_true(!o.shuffle && !o.augment.flip && o.normalize.enabled);
     assert_int_equal(o.augment.crop_pad, 0);
-    o = ex_loader_opts_default(mem, true);
+    ex_loader_opts_default(&o, mem, true);
     assert_true(o.shuffle && !o.augment.flip && !o.normalize.enabled);
     assert_int_equal(o.augment.crop_pad, 0);
     ex_dataset_free(cifar);
@@ -1226,7 +1245,8 @@ static void fashion_mnist_renamed(void **state)
     }
     ex_dataset *test = load_ok(dir, "auto", EX_SPLIT_TEST);
     assert_string_equal(ex_dataset_name(test), "fashion-mnist");
-    ex_loader_opts o = ex_loader_opts_default(test, false);
+    ex_loader_opts o;
+    ex_loader_opts_default(&o, test, false);
     assert_float_equal(o.normalize.mean[0], 0.2860f, 1e-6f);
     ex_dataset_free(test);
 }
@@ -1255,7 +1275,8 @@ static void fashion_mnist(void **state)
     assert_int_equal(ex_dataset_normalization(train, &nz, NULL, 0), EX_OK);
     assert_float_equal(nz.mean[0], 0.28604f, 1e-5f);
     assert_float_equal(nz.std[0], 0.35302f, 1e-5f);
-    ex_loader_opts o = ex_loader_opts_default(train, true);
+    ex_loader_opts o;
+    ex_loader_opts_default(&o, train, true);
     assert_float_equal(o.normalize.mean[0], nz.mean[0], 1e-4f);
     assert_float_equal(o.normalize.std[0], nz.std[0], 1e-4f);
 

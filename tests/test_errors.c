@@ -823,7 +823,7 @@ static void check_sticky(tally *t, const err_case *c, ex_ctx *ctx, ex_tensor *ba
            ex_ctx_error(ctx));
 
     ex_plan_opts opts;
-    memset(&opts, 0, sizeof opts);
+    ex_plan_opts_default(&opts);
     ex_plan *plan = NULL;
     ex_status ps = ex_graph_plan(ctx, be, &opts, &plan);
     expect(t, ps == st, c, "ex_graph_plan returned %s, not the sticky %s", ex_status_str(ps),
@@ -928,7 +928,7 @@ static void test_null_ctx(void **state)
     assert_true(ex_ctx_error(NULL)[0] != '\0');
     assert_int_not_equal(ex_graph_backward(NULL, NULL), EX_OK);
     ex_plan_opts opts;
-    memset(&opts, 0, sizeof opts);
+    ex_plan_opts_default(&opts);
     ex_plan *plan = NULL;
     assert_int_not_equal(ex_graph_plan(NULL, be, &opts, &plan), EX_OK);
     assert_null(plan);
@@ -979,7 +979,7 @@ static void small_build(small *s, ex_backend *be)
     ex_keep(s->ctx, ex_sum(s->ctx, s->z, 0x3u));
     assert_int_equal(ex_ctx_status(s->ctx), EX_OK);
     ex_plan_opts opts;
-    memset(&opts, 0, sizeof opts);
+    ex_plan_opts_default(&opts);
     s->plan = NULL;
     assert_int_equal(ex_graph_plan(s->ctx, be, &opts, &s->plan), EX_OK);
     assert_non_null(s->plan);
@@ -1049,7 +1049,7 @@ static void test_clear_error(void **state)
     assert_int_equal(ex_tensor_dim(y, 1), 3);
     assert_int_equal(ex_ctx_status(ctx), EX_OK);
     ex_plan_opts opts;
-    memset(&opts, 0, sizeof opts);
+    ex_plan_opts_default(&opts);
     ex_plan *plan = NULL;
     assert_int_equal(ex_graph_plan(ctx, be, &opts, &plan), EX_OK);
     const float xv[6] = {1, -2, 3, -4, 5, -6};

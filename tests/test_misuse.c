@@ -141,7 +141,9 @@ static ex_plan *small_plan(ex_ctx *ctx, ex_backend *be, bool snapshot)
     int64_t n = 4;
     ex_tensor *x = ex_input(ctx, EX_F32, 1, &n, "x");
     ex_keep(ctx, ex_relu(ctx, x));
-    ex_plan_opts o = {.snapshot = snapshot};
+    ex_plan_opts o;
+    ex_plan_opts_default(&o);
+    o.snapshot = snapshot;
     ex_plan *p = NULL;
     assert_int_equal(ex_graph_plan(ctx, be, &o, &p), EX_OK);
     return p;
@@ -180,6 +182,31 @@ static void plans(void **state)
     assert_int_equal(ex_plan_snapshot(p), EX_ERR_STATE);
     assert_non_null(strstr(ex_plan_error(p), "snapshot"));
     assert_int_equal(ex_plan_restore(p), EX_ERR_STATE);
+    ex_plan_free(p);
+    ex_ctx_free(ctx);
+    /* options not filled by ex_plan_opts_default(), or a newer exapt's, are refused */
+    ex_plan_opts_init(NULL, sizeof(ex_plan_opts));
+    ex_plan_opts bad[2];
+    memset(bad, 0, sizeof bad);
+    for (int i = 0; i < 2; i++) {
+        bad[0].size = i ? sizeof bad[0] + 8 : 0;
+        ctx = ex_ctx_new();
+        int64_t n = 4;
+        ex_keep(ctx, ex_relu(ctx, ex_input(ctx, EX_F32, 1, &n, "x")));
+        assert_int_equal(ex_graph_plan(ctx, be, &bad[0], &p), EX_ERR_ARG);
+        assert_null(p);
+        assert_non_null(strstr(ex_ctx_error(ctx), "size"));
+        ex_ctx_free(ctx);
+    }
+    /* an older program's shorter struct: what lies past it is not read */
+    memset(bad, 0xff, sizeof bad);
+    ex_plan_opts_init(&bad[0], offsetof(ex_plan_opts, no_inplace));
+    assert_int_equal(bad[0].size, offsetof(ex_plan_opts, no_inplace));
+    ctx = ex_ctx_new();
+    int64_t n = 4;
+    ex_keep(ctx, ex_relu(ctx, ex_input(ctx, EX_F32, 1, &n, "x")));
+    assert_int_equal(ex_graph_plan(ctx, be, &bad[0], &p), EX_OK);
+    assert_int_equal(ex_plan_snapshot(p), EX_ERR_STATE); /* snapshot (0xff) was not read */
     ex_plan_free(p);
     ex_ctx_free(ctx);
     ex_backend_close(be);
@@ -228,10 +255,23 @@ static void datasets_and_loaders(void **state)
     FAILS_MSG(ex_dataset_normalization(NULL, &nz, msg, sizeof msg), EX_ERR_ARG);
     FAILS_MSG(ex_dataset_normalization(ds, NULL, msg, sizeof msg), EX_ERR_ARG);
     ex_loader *l = NULL;
-    ex_loader_opts o = ex_loader_opts_default(NULL, true);
+    ex_loader_opts o;
+    ex_loader_opts_default(&o, NULL, true);
     FAILS_MSG(ex_loader_new(NULL, &o, &l, msg, sizeof msg), EX_ERR_ARG);
     FAILS_MSG(ex_loader_new(ds, NULL, &l, msg, sizeof msg), EX_ERR_ARG);
-    o = ex_loader_opts_default(ds, true);
+    ex_loader_opts_init(NULL, sizeof o, ds, true);
+    ex_loader_opts_default(&o, ds, true);
+    o.size = 0; /* not filled by its default function */
+    FAILS_MSG(ex_loader_new(ds, &o, &l, msg, sizeof msg), EX_ERR_ARG);
+    o.size = sizeof o + 1; /* a newer exapt's */
+    FAILS_MSG(ex_loader_new(ds, &o, &l, msg, sizeof msg), EX_ERR_ARG);
+    /* an older program's struct, ending before prefetch: the field past it is not read */
+    ex_loader_opts_init(&o, offsetof(ex_loader_opts, prefetch), ds, false);
+    o.prefetch = -5;
+    assert_int_equal(ex_loader_new(ds, &o, &l, msg, sizeof msg), EX_OK);
+    ex_loader_free(l);
+    l = NULL;
+    ex_loader_opts_default(&o, ds, true);
     o.batch = 0;
     FAILS_MSG(ex_loader_new(ds, &o, &l, msg, sizeof msg), EX_ERR_ARG);
     assert_null(l);

@@ -273,7 +273,9 @@ static void test_bitwise_identical(void **state)
     ex_plan_stats st[NCFG];
     result res[NCFG];
     for (int k = 0; k < NCFG; k++) {
-        res[k] = train_three_steps(be, &cfg[k].o, &st[k]);
+        ex_plan_opts o = cfg[k].o;
+        o.size = sizeof o;
+        res[k] = train_three_steps(be, &o, &st[k]);
         print_stats(cfg[k].name, &st[k]);
     }
     for (size_t i = 0; i < res[0].n; i++)
@@ -314,7 +316,10 @@ static void test_memory_ratio(void **state)
     net m;
     net_build(ctx, &m, deep);
     ex_backend *be = open_cpu();
-    ex_plan_opts opts = {.no_reuse = false}, flat = {.no_reuse = true};
+    ex_plan_opts opts, flat;
+    ex_plan_opts_default(&opts);
+    ex_plan_opts_default(&flat);
+    flat.no_reuse = true;
     ex_plan *plan = NULL, *plain = NULL;
     ex_plan_stats st, st_plain;
     check_ok(ex_graph_plan(ctx, be, &opts, &plan), "ex_graph_plan", ex_ctx_error(ctx));
@@ -367,7 +372,9 @@ static void test_chunk_too_small(void **state)
     ex_keep(ctx, ex_sum(ctx, big, 0xFu));
     assert_int_equal(ex_ctx_status(ctx), EX_OK);
     ex_backend *be = open_cpu();
-    ex_plan_opts opts = {.chunk_limit = 20000};
+    ex_plan_opts opts;
+    ex_plan_opts_default(&opts);
+    opts.chunk_limit = 20000;
     ex_plan *plan = NULL;
     ex_status s = ex_graph_plan(ctx, be, &opts, &plan);
     const char *msg = ex_ctx_error(ctx);

@@ -324,7 +324,8 @@ static void plan_larger_than_memory_is_refused(void **state)
         ex_keep(ctx, ex_relu(ctx, x));
     }
     ex_plan *p = NULL;
-    ex_plan_opts o = {0}; /* the backend's own chunk limit */
+    ex_plan_opts o; /* the backend's own chunk limit */
+    ex_plan_opts_default(&o);
     assert_int_equal(ex_graph_plan(ctx, be, &o, &p), EX_ERR_NOMEM);
     assert_null(p);
     char avail[32];

@@ -266,7 +266,9 @@ static uint64_t chain_arena(ex_backend *be, int n, int64_t reuse_after)
     for (int i = 0; i < n; i++)
         y = ex_matmul(c, y, x);
     ex_keep(c, y);
-    ex_plan_opts o = {.reuse_after = reuse_after};
+    ex_plan_opts o;
+    ex_plan_opts_default(&o);
+    o.reuse_after = reuse_after;
     ex_plan *p = NULL;
     ex_plan_stats st;
     assert_int_equal(ex_graph_plan(c, be, &o, &p), EX_OK);

@@ -143,6 +143,8 @@ typedef struct ex_augment {
 
 /** How a loader makes batches. */
 typedef struct ex_loader_opts {
+    size_t size;            /**< sizeof(ex_loader_opts) where the caller was compiled (set by
+                                 ex_loader_opts_default(); fields added later take defaults) */
     int batch;              /**< samples per batch, > 0 */
     bool shuffle;           /**< a fresh permutation each epoch; otherwise dataset order */
     bool drop_last;         /**< skip an epoch's final partial batch */
@@ -152,12 +154,18 @@ typedef struct ex_loader_opts {
     int prefetch;           /**< batches prepared ahead by a thread, 0..64; 0: no thread */
 } ex_loader_opts;
 
-/** Defaults for ds: batch 64, prefetch 2, seed 0, drop_last off, no cutout; normalization with
- *  the dataset's customary statistics (Fashion-MNIST 0.2860/0.3530, MNIST 0.1307/0.3081,
- *  CIFAR-10 DARTS's per-channel values; off for "memory" datasets). When train is true,
- *  shuffle is on and the augmentation is a random crop (pad 4 for CIFAR-10, 2 for the IDX
- *  sets) with flips for CIFAR-10 only; when false, no shuffle and no augmentation. */
-ex_loader_opts ex_loader_opts_default(const ex_dataset *ds, bool train);
+/** Fills the first `size` bytes of o with the defaults for ds and sets o->size to size
+ *  (nothing for a NULL o or a size below the size field's): batch 64, prefetch 2, seed 0,
+ *  drop_last off, no cutout; normalization with the dataset's customary statistics (Fashion-MNIST
+ * 0.2860/0.3530, MNIST 0.1307/0.3081, CIFAR-10 DARTS's per-channel values; off for "memory"
+ * datasets). When train is true, shuffle is on and the augmentation is a random crop (pad 4 for
+ * CIFAR-10, 2 for the IDX sets) with flips for CIFAR-10 only; when false, no shuffle and no
+ * augmentation. Call it as ex_loader_opts_default(o, ds, train), which passes the caller's sizeof.
+ */
+void ex_loader_opts_init(ex_loader_opts *o, size_t size, const ex_dataset *ds, bool train);
+
+/** Fills *o with the defaults for ds (a macro: sizeof *o as the caller was compiled). */
+#define ex_loader_opts_default(o, ds, train) ex_loader_opts_init((o), sizeof *(o), (ds), (train))
 
 /** A batch loader over one dataset. Use it from one thread at a time. */
 typedef struct ex_loader ex_loader;

@@ -50,8 +50,11 @@ typedef struct ex_plan ex_plan;
  *  2,200 (docs/cuda.md, the schedule). Vulkan asks for 384 (docs/vulkan.md). */
 #define EX_PLAN_REUSE_AFTER 128
 
-/** Planning options. Zero-initialised options are the defaults. */
+/** Planning options: fill them with ex_plan_opts_default(), then change fields (a NULL
+ *  options pointer means the defaults). */
 typedef struct ex_plan_opts {
+    size_t size;          /**< sizeof(ex_plan_opts) where the caller was compiled (set by
+                               ex_plan_opts_default(); fields added later take defaults) */
     bool no_reuse;        /**< give every tensor its own memory (for checking the planner) */
     int64_t reuse_after;  /**< a dead tensor's memory goes to a new one only once this many
                                more tensors have been made since its last use: the node
@@ -68,6 +71,14 @@ typedef struct ex_plan_opts {
                                ex_plan_snapshot()/ex_plan_restore() (counted in the plan's
                                memory before anything is allocated) */
 } ex_plan_opts;
+
+/** Fills the first `size` bytes of o with the defaults (every option off or 0) and sets
+ *  o->size to size; nothing for a NULL o or a size below the size field's. Call it as
+ *  ex_plan_opts_default(o), which passes the caller's sizeof. */
+void ex_plan_opts_init(ex_plan_opts *o, size_t size);
+
+/** Fills *o with the defaults (a macro: sizeof *o as the caller was compiled). */
+#define ex_plan_opts_default(o) ex_plan_opts_init((o), sizeof *(o))
 
 /** Plans every node built so far for backend be (inputs, parameters and state start at
  *  zero): liveness over the whole graph, memory
