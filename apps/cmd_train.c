@@ -351,6 +351,15 @@ static int eval_batch(const train_state *t)
     return run_eval_batch(a, 250);
 }
 
+/* A stop asked for while the data and the network are being made: nothing to save yet. */
+static bool stopped_early(const train_job *j)
+{
+    if (!run_stop_requested())
+        return false;
+    fprintf(stderr, "exapt %s: interrupted while setting up, before any step\n", j->cmd);
+    return true;
+}
+
 static int setup(train_state *t)
 {
     const train_job *j = t->j;
@@ -365,12 +374,16 @@ static int setup(train_state *t)
         cli_measure_peak(t->be, &peak);
     }
     int rc = run_load(j->data_dir, j->dataset, EX_SPLIT_TRAIN, j->limit, &t->train_set, j->cmd);
+    if (!rc && stopped_early(j))
+        return RUN_EXIT_INTERRUPTED;
     if (!rc)
         rc = run_load(j->data_dir, j->dataset, EX_SPLIT_TEST, 0, &t->test_set, j->cmd);
     if (!rc && j->holdout)
         rc = hold_out(t);
     if (rc)
         return rc;
+    if (stopped_early(j))
+        return RUN_EXIT_INTERRUPTED;
     ex_network_config c = j->net;
     c.in_channels = ex_dataset_channels(t->train_set);
     c.height = ex_dataset_height(t->train_set);
@@ -393,6 +406,8 @@ static int setup(train_state *t)
         return cli_fail(j->cmd, "out of memory");
     if (ex_network_new(&j->genotype, &c, t->be, &t->net, msg, sizeof msg) != EX_OK)
         return cli_fail(j->cmd, "%s", msg);
+    if (stopped_early(j))
+        return RUN_EXIT_INTERRUPTED;
     return run_mkdir(j->out, j->cmd);
 }
 
@@ -402,6 +417,11 @@ int train_run(const train_job *j, double *test_acc)
     int rc = setup(&t);
     if (!rc && j->resume)
         rc = resume(&t);
+    /* until here nothing was written: a signal's default action ends the process at once
+     * (a dataset being read would hold it longer than a second); from here on a signal
+     * stops the training at its next step or evaluation batch, with a checkpoint */
+    if (!rc)
+        run_catch_signals();
     if (!rc)
         rc = open_log(&t, j->resume != NULL);
     if (!rc) {
@@ -431,11 +451,12 @@ int train_run(const train_job *j, double *test_acc)
         }
     }
     double loss = 0;
-    if (!rc && (!measured || t.valid_set)) /* resumed after its last epoch, or held out */
+    if (!rc && (!measured || t.valid_set)) { /* resumed after its last epoch, or held out */
         rc = accuracy_on(&t, t.test_set, &loss, &acc);
-    if (rc == RUN_EXIT_INTERRUPTED) /* the last epoch's checkpoint leads back here */
-        fprintf(stderr, "exapt %s: interrupted; continue with --resume %s\n", j->cmd,
-                j->run_dir ? j->run_dir : j->out);
+        if (rc == RUN_EXIT_INTERRUPTED) /* the last epoch's checkpoint leads back here */
+            fprintf(stderr, "exapt %s: interrupted; continue with --resume %s\n", j->cmd,
+                    j->run_dir ? j->run_dir : j->out);
+    }
     char path[4096], msg[256];
     if (!rc && ex_network_save(t.net, run_path(path, sizeof path, j->out, "weights.safetensors"),
                                false) != EX_OK)
@@ -597,7 +618,6 @@ int cli_train(const cli_global *g, int argc, char **argv)
         rc = cli_fail("train", "out of memory");
     if (!rc) {
         j.argv_json = argv_json;
-        run_catch_signals();
         rc = train_run(&j, NULL);
     }
     free(argv_json);

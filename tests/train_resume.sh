@@ -3,10 +3,14 @@
 # position in one file (checkpoint.safetensors, the one before kept as .prev). A training
 # SIGKILLed at random moments and resumed with --resume DIR alone (the configuration comes
 # from the run) ends with bitwise the weights of one never interrupted; a damaged newest
-# checkpoint falls back to .prev; SIGTERM during an evaluation is answered within a second
-# (exit 130) and the resume evaluates again. Usage: train_resume.sh EXAPT_BINARY
+# checkpoint falls back to .prev; a kill inside a checkpoint write (the slow_write shim
+# stretches it) resumes from the checkpoint before; SIGTERM while the data is read ends it
+# at once (nothing is written yet), and during the steps and an evaluation it is answered
+# within a second (exit 130) and the resume ends as a whole run.
+# Usage: train_resume.sh EXAPT_BINARY SLOW_WRITE_SO
 set -euo pipefail
 exapt=$1
+shim=$2
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
@@ -65,23 +69,70 @@ grep -q "resuming the training from .*checkpoint.safetensors.prev" "$dir/damaged
 cmp "$dir/whole/weights.safetensors" "$dir/damaged/weights.safetensors" ||
     fail "weights differ after the fallback to .prev"
 
+# SIGKILL inside the second checkpoint's write: the first one is what the resume loads
+LD_PRELOAD=$shim EXAPT_SLOW_WRITE_US=20000 "$exapt" "${args[@]}" --out "$dir/torn" >/dev/null \
+    2>"$dir/torn.log" &
+pid=$!
+ck=$dir/torn/checkpoint.safetensors
+while [ ! -f "$ck" ] && kill -0 $pid 2>/dev/null; do sleep 0.01; done
+while [ ! -f "$ck.tmp" ] && kill -0 $pid 2>/dev/null; do sleep 0.005; done
+sleep 0.05
+[ -f "$ck.tmp" ] || fail "no second checkpoint write to kill"
+kill -9 $pid
+wait $pid || true
+"$exapt" train --resume "$dir/torn" >/dev/null 2>>"$dir/torn.log" ||
+    fail "no resume after a kill inside a checkpoint write: $(tail -2 "$dir/torn.log")"
+grep -q "resuming the training from $ck at epoch 2 " "$dir/torn.log" ||
+    fail "the resume did not take the complete checkpoint: $(grep resuming "$dir/torn.log")"
+cmp "$dir/whole/weights.safetensors" "$dir/torn/weights.safetensors" ||
+    fail "weights differ after a kill inside a checkpoint write"
+echo "SIGKILL inside a checkpoint write: resumed from the one before, the same weights"
+
+# SIGTERM to PID once PATTERN is in LOG: answered within a second with exit 130; sets ms to
+# the milliseconds the answer took
+stop_when() { # stop_when LOG PATTERN PID
+    local log=$1 pattern=$2 pid=$3 t0 rc=0
+    while ! grep -q "$pattern" "$log" && kill -0 "$pid" 2>/dev/null; do sleep 0.01; done
+    sleep 0.2
+    kill -0 "$pid" 2>/dev/null || fail "the training ended before '$pattern' could be stopped"
+    t0=$(date +%s%N)
+    kill -TERM "$pid"
+    wait "$pid" || rc=$?
+    ms=$((($(date +%s%N) - t0) / 1000000))
+    [ "$rc" -eq 130 ] || fail "SIGTERM after '$pattern': exit $rc, not 130"
+    [ "$ms" -lt 1000 ] || fail "SIGTERM after '$pattern' answered after $ms ms"
+}
+
+# SIGTERM while the data is read, before anything is written: the default action, at once
+"$exapt" "${args[@]}" --out "$dir/early" >/dev/null 2>&1 &
+pid=$!
+sleep 0.1
+t0=$(date +%s%N)
+kill -TERM $pid
+rc=0
+wait $pid || rc=$?
+ms=$((($(date +%s%N) - t0) / 1000000))
+[ "$rc" -eq 143 ] || fail "SIGTERM while the data is read: exit $rc, not 143"
+[ "$ms" -lt 1000 ] || fail "SIGTERM while the data is read answered after $ms ms"
+[ ! -e "$dir/early/metrics.jsonl" ] || fail "a run stopped before its first step left a log"
+echo "SIGTERM while the data is read: ended in $ms ms"
+
+# SIGTERM among the steps: the checkpoint where it stands, and the resume ends as a whole run
+"$exapt" "${args[@]}" --out "$dir/steps" >/dev/null 2>"$dir/steps.log" &
+stop_when "$dir/steps.log" "step 1/20" $!
+"$exapt" train --resume "$dir/steps" >/dev/null 2>>"$dir/steps.log" ||
+    fail "the resume after SIGTERM among the steps failed: $(tail -2 "$dir/steps.log")"
+cmp "$dir/whole/weights.safetensors" "$dir/steps/weights.safetensors" ||
+    fail "weights differ after a stop among the steps"
+echo "SIGTERM among the steps: answered in $ms ms"
+
 # SIGTERM in the middle of the test evaluation (no held-out images: 10,000 test images
 # after each epoch): answered within a second, exit 130, and the resume ends as a whole run
 eargs=(train --genotype DARTS_V2 --backend cpu --limit 256 --epochs 2 --batch 32 --channels 8
        --layers 2 --no-auxiliary --cutout 0)
 "$exapt" "${eargs[@]}" --out "$dir/ewhole" >/dev/null 2>&1 || fail "the evaluated run failed"
 "$exapt" "${eargs[@]}" --out "$dir/eval" >/dev/null 2>"$dir/eval.log" &
-pid=$!
-while ! grep -q "step 8/8" "$dir/eval.log" && kill -0 $pid 2>/dev/null; do sleep 0.01; done
-sleep 0.2
-kill -0 $pid 2>/dev/null || fail "the training ended before its evaluation could be stopped"
-t0=$(date +%s%N)
-kill -TERM $pid
-rc=0
-wait $pid || rc=$?
-ms=$((($(date +%s%N) - t0) / 1000000))
-[ "$rc" -eq 130 ] || fail "SIGTERM during the evaluation: exit $rc, not 130"
-[ "$ms" -lt 1000 ] || fail "SIGTERM during the evaluation answered after $ms ms"
+stop_when "$dir/eval.log" "step 8/8" $!
 grep -q "train epoch 1/2 done" "$dir/eval.log" && fail "the evaluation was not interrupted"
 "$exapt" train --resume "$dir/eval" >/dev/null 2>>"$dir/eval.log" ||
     fail "the resume after SIGTERM failed: $(tail -2 "$dir/eval.log")"
