@@ -422,6 +422,52 @@ static void test_graph_layout(void **state)
     check_graph(3, 6); /* the quick preset's: three nodes, six candidates */
 }
 
+/* Pixels of a that b covers. */
+static int64_t covered(SDL_Rect a, SDL_Rect b)
+{
+    SDL_Rect i;
+    return SDL_IntersectRect(&a, &b, &i) ? (int64_t)i.w * i.h : 0;
+}
+
+/* A panel too small for labels that cover nothing: each label sits at a point of its arc,
+ * and where it covers nodes or earlier labels, no other point of its arc would cover
+ * fewer of their pixels. */
+static void test_graph_cramped(void **state)
+{
+    (void)state;
+    ex_viz_model *m = graph_model(4, 8);
+    viz_graph *v = calloc(1, sizeof *v);
+    SDL_Rect g = {10, 10, 150, 90};
+    viz_graph_layout(m, 0, EX_VIZ_NORMAL, g, 15, test_text_w, NULL, v);
+    int crowded = 0;
+    for (int i = 0; i < v->n_edges; i++) {
+        const viz_graph_edge *a = &v->e[i];
+        if (!a->labelled)
+            continue;
+        int64_t best = INT64_MAX, got = -1;
+        for (int k = 2; k <= 10; k++) { /* the arc points place_label tries */
+            SDL_Rect q = {a->arc[k].x + 3, a->arc[k].y - 15 / 2, a->label.w, a->label.h};
+            int64_t hidden = 0;
+            for (int n = 0; n < v->n_states; n++)
+                hidden += covered(q, v->node[n]);
+            for (int j = 0; j < i; j++)
+                hidden += v->e[j].labelled ? covered(q, v->e[j].label) : 0;
+            best = hidden < best ? hidden : best;
+            if (q.x == a->label.x && q.y == a->label.y)
+                got = hidden;
+        }
+        if (got < 0)
+            fail_msg("the label of edge %d is at no point of its arc", i);
+        if (got != best)
+            fail_msg("the label of edge %d covers %lld pixels; %lld was possible", i,
+                     (long long)got, (long long)best);
+        crowded += got > 0;
+    }
+    assert_true(crowded > 0); /* the fallback was needed here */
+    free(v);
+    ex_viz_model_free(m);
+}
+
 /* ---- pruned candidates ---- */
 
 static void pruned_mask(ex_metrics_step *s)
@@ -914,6 +960,7 @@ int main(void)
         cmocka_unit_test(test_training_curve),
         cmocka_unit_test(test_x_axis_named),
         cmocka_unit_test(test_graph_layout),
+        cmocka_unit_test(test_graph_cramped),
         cmocka_unit_test(test_pruned),
         cmocka_unit_test(test_curves),
         cmocka_unit_test(test_scrub_and_hover),

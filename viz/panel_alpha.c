@@ -277,11 +277,6 @@ void viz_draw_hover(ex_viz_renderer *r, const ex_viz_model *m, const ex_viz_view
 
 enum { NODE_W = 40, NODE_H = 20 };
 
-static bool overlaps(SDL_Rect a, SDL_Rect b)
-{
-    return a.x < b.x + b.w && b.x < a.x + a.w && a.y < b.y + b.h && b.y < a.y + a.h;
-}
-
 /* Whether edge e is among the two strongest inputs of its node: what DARTS's genotype
  * keeps, drawn thick and labelled; the others are drawn thin. */
 static bool kept(const ex_viz_model *m, const float *a, int e)
@@ -310,28 +305,33 @@ static void arc(SDL_Point *p, int side_x, int y0, int y1, int out)
     }
 }
 
-/* A label box for edge x: the first point of its arc, from the widest outward, where the box
- * overlaps no node and no label placed before. */
+/* Pixels of a that b covers. */
+static int64_t covered(SDL_Rect a, SDL_Rect b)
+{
+    SDL_Rect i;
+    return SDL_IntersectRect(&a, &b, &i) ? (int64_t)i.w * i.h : 0;
+}
+
+/* A label box for edge x at one of the points of its arc, tried from the widest outward:
+ * the first whose box covers no node and no label placed before; where every one does (a
+ * cramped panel), the one that covers the fewest of their pixels. */
 static void place_label(viz_graph *g, viz_graph_edge *x, int w, int h)
 {
     static const int order[] = {6, 5, 7, 4, 8, 3, 9, 2, 10};
-    SDL_Rect best = {0, 0, 0, 0};
-    for (size_t o = 0; o < sizeof order / sizeof order[0]; o++) {
+    int64_t least = -1;
+    for (size_t o = 0; o < sizeof order / sizeof order[0] && least != 0; o++) {
         SDL_Point at = x->arc[order[o]];
         SDL_Rect q = {at.x + 3, at.y - h / 2, w, h};
-        if (o == 0)
-            best = q;
-        bool free = true;
-        for (int n = 0; free && n < g->n_states; n++)
-            free = !overlaps(q, g->node[n]);
-        for (viz_graph_edge *y = g->e; free && y < x; y++)
-            free = !(y->labelled && overlaps(q, y->label));
-        if (free) {
-            best = q;
-            break;
+        int64_t hidden = 0;
+        for (int n = 0; n < g->n_states; n++)
+            hidden += covered(q, g->node[n]);
+        for (viz_graph_edge *y = g->e; y < x; y++)
+            hidden += y->labelled ? covered(q, y->label) : 0;
+        if (least < 0 || hidden < least) {
+            least = hidden;
+            x->label = q;
         }
     }
-    x->label = best;
 }
 
 void viz_graph_layout(const ex_viz_model *m, int64_t s, ex_viz_cell cell, SDL_Rect g, int line_h,
