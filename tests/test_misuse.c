@@ -411,6 +411,19 @@ static void metrics_logs(void **state)
     free(rec);
 }
 
+/* The smallest derived network: 8x8x1 images of `classes` classes, C=2, one cell. */
+static void tiny_network(ex_network_config *nc, int classes)
+{
+    ex_network_config_default(nc);
+    nc->in_channels = 1;
+    nc->height = nc->width = 8;
+    nc->classes = classes;
+    nc->batch = 2;
+    nc->channels = 2;
+    nc->layers = 1;
+    nc->auxiliary = false;
+}
+
 static void searches_and_networks(void **state)
 {
     (void)state;
@@ -518,14 +531,7 @@ static void searches_and_networks(void **state)
     float logits[4];
     assert_int_equal(ex_network_predict(NULL, x, logits), EX_ERR_ARG);
     ex_network_config nc;
-    ex_network_config_default(&nc);
-    nc.in_channels = 1;
-    nc.height = nc.width = 8;
-    nc.classes = 2;
-    nc.batch = 2;
-    nc.channels = 2;
-    nc.layers = 1;
-    nc.auxiliary = false;
+    tiny_network(&nc, 2);
     ex_network *n = NULL;
     assert_int_equal(ex_genotype_builtin("DARTS_V2", &g), EX_OK);
     FAILS_MSG(ex_network_new(NULL, &nc, be, &n, msg, sizeof msg), EX_ERR_ARG);
@@ -606,14 +612,7 @@ static void deployment(void **state)
     ex_genotype g;
     assert_int_equal(ex_genotype_builtin("DARTS_V2", &g), EX_OK);
     ex_network_config nc;
-    ex_network_config_default(&nc);
-    nc.in_channels = 1;
-    nc.height = nc.width = 8;
-    nc.classes = 3;
-    nc.batch = 2;
-    nc.channels = 2;
-    nc.layers = 1;
-    nc.auxiliary = false;
+    tiny_network(&nc, 3);
     nc.input.enabled = true;
     nc.input.mean[0] = 0.5f;
     nc.input.std[0] = 0.25f;
