@@ -414,9 +414,8 @@ static json_t *profile_by_size(ex_plan *p)
         double ms = 0;
         for (j = i; j < m && !cmp_node_info(&in[i], &in[j]); j++)
             ms += in[j].ms;
-        json_array_append_new(rows, json_pack("{s:s, s:I, s:I, s:f}", "op",
-                                              ex_op_name(in[i].op), "min_bytes",
-                                              (json_int_t)in[i].min_bytes, "calls",
+        json_array_append_new(rows, json_pack("{s:s, s:I, s:I, s:f}", "op", ex_op_name(in[i].op),
+                                              "min_bytes", (json_int_t)in[i].min_bytes, "calls",
                                               (json_int_t)(j - i), "ms", ms));
     }
     free(in);
@@ -452,6 +451,71 @@ static json_t *profile_step(ex_search *s, const batch *b, double peak_gbs)
     printf("%-22s %7s %10.3f\n", "sum of nodes", "", total);
     return json_pack("{s:f, s:f, s:o, s:o}", "sum_ms", total, "peak_gbs", peak_gbs, "by_op", ops,
                      "by_op_size", profile_by_size(p));
+}
+
+/* ---- the step's floor ---- */
+
+/* The backend's GEMM rate in GFLOP/s: the median of 10 square products of side n. */
+static double gemm_gflops(ex_backend *be, int64_t n)
+{
+    ex_ctx *ctx = ex_ctx_new();
+    int64_t ne[2] = {n, n};
+    ex_tensor *a = ex_input(ctx, EX_F32, 2, ne, "a"), *b = ex_input(ctx, EX_F32, 2, ne, "b");
+    ex_keep(ctx, ex_matmul(ctx, a, b));
+    ex_plan *p = NULL;
+    float *v = malloc((size_t)(n * n) * sizeof *v);
+    double ms = 0;
+    for (int64_t i = 0; v && i < n * n; i++)
+        v[i] = (float)((i * 2654435761u) % 1000) / 500.0f - 1.0f; /* not zeros */
+    bool ok = v && ex_graph_plan(ctx, be, NULL, &p) == EX_OK &&
+              ex_plan_write(p, a, v, (size_t)(n * n) * sizeof *v) == EX_OK &&
+              ex_plan_write(p, b, v, (size_t)(n * n) * sizeof *v) == EX_OK &&
+              bench_median_run(p, 10, &ms) == EX_OK && ms > 0;
+    free(v);
+    ex_plan_free(p);
+    ex_ctx_free(ctx);
+    return ok ? 2.0 * (double)n * (double)n * (double)n / (ms * 1e6) : 0;
+}
+
+/* The fewest milliseconds the step could take on this device: each node's minimal traffic
+ * (every input read once, every output written once) at the measured copy rate, or its
+ * arithmetic at the measured GEMM rate, whichever is longer, summed over the nodes; and
+ * the measured median step as a multiple of it. */
+static json_t *floor_json(ex_backend *be, ex_search *s, double step_ms)
+{
+    double gbs = 0;
+    if (ex_backend_measure_bandwidth(be, (uint64_t)256 << 20, &gbs) != EX_OK || gbs <= 0)
+        return json_null();
+    bool gpu = strcmp(ex_backend_get_caps(be)->name, "cpu") &&
+               strcmp(ex_backend_get_caps(be)->name, "cpu-ref");
+    int64_t side = gpu ? 4096 : 1024;
+    double gflops = gemm_gflops(be, side);
+    if (gflops <= 0)
+        return json_null();
+    ex_plan *p = ex_search_plan(s);
+    double bytes = 0, flops = 0, bytes_ms = 0, flops_ms = 0, floor_ms = 0;
+    int64_t nodes = 0;
+    for (int64_t i = 0; i < ex_plan_node_count(p); i++) {
+        ex_node_info in;
+        if (ex_plan_node_info(p, i, &in) != EX_OK || in.skipped)
+            continue;
+        double b = (double)in.min_bytes / (gbs * 1e6), f = (double)in.flops / (gflops * 1e6);
+        bytes += (double)in.min_bytes;
+        flops += (double)in.flops;
+        bytes_ms += b;
+        flops_ms += f;
+        floor_ms += b > f ? b : f;
+        nodes++;
+    }
+    printf("floor: %lld nodes, %.1f MB at %.0f GB/s (%.3f ms), %.1f GFLOP at %.0f GFLOP/s "
+           "(%.3f ms; GEMM of side %lld); per node the longer: %.3f ms; the step is %.1fx it\n",
+           (long long)nodes, bytes / 1e6, gbs, bytes_ms, flops / 1e9, gflops, flops_ms,
+           (long long)side, floor_ms, step_ms / floor_ms);
+    return json_pack("{s:I, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:f}", "nodes",
+                     (json_int_t)nodes, "min_bytes", bytes, "flops", flops, "peak_copy_gbs", gbs,
+                     "gemm_gflops", gflops, "gemm_side", (json_int_t)side, "bytes_ms", bytes_ms,
+                     "flops_ms", flops_ms, "floor_ms", floor_ms, "step_over_floor",
+                     step_ms / floor_ms);
 }
 
 /* ---- the report ---- */
@@ -548,8 +612,10 @@ static int report(const opts *o, const ex_search_config *c, ex_backend *be, ex_s
                             timing_json(t, o->iters), "memory", memory_json(s));
     if (doc && profile)
         json_object_set(doc, "profile", profile);
-    if (doc)
+    if (doc) {
         json_object_set_new(doc, "counters", counters_json(be));
+        json_object_set_new(doc, "floor", floor_json(be, s, t->median));
+    }
     return json_write(o->out, "exapt.json", doc);
 }
 
