@@ -14,6 +14,7 @@
 #include "nas/derived.h"
 #include "nas/export.h"
 #include "nas/store.h"
+#include "nas/supernet.h"
 
 struct ex_network {
     ex_network_config cfg;
@@ -475,8 +476,11 @@ static bool parse_architecture(json_t *j, ex_network_config *c)
                           &c->stem_multiplier, "auxiliary", &aux))
         return false;
     c->auxiliary = aux;
+    /* the bounds of exapt train's options: a file cannot ask for more */
     if (c->in_channels < 1 || c->in_channels > EX_DATA_MAX_CHANNELS || c->height < 1 ||
-        c->width < 1 || (int64_t)c->height * c->width > (1 << 24))
+        c->width < 1 || (int64_t)c->height * c->width > (1 << 24) || c->classes < 2 ||
+        c->classes > 65536 || c->channels < 2 || c->channels > 4096 || c->channels % 2 ||
+        c->layers < 1 || c->layers > 1000 || c->stem_multiplier < 1 || c->stem_multiplier > 64)
         return false;
     json_t *mean = json_object_get(j, "mean"), *std = json_object_get(j, "std");
     if (!mean && !std)
@@ -493,6 +497,34 @@ static bool parse_architecture(json_t *j, ex_network_config *c)
     }
     c->input.enabled = true;
     return true;
+}
+
+/* Whether f holds a float tensor called name of the given shape. */
+static bool has_tensor(const ex_safetensors *f, const char *name, int ndim, const int64_t *shape)
+{
+    ex_st_info info;
+    if (ex_safetensors_info(f, name, &info, NULL, 0) != EX_OK || info.dtype != EX_ST_F32 ||
+        info.ndim != ndim)
+        return false;
+    for (int d = 0; d < ndim; d++)
+        if (info.shape[d] != shape[d])
+            return false;
+    return true;
+}
+
+/* The first and the last layer's weights are those of the architecture c records: a file
+ * whose metadata claims another network is refused before any is built. */
+static bool ends_fit(const ex_safetensors *f, const ex_genotype *g, const ex_network_config *c)
+{
+    int64_t stem[4] = {(int64_t)c->stem_multiplier * c->channels, c->in_channels, 3, 3};
+    int64_t cc = c->channels, out = 0;
+    for (int i = 0; i < c->layers; i++) {
+        bool red = nas_is_reduction(i, c->layers);
+        cc *= red ? 2 : 1;
+        out = cc * (red ? g->n_reduce_concat : g->n_normal_concat);
+    }
+    int64_t cls[2] = {c->classes, out};
+    return has_tensor(f, "stem.0.weight", 4, stem) && has_tensor(f, "classifier.weight", 2, cls);
 }
 
 /* The genotype and configuration that the file f (at path) records. */
@@ -521,6 +553,11 @@ static ex_status recorded(ex_safetensors *f, const char *path, ex_genotype *g, e
     if (!ok)
         return ex__msg(msg, msg_len, EX_ERR_FORMAT,
                        "%s: its \"network\" metadata is not a valid architecture", path);
+    if (!ends_fit(f, g, c))
+        return ex__msg(msg, msg_len, EX_ERR_FORMAT,
+                       "%s: its stem or classifier weights do not fit the architecture its "
+                       "metadata records",
+                       path);
     return EX_OK;
 }
 

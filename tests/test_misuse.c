@@ -645,6 +645,47 @@ static void deployment(void **state)
                  "\"layers\":1,\"stem_multiplier\":3,\"auxiliary\":false,\"mean\":[0.5],"
                  "\"std\":[0]}");
     FAILS_MSG(ex_network_open(other, be, 1, &o, msg, sizeof msg), EX_ERR_FORMAT);
+    weights_file(other, "exapt-network", text, /* beyond exapt train's bounds */
+                 "{\"in_channels\":1,\"height\":8,\"width\":8,\"classes\":3,\"channels\":5000,"
+                 "\"layers\":1,\"stem_multiplier\":3,\"auxiliary\":false}");
+    FAILS_MSG(ex_network_open(other, be, 1, &o, msg, sizeof msg), EX_ERR_FORMAT);
+    /* within them but huge, over a small file: refused before anything is built */
+    assert_int_equal(ex_network_save(n, other, false), EX_OK);
+    ex_safetensors *sf = NULL;
+    assert_int_equal(ex_safetensors_open(other, &sf, msg, sizeof msg), EX_OK);
+    size_t nt = ex_safetensors_count(sf);
+    ex_st_tensor *ts = calloc(nt, sizeof *ts);
+    void **bufs = calloc(nt, sizeof *bufs);
+    assert_non_null(ts);
+    assert_non_null(bufs);
+    for (size_t i = 0; i < nt; i++) {
+        ex_st_info info;
+        ts[i].name = ex_safetensors_name(sf, i);
+        assert_int_equal(ex_safetensors_info(sf, ts[i].name, &info, msg, sizeof msg), EX_OK);
+        bufs[i] = malloc(info.nbytes + 1);
+        assert_int_equal(ex_safetensors_read(sf, ts[i].name, bufs[i], info.nbytes, msg, sizeof msg),
+                         EX_OK);
+        ts[i].dtype = info.dtype;
+        ts[i].ndim = info.ndim;
+        memcpy(ts[i].shape, info.shape, sizeof ts[i].shape);
+        ts[i].data = bufs[i];
+    }
+    ex_st_meta huge[3] = {{"format", "exapt-network"},
+                          {"genotype", text},
+                          {"network", "{\"in_channels\":1,\"height\":8,\"width\":8,\"classes\":3,"
+                                      "\"channels\":4096,\"layers\":1000,\"stem_multiplier\":64,"
+                                      "\"auxiliary\":false}"}};
+    char bigger[80];
+    snprintf(bigger, sizeof bigger, "%s/huge", path);
+    assert_int_equal(ex_safetensors_save(bigger, ts, nt, huge, 3, msg, sizeof msg), EX_OK);
+    FAILS_MSG(ex_network_open(bigger, be, 1, &o, msg, sizeof msg), EX_ERR_FORMAT);
+    assert_non_null(strstr(msg, "do not fit"));
+    remove(bigger);
+    for (size_t i = 0; i < nt; i++)
+        free(bufs[i]);
+    free(bufs);
+    free(ts);
+    ex_safetensors_close(sf);
     weights_file(other, "exapt-network", text, /* the architecture, but not its tensors */
                  "{\"in_channels\":1,\"height\":8,\"width\":8,\"classes\":3,\"channels\":2,"
                  "\"layers\":1,\"stem_multiplier\":3,\"auxiliary\":false}");
