@@ -982,7 +982,6 @@ static int run_search(search_run *r, const search_args *a, const cli_global *g)
         return cli_fail("search", "%s", msg);
     double peak = 0;
     cli_measure_peak(r->be, &peak);
-    run_catch_signals();
     if (!a->resume)
         rc = run_claim_dir(r->out, a->force, "search");
     if (!rc && !(rc = open_data(r, a)) && !(rc = run_mkdir(r->out, "search"))) {
@@ -991,6 +990,11 @@ static int run_search(search_run *r, const search_args *a, const cli_global *g)
     }
     if (!rc && a->resume)
         rc = resume(r);
+    /* until here nothing was written but the folder: a signal's default action ends the
+     * process at once (reading the data takes about a second); from here on a signal stops
+     * the search at its next step with a checkpoint */
+    if (!rc)
+        run_catch_signals();
     if (!rc && !a->resume)
         rc = record_settings(r, a, backend);
     if (!rc)
