@@ -159,6 +159,20 @@ static const ex_op_info table[] = {
     E(EX_OP_CLIP, "clip", 1e-12, false, false, f_out1),
     E(EX_OP_RAND_UNIFORM, "rand_uniform", 1e-12, false, false, f_out1),
     E(EX_OP_RAND_NORMAL, "rand_normal", 1e-10, false, false, f_out5),
+    /* quantized: exact integer results, so tolerance 0 (bit for bit) */
+    E(EX_OP_QUANTIZE, "quantize", 0.0, false, false, f_out1),
+    E(EX_OP_DEQUANTIZE, "dequantize", 0.0, false, false, f_out1),
+    E(EX_OP_REQUANTIZE, "requantize", 0.0, false, false, f_out1),
+    E(EX_OP_QADD, "qadd", 0.0, false, true, f_out5),
+    E(EX_OP_QCONCAT, "qconcat", 0.0, false, false, f_out1),
+    E(EX_OP_QCONV2D, "qconv2d", 0.0, false, false, f_conv),
+    E(EX_OP_QDWCONV2D, "qdwconv2d", 0.0, false, false, f_dw),
+    E(EX_OP_QPWCONV, "qpwconv", 0.0, false, false, f_pw),
+    E(EX_OP_QLINEAR, "qlinear", 0.0, false, false, f_matmul),
+    E(EX_OP_QRELU, "qrelu", 0.0, false, true, f_out1),
+    E(EX_OP_QMAX_POOL, "qmax_pool", 0.0, false, false, f_pool),
+    E(EX_OP_QAVG_POOL, "qavg_pool", 0.0, false, false, f_pool),
+    E(EX_OP_QGLOBAL_AVG_POOL, "qglobal_avg_pool", 0.0, false, false, f_src0),
 };
 static_assert(sizeof table / sizeof table[0] == EX_OP_COUNT, "one op table entry per ex_op");
 

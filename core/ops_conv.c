@@ -3,14 +3,48 @@
 
 #define INERT(ctx) ((ctx) ? &(ctx)->inert : NULL)
 
-static bool f32_nd(ex_ctx *ctx, const char *op, const char *what, ex_tensor *t, int nd)
+static bool typed_nd(ex_ctx *ctx, const char *op, const char *what, ex_tensor *t, ex_dtype dt,
+                     int nd)
 {
-    if (t->dtype == EX_F32 && t->ndim == nd)
+    if (t->dtype == dt && t->ndim == nd)
         return true;
     char s[64];
-    ex__fail(ctx, t->dtype != EX_F32 ? EX_ERR_ARG : EX_ERR_SHAPE,
-             "%s: %s %s (%s) must be f32 with %d dimensions", op, what, ex__shape(t, s),
-             ex_dtype_name(t->dtype), nd);
+    ex__fail(ctx, t->dtype != dt ? EX_ERR_ARG : EX_ERR_SHAPE,
+             "%s: %s %s (%s) must be %s with %d dimensions", op, what, ex__shape(t, s),
+             ex_dtype_name(t->dtype), ex_dtype_name(dt), nd);
+    return false;
+}
+
+static bool f32_nd(ex_ctx *ctx, const char *op, const char *what, ex_tensor *t, int nd)
+{
+    return typed_nd(ctx, op, what, t, EX_F32, nd);
+}
+
+/* The int8 ops' i32 bias of count values (one per output channel). */
+static bool bias_ok(ex_ctx *ctx, const char *op, ex_tensor *b, int64_t count)
+{
+    if (!typed_nd(ctx, op, "bias", b, EX_I32, 1))
+        return false;
+    if (b->ne[0] == count)
+        return true;
+    char s[64];
+    ex__fail(ctx, EX_ERR_SHAPE, "%s: bias %s must hold %lld values", op, ex__shape(b, s),
+             (long long)count);
+    return false;
+}
+
+/* The int8 ops sum at most this many products of two int8 values (127 * 128 each) and
+ * an int32 bias without overflowing int32 while the bias stays within 2^30. */
+#define QMAX_TERMS 65536
+
+static bool terms_ok(ex_ctx *ctx, const char *op, int64_t terms)
+{
+    if (terms <= QMAX_TERMS)
+        return true;
+    ex__fail(ctx, EX_ERR_SHAPE,
+             "%s: %lld products per output, more than the %d an int32 sum "
+             "holds",
+             op, (long long)terms, QMAX_TERMS);
     return false;
 }
 
@@ -39,29 +73,41 @@ static int64_t conv_out(int64_t in, int64_t k, int stride, int pad, int dil)
     return (in + 2 * pad - span) / stride + 1;
 }
 
-/* A convolution node; relu (depthwise only) convolves max(x, 0) instead of x (ip6). */
-static ex_tensor *conv_node(ex_ctx *ctx, ex_op op, const char *name, ex_tensor *x, ex_tensor *w,
-                            const ex_conv_params *p, bool relu)
+static bool is_quant(ex_op op)
 {
-    ex_tensor *s[2] = {x, w};
-    if (!ex__check(ctx, name, 2, s))
+    return op == EX_OP_QCONV2D || op == EX_OP_QDWCONV2D || op == EX_OP_QPWCONV ||
+           op == EX_OP_QLINEAR;
+}
+
+/* A convolution node; relu (depthwise only) convolves max(x, 0) instead of x (ip6). The
+ * int8 ones take i8 x and w and an i32 bias, and make i32. */
+static ex_tensor *conv_node(ex_ctx *ctx, ex_op op, const char *name, ex_tensor *x, ex_tensor *w,
+                            ex_tensor *bias, const ex_conv_params *p, bool relu)
+{
+    bool q = is_quant(op);
+    ex_tensor *s[3] = {x, w, bias};
+    if (!ex__check(ctx, name, q ? 3 : 2, s))
         return INERT(ctx);
-    if (!f32_nd(ctx, name, "x", x, 4) || !f32_nd(ctx, name, "w", w, 4) ||
+    ex_dtype in = q ? EX_I8 : EX_F32;
+    if (!typed_nd(ctx, name, "x", x, in, 4) || !typed_nd(ctx, name, "w", w, in, 4) ||
         !geometry_ok(ctx, name, p))
         return &ctx->inert;
     char sx[64], sw[64];
-    bool dw = op == EX_OP_DWCONV2D;
+    bool dw = op == EX_OP_DWCONV2D || op == EX_OP_QDWCONV2D;
     bool ok = dw ? (w->ne[0] == x->ne[1] && w->ne[1] == 1) : w->ne[1] == x->ne[1];
     if (!ok)
         return ex__fail(ctx, EX_ERR_SHAPE, "%s: x %s and w %s: channels do not match", name,
                         ex__shape(x, sx), ex__shape(w, sw));
+    if (q && (!bias_ok(ctx, name, bias, w->ne[0]) ||
+              !terms_ok(ctx, name, w->ne[1] * w->ne[2] * w->ne[3])))
+        return &ctx->inert;
     int64_t ho = conv_out(x->ne[2], w->ne[2], p->stride[0], p->pad[0], p->dilation[0]);
     int64_t wo = conv_out(x->ne[3], w->ne[3], p->stride[1], p->pad[1], p->dilation[1]);
     if (ho < 1 || wo < 1)
         return ex__fail(ctx, EX_ERR_SHAPE, "%s: kernel of w %s does not fit x %s padded by %dx%d",
                         name, ex__shape(w, sw), ex__shape(x, sx), p->pad[0], p->pad[1]);
     int64_t ne[4] = {x->ne[0], dw ? x->ne[1] : w->ne[0], ho, wo};
-    ex_tensor *y = ex__node(ctx, op, EX_F32, 4, ne, 2, s);
+    ex_tensor *y = ex__node(ctx, op, q ? EX_I32 : EX_F32, 4, ne, q ? 3 : 2, s);
     if (ex__is_inert(y))
         return y;
     for (int i = 0; i < 2; i++) {
@@ -75,33 +121,44 @@ static ex_tensor *conv_node(ex_ctx *ctx, ex_op op, const char *name, ex_tensor *
 
 ex_tensor *ex_conv2d(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, const ex_conv_params *p)
 {
-    return conv_node(ctx, EX_OP_CONV2D, "conv2d", x, w, p, false);
+    return conv_node(ctx, EX_OP_CONV2D, "conv2d", x, w, NULL, p, false);
 }
 
 ex_tensor *ex_dwconv2d(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, const ex_conv_params *p)
 {
-    return conv_node(ctx, EX_OP_DWCONV2D, "dwconv2d", x, w, p, false);
+    return conv_node(ctx, EX_OP_DWCONV2D, "dwconv2d", x, w, NULL, p, false);
 }
 
 ex_tensor *ex_dwconv2d_relu(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, const ex_conv_params *p)
 {
-    return conv_node(ctx, EX_OP_DWCONV2D, "dwconv2d_relu", x, w, p, true);
+    return conv_node(ctx, EX_OP_DWCONV2D, "dwconv2d_relu", x, w, NULL, p, true);
+}
+
+/* A pointwise convolution: f32, or int8 with an i32 bias. */
+static ex_tensor *pw_node(ex_ctx *ctx, ex_op op, const char *name, ex_tensor *x, ex_tensor *w,
+                          ex_tensor *bias)
+{
+    bool q = is_quant(op);
+    ex_tensor *s[3] = {x, w, bias};
+    if (!ex__check(ctx, name, q ? 3 : 2, s))
+        return INERT(ctx);
+    ex_dtype in = q ? EX_I8 : EX_F32;
+    if (!typed_nd(ctx, name, "x", x, in, 4) || !typed_nd(ctx, name, "w", w, in, 2))
+        return &ctx->inert;
+    if (w->ne[1] != x->ne[1]) {
+        char sx[64], sw[64];
+        return ex__fail(ctx, EX_ERR_SHAPE, "%s: x %s and w %s: channels do not match", name,
+                        ex__shape(x, sx), ex__shape(w, sw));
+    }
+    if (q && (!bias_ok(ctx, name, bias, w->ne[0]) || !terms_ok(ctx, name, w->ne[1])))
+        return &ctx->inert;
+    int64_t ne[4] = {x->ne[0], w->ne[0], x->ne[2], x->ne[3]};
+    return ex__node(ctx, op, q ? EX_I32 : EX_F32, 4, ne, q ? 3 : 2, s);
 }
 
 ex_tensor *ex_pwconv(ex_ctx *ctx, ex_tensor *x, ex_tensor *w)
 {
-    ex_tensor *s[2] = {x, w};
-    if (!ex__check(ctx, "pwconv", 2, s))
-        return INERT(ctx);
-    if (!f32_nd(ctx, "pwconv", "x", x, 4) || !f32_nd(ctx, "pwconv", "w", w, 2))
-        return &ctx->inert;
-    if (w->ne[1] != x->ne[1]) {
-        char sx[64], sw[64];
-        return ex__fail(ctx, EX_ERR_SHAPE, "pwconv: x %s and w %s: channels do not match",
-                        ex__shape(x, sx), ex__shape(w, sw));
-    }
-    int64_t ne[4] = {x->ne[0], w->ne[0], x->ne[2], x->ne[3]};
-    return ex__node(ctx, EX_OP_PWCONV, EX_F32, 4, ne, 2, s);
+    return pw_node(ctx, EX_OP_PWCONV, "pwconv", x, w, NULL);
 }
 
 ex_tensor *ex_matmul(ex_ctx *ctx, ex_tensor *a, ex_tensor *b)
@@ -136,4 +193,39 @@ ex_tensor *ex_linear(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *b)
     }
     int64_t ne[2] = {x->ne[0], w->ne[0]};
     return ex__node(ctx, EX_OP_LINEAR, EX_F32, 2, ne, n, s);
+}
+
+ex_tensor *ex_qconv2d(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *bias,
+                      const ex_conv_params *p)
+{
+    return conv_node(ctx, EX_OP_QCONV2D, "qconv2d", x, w, bias, p, false);
+}
+
+ex_tensor *ex_qdwconv2d(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *bias,
+                        const ex_conv_params *p)
+{
+    return conv_node(ctx, EX_OP_QDWCONV2D, "qdwconv2d", x, w, bias, p, false);
+}
+
+ex_tensor *ex_qpwconv(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *bias)
+{
+    return pw_node(ctx, EX_OP_QPWCONV, "qpwconv", x, w, bias);
+}
+
+ex_tensor *ex_qlinear(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *bias)
+{
+    ex_tensor *s[3] = {x, w, bias};
+    if (!ex__check(ctx, "qlinear", 3, s))
+        return INERT(ctx);
+    if (!typed_nd(ctx, "qlinear", "x", x, EX_I8, 2) || !typed_nd(ctx, "qlinear", "w", w, EX_I8, 2))
+        return &ctx->inert;
+    if (w->ne[1] != x->ne[1]) {
+        char sx[64], sw[64];
+        return ex__fail(ctx, EX_ERR_SHAPE, "qlinear: x %s and w %s: inner sizes differ",
+                        ex__shape(x, sx), ex__shape(w, sw));
+    }
+    if (!bias_ok(ctx, "qlinear", bias, w->ne[0]) || !terms_ok(ctx, "qlinear", w->ne[1]))
+        return &ctx->inert;
+    int64_t ne[2] = {x->ne[0], w->ne[0]};
+    return ex__node(ctx, EX_OP_QLINEAR, EX_I32, 2, ne, 3, s);
 }

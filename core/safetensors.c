@@ -40,8 +40,8 @@ struct ex_safetensors {
     char **meta_keys, **meta_values;
 };
 
-static const char *const dtype_names[EX_ST_DTYPE_COUNT] = {"F32", "I32", "I64"};
-static const int dtype_sizes[EX_ST_DTYPE_COUNT] = {4, 4, 8};
+static const char *const dtype_names[EX_ST_DTYPE_COUNT] = {"F32", "I32", "I64", "I8"};
+static const int dtype_sizes[EX_ST_DTYPE_COUNT] = {4, 4, 8, 1};
 
 const char *ex_st_dtype_name(ex_st_dtype t)
 {

@@ -7,12 +7,12 @@
 
 int ex_dtype_size(ex_dtype t)
 {
-    return (t == EX_F32 || t == EX_I32) ? 4 : 0;
+    return (t == EX_F32 || t == EX_I32) ? 4 : t == EX_I8 ? 1 : 0;
 }
 
 const char *ex_dtype_name(ex_dtype t)
 {
-    return t == EX_F32 ? "f32" : t == EX_I32 ? "i32" : "?";
+    return t == EX_F32 ? "f32" : t == EX_I32 ? "i32" : t == EX_I8 ? "i8" : "?";
 }
 
 bool ex__is_inert(const ex_tensor *t)

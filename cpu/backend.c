@@ -75,6 +75,19 @@ static ex_status run_node(const cpu_exec *e, const ex_node_exec *n)
     case EX_OP_CLIP: return cpu_clip(e, n);
     case EX_OP_RAND_UNIFORM: return cpu_rand_uniform(e, n);
     case EX_OP_RAND_NORMAL: return cpu_rand_normal(e, n);
+    case EX_OP_QUANTIZE: return cpu_quantize(e, n);
+    case EX_OP_DEQUANTIZE: return cpu_dequantize(e, n);
+    case EX_OP_REQUANTIZE: return cpu_requantize(e, n);
+    case EX_OP_QADD: return cpu_qadd(e, n);
+    case EX_OP_QCONCAT: return cpu_qconcat(e, n);
+    case EX_OP_QCONV2D: return cpu_qconv2d(e, n);
+    case EX_OP_QDWCONV2D: return cpu_qdwconv2d(e, n);
+    case EX_OP_QPWCONV: return cpu_qpwconv(e, n);
+    case EX_OP_QLINEAR: return cpu_qlinear(e, n);
+    case EX_OP_QRELU: return cpu_qrelu(e, n);
+    case EX_OP_QMAX_POOL: return cpu_qmax_pool(e, n);
+    case EX_OP_QAVG_POOL: return cpu_qavg_pool(e, n);
+    case EX_OP_QGLOBAL_AVG_POOL: return cpu_qglobal_avg_pool(e, n);
     case EX_OP_COUNT: break;
     }
     return cpu_fail(e, EX_ERR_UNSUPPORTED, "cpu: op %d is not in the catalogue", (int)n->op);

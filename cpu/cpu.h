@@ -136,5 +136,19 @@ CPU_OP(clip);
 /* random.c */
 CPU_OP(rand_uniform);
 CPU_OP(rand_normal);
+/* quant.c */
+CPU_OP(quantize);
+CPU_OP(dequantize);
+CPU_OP(requantize);
+CPU_OP(qadd);
+CPU_OP(qconcat);
+CPU_OP(qconv2d);
+CPU_OP(qdwconv2d);
+CPU_OP(qpwconv);
+CPU_OP(qlinear);
+CPU_OP(qrelu);
+CPU_OP(qmax_pool);
+CPU_OP(qavg_pool);
+CPU_OP(qglobal_avg_pool);
 
 #endif

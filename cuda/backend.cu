@@ -210,6 +210,19 @@ static ex_status run_node(cu_exec *e, const ex_node_exec *n)
     case EX_OP_CLIP: return cu_clip(e, n);
     case EX_OP_RAND_UNIFORM: return cu_rand_uniform(e, n);
     case EX_OP_RAND_NORMAL: return cu_rand_normal(e, n);
+    case EX_OP_QUANTIZE: return cu_quantize(e, n);
+    case EX_OP_DEQUANTIZE: return cu_dequantize(e, n);
+    case EX_OP_REQUANTIZE: return cu_requantize(e, n);
+    case EX_OP_QADD: return cu_qadd(e, n);
+    case EX_OP_QCONCAT: return cu_qconcat(e, n);
+    case EX_OP_QCONV2D: return cu_qconv2d(e, n);
+    case EX_OP_QDWCONV2D: return cu_qdwconv2d(e, n);
+    case EX_OP_QPWCONV: return cu_qpwconv(e, n);
+    case EX_OP_QLINEAR: return cu_qlinear(e, n);
+    case EX_OP_QRELU: return cu_qrelu(e, n);
+    case EX_OP_QMAX_POOL: return cu_qmax_pool(e, n);
+    case EX_OP_QAVG_POOL: return cu_qavg_pool(e, n);
+    case EX_OP_QGLOBAL_AVG_POOL: return cu_qglobal_avg_pool(e, n);
     case EX_OP_COUNT: break;
     }
     return cu_fail(e, EX_ERR_UNSUPPORTED, "cuda: op %d is not in the catalogue", (int)n->op);

@@ -456,6 +456,20 @@ CU_OP(clip);
 /* random.cu */
 CU_OP(rand_uniform);
 CU_OP(rand_normal);
+/* quant.cu */
+CU_OP(quantize);
+CU_OP(dequantize);
+CU_OP(requantize);
+CU_OP(qadd);
+CU_OP(qconcat);
+CU_OP(qconv2d);
+CU_OP(qdwconv2d);
+CU_OP(qpwconv);
+CU_OP(qlinear);
+CU_OP(qrelu);
+CU_OP(qmax_pool);
+CU_OP(qavg_pool);
+CU_OP(qglobal_avg_pool);
 
 /** A depthwise convolution in its roles for the staged path: x input, wt filter, y output
  *  (backward-data: y is dy, x is dx; filter gradient: wt is dw). k is the square filter's

@@ -16,6 +16,8 @@ packages=(build-essential cmake pkg-config libopenblas-dev libopenblas-openmp-de
 # ONNX export (protobuf-c and Debian's onnx.proto) and its checks (onnx.checker; Node.js for
 # onnxruntime's binding, below)
 packages+=(libprotobuf-c-dev protobuf-c-compiler libonnx-dev python3-onnx)
+# int8 GEMMs (oneDNN: AVX2, AVX-512 or VNNI kernels chosen at run time)
+packages+=(libdnnl-dev)
 command -v npm >/dev/null || packages+=(nodejs npm)
 # the Vulkan backend: shader compiler, loader and headers, lavapipe, validation layers
 packages+=(glslang-tools libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers)

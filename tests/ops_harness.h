@@ -219,6 +219,8 @@ void family_pool(void **state);
 void family_batchnorm(void **state);
 void family_nas(void **state);
 void family_random(void **state);
+/** The quantized inference ops, bit for bit against an integer reference. */
+void family_quant(void **state);
 void family_optim(void **state);
 /** Convolution nodes with malformed fused-ReLU flags, given to the backend directly. */
 void conv_flag_errors(void **state);

@@ -618,6 +618,91 @@ CASE(backward_not_scalar)
  * its argument), or nothing to check (void calls, ex_graph_backward). */
 enum ret { RET_INERT, RET_INERT_OR_NULL, RET_NONE };
 
+/* ---- quantized ---- */
+static ex_tensor *q8(ex_ctx *ctx, int ndim, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    return mk(ctx, EX_I8, ndim, a, b, c, d);
+}
+CASE(quantize_scale_shape)
+{
+    return ex_quantize(ctx, t4(ctx, 2, 3, 5, 5), t1(ctx, 4));
+}
+CASE(quantize_dtype)
+{
+    return ex_quantize(ctx, q8(ctx, 2, 5, 7, 0, 0), t1(ctx, 7));
+}
+CASE(dequantize_dtype)
+{
+    return ex_dequantize(ctx, t2(ctx, 5, 7), t1(ctx, 7));
+}
+CASE(requantize_rank)
+{
+    return ex_requantize(ctx, mk(ctx, EX_I32, 3, 5, 7, 2, 0), t1(ctx, 7), false);
+}
+CASE(qadd_shape)
+{
+    return ex_qadd(ctx, q8(ctx, 2, 5, 7, 0, 0), 1, q8(ctx, 2, 7, 5, 0, 0), 1, false);
+}
+CASE(qadd_multiplier)
+{
+    return ex_qadd(ctx, q8(ctx, 2, 5, 7, 0, 0), 1.0f / 0.0f, q8(ctx, 2, 5, 7, 0, 0), 1, false);
+}
+CASE(qconcat_parts)
+{
+    ex_tensor *p[2] = {q8(ctx, 4, 2, 3, 5, 5), q8(ctx, 4, 2, 3, 5, 6)};
+    return ex_qconcat(ctx, 2, p, t1(ctx, 2));
+}
+CASE(qconcat_count)
+{
+    ex_tensor *p[1] = {q8(ctx, 4, 2, 3, 5, 5)};
+    return ex_qconcat(ctx, 11, p, t1(ctx, 11));
+}
+CASE(qconv2d_bias)
+{
+    ex_conv_params p = conv(1, 1, 1);
+    return ex_qconv2d(ctx, q8(ctx, 4, 2, 3, 9, 9), q8(ctx, 4, 4, 3, 3, 3),
+                      mk(ctx, EX_I32, 1, 5, 0, 0, 0), &p);
+}
+CASE(qconv2d_terms)
+{
+    ex_conv_params p = conv(1, 0, 1);
+    return ex_qconv2d(ctx, q8(ctx, 4, 1, 8193, 3, 3), q8(ctx, 4, 2, 8193, 3, 3),
+                      mk(ctx, EX_I32, 1, 2, 0, 0, 0), &p);
+}
+CASE(qdwconv2d_dtype)
+{
+    ex_conv_params p = conv(1, 1, 1);
+    return ex_qdwconv2d(ctx, t4(ctx, 2, 3, 9, 9), q8(ctx, 4, 3, 1, 3, 3),
+                        mk(ctx, EX_I32, 1, 3, 0, 0, 0), &p);
+}
+CASE(qpwconv_channels)
+{
+    return ex_qpwconv(ctx, q8(ctx, 4, 2, 3, 5, 5), q8(ctx, 2, 4, 5, 0, 0),
+                      mk(ctx, EX_I32, 1, 4, 0, 0, 0));
+}
+CASE(qlinear_bias_dtype)
+{
+    return ex_qlinear(ctx, q8(ctx, 2, 5, 7, 0, 0), q8(ctx, 2, 3, 7, 0, 0), t1(ctx, 3));
+}
+CASE(qrelu_dtype)
+{
+    return ex_qrelu(ctx, t2(ctx, 5, 7));
+}
+CASE(qmax_pool_dtype)
+{
+    ex_pool_params p = {{3, 3}, {1, 1}, {1, 1}};
+    return ex_qmax_pool(ctx, t4(ctx, 2, 3, 5, 5), &p);
+}
+CASE(qavg_pool_kernel_big)
+{
+    ex_pool_params p = {{7, 7}, {1, 1}, {0, 0}};
+    return ex_qavg_pool(ctx, q8(ctx, 4, 2, 3, 4, 4), &p);
+}
+CASE(qglobal_avg_pool_rank)
+{
+    return ex_qglobal_avg_pool(ctx, q8(ctx, 2, 5, 7, 0, 0));
+}
+
 typedef struct err_case {
     const char *name;
     ex_tensor *(*build)(ex_ctx *ctx);
@@ -715,6 +800,23 @@ static const err_case cases[] = {
     C(max_pool_stride_neg, ARG, EX_OK, "max_pool", "stride"),
     C(max_pool_rank, SHP, EX_OK, "max_pool", "5x7"),
     C(global_avg_pool_rank, SHP, EX_OK, "global_avg_pool", "5x7"),
+    C(quantize_scale_shape, SHP, EX_OK, "quantize", "4", "2x3x5x5"),
+    C(quantize_dtype, ARG, EX_OK, "quantize", "i8"),
+    C(dequantize_dtype, ARG, EX_OK, "dequantize", "f32"),
+    C(requantize_rank, SHP, EX_OK, "requantize", "5x7x2"),
+    C(qadd_shape, SHP, EX_OK, "qadd", "5x7", "7x5"),
+    C(qadd_multiplier, ARG, EX_OK, "qadd", "inf"),
+    C(qconcat_parts, SHP, EX_OK, "qconcat", "2x3x5x6"),
+    C(qconcat_count, ARG, EX_OK, "qconcat", "11"),
+    C(qconv2d_bias, SHP, EX_OK, "qconv2d", "5"),
+    C(qconv2d_terms, SHP, EX_OK, "qconv2d", "73737"),
+    C(qdwconv2d_dtype, ARG, EX_OK, "qdwconv2d", "f32"),
+    C(qpwconv_channels, SHP, EX_OK, "qpwconv", "2x3x5x5", "4x5"),
+    C(qlinear_bias_dtype, ARG, EX_OK, "qlinear", "bias"),
+    C(qrelu_dtype, ARG, EX_OK, "qrelu", "f32"),
+    C(qmax_pool_dtype, ARG, EX_OK, "qmax_pool", "f32"),
+    C(qavg_pool_kernel_big, SHP, ARG, "qavg_pool", "2x3x4x4", "7"),
+    C(qglobal_avg_pool_rank, SHP, EX_OK, "qglobal_avg_pool", "5x7"),
     C(batch_norm_gamma, SHP, EX_OK, "batch_norm", "2x5x3x3", "6"),
     C(batch_norm_half_affine, ARG, EX_OK, "batch_norm"),
     C(batch_norm_running, SHP, EX_OK, "batch_norm", "2x5x3x3", "7"),
@@ -913,6 +1015,19 @@ static void test_null_ctx(void **state)
         ex_clip(NULL, NULL, NULL, 1),
         ex_rand_uniform(NULL, NULL, 2, ne, 0, 1),
         ex_rand_normal(NULL, NULL, 2, ne, 0, 1),
+        ex_quantize(NULL, NULL, NULL),
+        ex_dequantize(NULL, NULL, NULL),
+        ex_requantize(NULL, NULL, NULL, false),
+        ex_qadd(NULL, NULL, 1, NULL, 1, false),
+        ex_qconcat(NULL, 2, none, NULL),
+        ex_qconv2d(NULL, NULL, NULL, NULL, &cp),
+        ex_qdwconv2d(NULL, NULL, NULL, NULL, &cp),
+        ex_qpwconv(NULL, NULL, NULL, NULL),
+        ex_qlinear(NULL, NULL, NULL, NULL),
+        ex_qrelu(NULL, NULL),
+        ex_qmax_pool(NULL, NULL, &pp),
+        ex_qavg_pool(NULL, NULL, &pp),
+        ex_qglobal_avg_pool(NULL, NULL),
         ex_grad(NULL, NULL),
     };
     for (size_t i = 0; i < sizeof r / sizeof r[0]; i++)

@@ -1,6 +1,7 @@
 /* The op suite: every forward op of the catalogue against a double-precision reference
  * (tests/ref.c) on odd shapes and non-contiguous views, every gradient against central
- * differences of that reference, on the backend named by --backend. At the end every op
+ * differences of that reference, and the quantized ops bit for bit against an integer
+ * reference (tests/ops_quant.c), on the backend named by --backend. At the end every op
  * of the catalogue must have run in some plan.
  *
  *   test_ops --backend cpu|cpu-ref|vulkan|cuda
@@ -105,6 +106,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_prestate(family_optim, &s),
         cmocka_unit_test_prestate(sgd_clip_node_errors, &s),
         cmocka_unit_test_prestate(family_random, &s),
+        cmocka_unit_test_prestate(family_quant, &s),
         cmocka_unit_test_prestate(coverage, &s),
     };
     const char *filter = getenv("OPS_FILTER");

@@ -105,6 +105,19 @@ ex_status vk_run_node(vk_exec *e, const ex_node_exec *n)
     case EX_OP_CLIP: return vk_run_optim(e, n);
     case EX_OP_RAND_UNIFORM:
     case EX_OP_RAND_NORMAL: return vk_run_random(e, n);
+    case EX_OP_QUANTIZE:
+    case EX_OP_DEQUANTIZE:
+    case EX_OP_REQUANTIZE:
+    case EX_OP_QADD:
+    case EX_OP_QCONCAT:
+    case EX_OP_QCONV2D:
+    case EX_OP_QDWCONV2D:
+    case EX_OP_QPWCONV:
+    case EX_OP_QLINEAR:
+    case EX_OP_QRELU:
+    case EX_OP_QMAX_POOL:
+    case EX_OP_QAVG_POOL:
+    case EX_OP_QGLOBAL_AVG_POOL: return vk_run_quant(e, n);
     case EX_OP_COUNT: break;
     }
     return vk_fail(e, EX_ERR_UNSUPPORTED, "vulkan: op %d is not in the catalogue", (int)n->op);

@@ -36,6 +36,9 @@ ex_status vk_fail(vk_exec *e, ex_status st, const char *fmt, ...)
 
 /* ---- byte ranges ---- */
 
+/* Shaders read and write whole 32-bit words, so an i8 tensor's range ends on one: the
+ * bytes up to it lie in the allocation's padding (allocations are VK_ALIGN bytes apart)
+ * or belong to a neighbour, which the tracker then orders against this one. */
 vk_access vk_span_of(const ex_tdesc *t)
 {
     const vk_buffer *v = (const vk_buffer *)t->buf;
@@ -43,8 +46,8 @@ vk_access vk_span_of(const ex_tdesc *t)
     for (int d = 0; d < t->ndim; d++)
         if (t->ne[d] > 0)
             span += (uint64_t)(t->ne[d] - 1) * (uint64_t)(t->st[d] < 0 ? -t->st[d] : t->st[d]);
-    uint64_t lo = v->offset + t->offset;
-    return (vk_access){v->block, lo, lo + span * 4};
+    uint64_t lo = v->offset + t->offset, size = t->dtype == EX_I8 ? 1 : 4;
+    return (vk_access){v->block, lo, (lo + span * size + 3) & ~(uint64_t)3};
 }
 
 static int overlap(vk_access x, vk_access y)
@@ -89,9 +92,11 @@ static uint64_t max_u64(uint64_t a, uint64_t b)
     return a > b ? a : b;
 }
 
-static uint32_t ref_of(int k, int uniform, const vk_slot *s, uint64_t byte, int *error)
+/* unit: the bytes one step of the reference's offset counts (4; 1 for an i8 tensor). */
+static uint32_t ref_of(int k, int uniform, const vk_slot *s, uint64_t byte, uint64_t unit,
+                       int *error)
 {
-    uint64_t el = (byte - s->lo) / 4;
+    uint64_t el = (byte - s->lo) / unit;
     if (el > VK_REF_MAX_ELEM) {
         *error = 1;
         return VK_NOREF;
@@ -163,28 +168,35 @@ static int bind_storage(vk_exec *e, vk_access a, int write, int inexact)
     return -1;
 }
 
-/* The reference of byte a.lo, binding a (a uniform buffer first when small and read). */
-static uint32_t bind(vk_exec *e, vk_access a, int write, int small)
+/* The reference of byte a.lo, binding a (a uniform buffer first when small and read);
+ * its offset counts unit bytes. */
+static uint32_t bind_unit(vk_exec *e, vk_access a, int write, int small, uint64_t unit)
 {
     if (small && !write) {
         int k = bind_uniform(e, a);
         if (k >= 0)
-            return ref_of(k, 1, &e->uslot[k], a.lo, &e->ref_error);
+            return ref_of(k, 1, &e->uslot[k], a.lo, unit, &e->ref_error);
     }
     int k = bind_storage(e, a, write, 1);
     if (k < 0) {
         e->ref_error = 1;
         return VK_NOREF;
     }
-    return ref_of(k, 0, &e->slot[k], a.lo, &e->ref_error);
+    return ref_of(k, 0, &e->slot[k], a.lo, unit, &e->ref_error);
 }
 
+static uint32_t bind(vk_exec *e, vk_access a, int write, int small)
+{
+    return bind_unit(e, a, write, small, 4);
+}
+
+/* An i8 tensor's reference counts bytes: its element 0 need not start a word. */
 static uint32_t ref_tensor(vk_exec *e, const ex_tdesc *t, int small)
 {
     if (!t || !t->buf)
         return VK_NOREF;
     vk_access a = vk_span_of(t);
-    return bind(e, a, node_writes(e, a), small);
+    return bind_unit(e, a, node_writes(e, a), small, t->dtype == EX_I8 ? 1 : 4);
 }
 
 uint32_t vk_ref(vk_exec *e, const ex_tdesc *t)
@@ -295,8 +307,8 @@ int vk_ref_pair(vk_exec *e, const ex_tdesc *t0, const ex_tdesc *t1, uint32_t ref
     int k = bind_storage(e, both, node_writes(e, a) && node_writes(e, c), 0);
     if (k < 0 || !e->slot[k].write)
         return 0;
-    ref[0] = ref_of(k, 0, &e->slot[k], a.lo, &e->ref_error);
-    ref[1] = ref_of(k, 0, &e->slot[k], c.lo, &e->ref_error);
+    ref[0] = ref_of(k, 0, &e->slot[k], a.lo, 4, &e->ref_error);
+    ref[1] = ref_of(k, 0, &e->slot[k], c.lo, 4, &e->ref_error);
     return 1;
 }
 

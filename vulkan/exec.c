@@ -84,10 +84,12 @@ ex_status vkx_pipeline(vk_backend *b, vk_shader_id sh, int writes, int32_t varia
 
 /* ---- one node ---- */
 
-/* Operands must start on a 32-bit word. */
+/* Operands must start on a 32-bit word, but for i8 ones, whose references count bytes
+ * (vk_ref). */
 static ex_status check_aligned(vk_exec *e, const ex_tdesc *t, const char *what)
 {
-    if (!t || !t->buf || !((((const vk_buffer *)t->buf)->offset + t->offset) & 3))
+    if (!t || !t->buf || t->dtype == EX_I8 ||
+        !((((const vk_buffer *)t->buf)->offset + t->offset) & 3))
         return EX_OK;
     return vk_fail(e, EX_ERR_ARG, "%s at byte %llu is not 4-byte aligned", what,
                    (unsigned long long)t->offset);

@@ -103,10 +103,12 @@ typedef struct vk_exec {
 /** Writes a message naming the node's op and returns st. */
 ex_status vk_fail(vk_exec *e, ex_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/** The reference of t's element 0 (one of the node's operands, f32 or i32), binding its
- *  bytes for this dispatch and the next ones of the node: written if they overlap what the
- *  node writes, read otherwise. When no binding is left (nor one of the same block and
- *  use to widen) the next vk_dispatch() fails with EX_ERR_UNSUPPORTED. */
+/** The reference of t's element 0 (one of the node's operands), binding its bytes for
+ *  this dispatch and the next ones of the node: written if they overlap what the node
+ *  writes, read otherwise. Its offset counts 32-bit words for f32 and i32, bytes for i8
+ *  (shaders/quant/i8.glsl reads it; not for vk_ref_rebind). When no binding is left (nor
+ *  one of the same block and use to widen) the next vk_dispatch() fails with
+ *  EX_ERR_UNSUPPORTED. */
 uint32_t vk_ref(vk_exec *e, const ex_tdesc *t);
 /** vk_ref() for a small operand read with uniform indices (a scalar, a per-channel vector,
  *  a row of alpha, labels): a uniform-buffer binding when it fits one (VK_UBO_BYTES), so
@@ -212,6 +214,9 @@ ex_status vk_run_pool(vk_exec *e, const ex_node_exec *n);
 ex_status vk_run_batchnorm(vk_exec *e, const ex_node_exec *n);
 /* nas.c: MIXED_SUM(_BWD_W) GUMBEL_SOFTMAX(_BWD) HARDMAX_ST ENTROPY(_BWD) TOPK_MASK */
 ex_status vk_run_nas(vk_exec *e, const ex_node_exec *n);
+/* quant.c: QUANTIZE DEQUANTIZE REQUANTIZE QADD QCONCAT QCONV2D QDWCONV2D QPWCONV QLINEAR
+ * QRELU QMAX_POOL QAVG_POOL QGLOBAL_AVG_POOL */
+ex_status vk_run_quant(vk_exec *e, const ex_node_exec *n);
 
 /** Sub-allocations are aligned to this (covers minStorageBufferOffsetAlignment ≤ 256), so
  *  bytes this far apart never share a binding's aligned start. */

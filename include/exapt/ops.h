@@ -81,6 +81,20 @@ typedef enum ex_op {
     /* random */
     EX_OP_RAND_UNIFORM,
     EX_OP_RAND_NORMAL,
+    /* quantized inference (forward only) */
+    EX_OP_QUANTIZE,
+    EX_OP_DEQUANTIZE,
+    EX_OP_REQUANTIZE,
+    EX_OP_QADD,
+    EX_OP_QCONCAT,
+    EX_OP_QCONV2D,
+    EX_OP_QDWCONV2D,
+    EX_OP_QPWCONV,
+    EX_OP_QLINEAR,
+    EX_OP_QRELU,
+    EX_OP_QMAX_POOL,
+    EX_OP_QAVG_POOL,
+    EX_OP_QGLOBAL_AVG_POOL,
     EX_OP_COUNT
 } ex_op;
 
@@ -88,7 +102,8 @@ typedef enum ex_op {
 const char *ex_op_name(ex_op op);
 
 /** The op's test bound on normalized squared error, sum (y - ref)^2 / sum ref^2, against
- *  a double-precision reference; 0 when out of range. */
+ *  a double-precision reference; 0 for the quantized ops, which must match their integer
+ *  reference bit for bit, and when out of range. */
 double ex_op_tolerance(ex_op op);
 
 /** Whether the op has a gradient rule (ops without one stop gradients). */
@@ -251,6 +266,49 @@ ex_tensor *ex_rand_uniform(ex_ctx *ctx, ex_tensor *counter, int ndim, const int6
 /** Normal(mean, std) of shape ne from the Philox counter (i32 [2]). */
 ex_tensor *ex_rand_normal(ex_ctx *ctx, ex_tensor *counter, int ndim, const int64_t *ne, float mean,
                           float std);
+
+/* ---- quantized inference (forward only, no gradients) ----
+ * int8 values are symmetric: a real value v is held as q = v / scale, q in [-127, 127].
+ * Every op is exact integer arithmetic or one rounding of an f32 product, so every backend
+ * gives the same bits; docs/ops.md spells out each op's arithmetic. Per-channel operands
+ * (scales, multipliers) are f32 [C] along dimension 1 of x ([N, C] or [N, C, H, W]), or
+ * [1] for the whole tensor. "rne" rounds to the nearest integer, ties to even; results
+ * are clamped to [-127, 127] ([0, 127] with relu). */
+
+/** i8 rne(x * inv_scale[c]) of f32 x; inv_scale holds 1 / scale. */
+ex_tensor *ex_quantize(ex_ctx *ctx, ex_tensor *x, ex_tensor *inv_scale);
+/** f32 x * scale[c] of i8 or i32 x. */
+ex_tensor *ex_dequantize(ex_ctx *ctx, ex_tensor *x, ex_tensor *scale);
+/** i8 rne(x * multiplier[c]) of i8 or i32 x (an accumulator to the next scale). */
+ex_tensor *ex_requantize(ex_ctx *ctx, ex_tensor *x, ex_tensor *multiplier, bool relu);
+/** i8 rne(a * ma + b * mb) of i8 a and b of one shape (each product rounded to f32 and
+ *  their sum rounded once, in that order). */
+ex_tensor *ex_qadd(ex_ctx *ctx, ex_tensor *a, float ma, ex_tensor *b, float mb, bool relu);
+/** Parts ex_qconcat takes at most. */
+#define EX_MAX_QCONCAT 10
+/** Concatenation along channels of n (1 to EX_MAX_QCONCAT) i8 [N, Ci, H, W] of one N, H
+ *  and W, part i requantized by multipliers[i] (f32 [n]; 1 copies it unchanged). */
+ex_tensor *ex_qconcat(ex_ctx *ctx, int n, ex_tensor *const *parts, ex_tensor *multipliers);
+/** i32 dense convolution plus bias[co] of i8 x [N, Ci, H, W] and i8 w [Co, Ci, Kh, Kw];
+ *  bias is i32 [Co]. Ci * Kh * Kw is at most 65536, so no sum of products overflows. */
+ex_tensor *ex_qconv2d(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *bias,
+                      const ex_conv_params *p);
+/** i32 depthwise convolution plus bias[c] of i8 x [N, C, H, W], i8 w [C, 1, Kh, Kw]. */
+ex_tensor *ex_qdwconv2d(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *bias,
+                        const ex_conv_params *p);
+/** i32 pointwise convolution plus bias[co] of i8 x [N, Ci, H, W], i8 w [Co, Ci]. */
+ex_tensor *ex_qpwconv(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *bias);
+/** i32 x w^T + bias of i8 x [N, K], i8 w [M, K], i32 bias [M]. */
+ex_tensor *ex_qlinear(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *bias);
+/** i8 max(x, 0). */
+ex_tensor *ex_qrelu(ex_ctx *ctx, ex_tensor *x);
+/** Max pooling of i8 x [N, C, H, W]. */
+ex_tensor *ex_qmax_pool(ex_ctx *ctx, ex_tensor *x, const ex_pool_params *p);
+/** Average pooling of i8 x, padding not counted: the window's integer sum divided by its
+ *  count, rounded half away from zero. */
+ex_tensor *ex_qavg_pool(ex_ctx *ctx, ex_tensor *x, const ex_pool_params *p);
+/** Global average pooling of i8 x [N, C, H, W] to [N, C, 1, 1], rounded as ex_qavg_pool. */
+ex_tensor *ex_qglobal_avg_pool(ex_ctx *ctx, ex_tensor *x);
 
 #ifdef __cplusplus
 }

@@ -24,8 +24,14 @@ extern "C" {
 /** Largest header the reader accepts, in bytes (as the reference implementation). */
 #define EX_ST_MAX_HEADER 100000000u
 
-/** Element types, spelled "F32", "I32", "I64" in the file. */
-typedef enum ex_st_dtype { EX_ST_F32 = 0, EX_ST_I32, EX_ST_I64, EX_ST_DTYPE_COUNT } ex_st_dtype;
+/** Element types, spelled "F32", "I32", "I64", "I8" in the file. */
+typedef enum ex_st_dtype {
+    EX_ST_F32 = 0,
+    EX_ST_I32,
+    EX_ST_I64,
+    EX_ST_I8,
+    EX_ST_DTYPE_COUNT
+} ex_st_dtype;
 
 /** The file's spelling of a dtype ("F32", ...), "?" for an invalid one. */
 const char *ex_st_dtype_name(ex_st_dtype t);

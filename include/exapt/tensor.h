@@ -14,12 +14,13 @@ extern "C" {
 /** Maximum number of dimensions (NCHW). */
 #define EX_MAX_DIMS 4
 
-/** Element types. Ops compute in f32; i32 holds labels and counters. */
-typedef enum ex_dtype { EX_F32 = 0, EX_I32, EX_DTYPE_COUNT } ex_dtype;
+/** Element types. Ops compute in f32; i32 holds labels, counters and the int8 ops'
+ *  accumulators; i8 holds quantized inference's weights and activations. */
+typedef enum ex_dtype { EX_F32 = 0, EX_I32, EX_I8, EX_DTYPE_COUNT } ex_dtype;
 
 /** Bytes per element of a dtype, 0 for an invalid one. */
 int ex_dtype_size(ex_dtype t);
-/** Constant name of a dtype ("f32", "i32", "?"). */
+/** Constant name of a dtype ("f32", "i32", "i8", "?"). */
 const char *ex_dtype_name(ex_dtype t);
 
 /** Opaque tensor: a node of the context's graph. Owned by the context. A builder that

@@ -1,0 +1,478 @@
+/* Op suite: the quantized inference ops, each against an integer reference written here
+ * from docs/ops.md, bit for bit, on odd shapes, strided views and the rounding ties. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ops_harness.h"
+
+/* A host view of an operand: the root's data and the view's shape and strides, padded on
+ * the left to 4 dims. */
+typedef struct hview {
+    ex_dtype dt;
+    const void *data;
+    int nd;
+    int64_t ne[4], st[4], off;
+} hview;
+
+/* A case: its context, the roots' host data, and the checks failed. */
+typedef struct qcase {
+    suite *s;
+    const char *name;
+    ex_ctx *ctx;
+    rng r;
+    ex_tensor *root[8];
+    void *data[8];
+    int nroots;
+    int failures;
+    int *failed; /* the family's count of failed checks */
+} qcase;
+
+static void qfail(qcase *q, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void qfail(qcase *q, const char *fmt, ...)
+{
+    char m[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    print_error("[%s] %s: %s\n", q->s->backend_name, q->name, m);
+    q->failures++;
+}
+
+/* The family: every case runs, and the family fails at the end if any check failed. */
+typedef struct qfam {
+    suite *s;
+    int failed;
+} qfam;
+
+static void q_open(qcase *q, qfam *f, const char *name)
+{
+    memset(q, 0, sizeof *q);
+    q->failed = &f->failed;
+    q->s = f->s;
+    q->name = name;
+    q->ctx = ex_ctx_new();
+    q->r = rng_from(name);
+    assert_non_null(q->ctx);
+}
+
+static void q_close(qcase *q)
+{
+    for (int i = 0; i < q->nroots; i++)
+        free(q->data[i]);
+    ex_ctx_free(q->ctx);
+    *q->failed += q->failures;
+}
+
+/* A root input of dtype dt, filled: i8 uniform in [lo, hi], i32 likewise, f32 uniform
+ * [lo, hi) (fhalf: multiples of 0.5 there, so that products hit rounding ties). */
+static hview q_root(qcase *q, ex_dtype dt, int nd, const int64_t *ne, double lo, double hi,
+                    bool fhalf, ex_tensor **t)
+{
+    int64_t n = numel_of(nd, ne);
+    int k = q->nroots++;
+    char name[16];
+    snprintf(name, sizeof name, "r%d", k);
+    q->root[k] = *t = ex_input(q->ctx, dt, nd, ne, name);
+    void *d = xcalloc((size_t)n, (size_t)ex_dtype_size(dt));
+    for (int64_t i = 0; i < n; i++) {
+        if (dt == EX_I8)
+            ((int8_t *)d)[i] = (int8_t)(lo + (double)rng_below(&q->r, (int64_t)(hi - lo) + 1));
+        else if (dt == EX_I32)
+            ((int32_t *)d)[i] = (int32_t)(lo + (double)rng_below(&q->r, (int64_t)(hi - lo) + 1));
+        else
+            ((float *)d)[i] = fhalf ? (float)(0.5 * floor(2.0 * rng_uniform(&q->r, lo, hi)))
+                                    : (float)rng_uniform(&q->r, lo, hi);
+    }
+    q->data[k] = d;
+    hview v = {dt, d, nd, {1, 1, 1, 1}, {0, 0, 0, 0}, 0};
+    int64_t s = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        v.ne[4 - nd + i] = ne[i];
+        v.st[4 - nd + i] = s;
+        s *= ne[i];
+    }
+    return v;
+}
+
+/* The slice [start, start + len) of dimension dim (of the operand's own dims). */
+static hview hv_slice(hview v, int dim, int64_t start, int64_t len)
+{
+    int d = 4 - v.nd + dim;
+    v.off += start * v.st[d];
+    v.ne[d] = len;
+    return v;
+}
+
+static double hv_get(const hview *v, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    int64_t k = v->off + a * v->st[0] + b * v->st[1] + c * v->st[2] + d * v->st[3];
+    return v->dt == EX_I8    ? ((const int8_t *)v->data)[k]
+           : v->dt == EX_I32 ? ((const int32_t *)v->data)[k]
+                             : ((const float *)v->data)[k];
+}
+
+/* clamp(rne(f)) to [lo, 127] of an f32 value */
+static int q_rne(float f, int lo)
+{
+    double r = nearbyint((double)f);
+    return r < lo ? lo : r > 127 ? 127 : (int)r;
+}
+
+/* Plans y, writes the roots, runs, and compares y's bytes with want (dst's dtype, dense). */
+static void q_check(qcase *q, ex_tensor *y, const void *want)
+{
+    ex_plan *plan = NULL;
+    char msg[512] = "";
+    ex_keep(q->ctx, y);
+    if (plan_graph(q->s, q->ctx, &plan, msg, sizeof msg) != EX_OK) {
+        qfail(q, "plan: %s", msg);
+        return;
+    }
+    for (int i = 0; i < q->nroots; i++) {
+        size_t bytes = (size_t)ex_tensor_numel(q->root[i]) *
+                       (size_t)ex_dtype_size(ex_tensor_dtype(q->root[i]));
+        if (ex_plan_write(plan, q->root[i], q->data[i], bytes) != EX_OK)
+            qfail(q, "write: %s", ex_plan_error(plan));
+    }
+    size_t n = (size_t)ex_tensor_numel(y), es = (size_t)ex_dtype_size(ex_tensor_dtype(y));
+    unsigned char *got = xcalloc(n, es);
+    if (ex_plan_run(plan) != EX_OK || ex_plan_read(plan, y, got, n * es) != EX_OK) {
+        qfail(q, "run: %s", ex_plan_error(plan));
+    } else if (memcmp(got, want, n * es)) {
+        size_t i = 0;
+        while (i < n && !memcmp(got + i * es, (const unsigned char *)want + i * es, es))
+            i++;
+        double g = 0, w = 0;
+        if (ex_tensor_dtype(y) == EX_I8) {
+            g = ((int8_t *)got)[i];
+            w = ((const int8_t *)want)[i];
+        } else if (ex_tensor_dtype(y) == EX_I32) {
+            g = ((int32_t *)got)[i];
+            w = ((const int32_t *)want)[i];
+        } else {
+            g = ((float *)got)[i];
+            w = ((const float *)want)[i];
+        }
+        qfail(q, "element %zu of %zu is %.9g, the reference %.9g", i, n, g, w);
+    }
+    free(got);
+    ex_plan_free(plan);
+}
+
+/* The y dims padded to 4 and their count. */
+static int64_t dims4(const ex_tensor *y, int64_t ne[4])
+{
+    int nd = ex_tensor_ndim(y);
+    for (int d = 0; d < 4; d++)
+        ne[d] = d < 4 - nd ? 1 : ex_tensor_dim(y, d - (4 - nd));
+    return ne[0] * ne[1] * ne[2] * ne[3];
+}
+
+/* Per-channel value of v (f32 [C] or [1]) for channel c. */
+static float chan(const hview *v, int64_t c)
+{
+    return (float)hv_get(v, 0, 0, 0, v->ne[3] == 1 ? 0 : c);
+}
+
+/* ---- element-wise: quantize, dequantize, requantize, qadd, qrelu ---- */
+
+enum { K_QUANTIZE, K_DEQUANTIZE, K_REQUANTIZE, K_QADD, K_QRELU };
+
+/* The reference of an element-wise case on operands a (and b) into a dense y. */
+static void ew_ref(int kind, const hview *a, const hview *b, int cdim, float ma, float mb, int lo,
+                   const int64_t ne[4], void *y)
+{
+    int64_t i = 0;
+    for (int64_t i0 = 0; i0 < ne[0]; i0++)
+        for (int64_t i1 = 0; i1 < ne[1]; i1++)
+            for (int64_t i2 = 0; i2 < ne[2]; i2++)
+                for (int64_t i3 = 0; i3 < ne[3]; i3++, i++) {
+                    int64_t ix[4] = {i0, i1, i2, i3};
+                    float x = (float)hv_get(a, i0, i1, i2, i3);
+                    switch (kind) {
+                    case K_QUANTIZE: {
+                        float p = x * chan(b, ix[cdim]);
+                        ((int8_t *)y)[i] = (int8_t)q_rne(p, -127);
+                        break;
+                    }
+                    case K_DEQUANTIZE: ((float *)y)[i] = x * chan(b, ix[cdim]); break;
+                    case K_REQUANTIZE: {
+                        float p = x * chan(b, ix[cdim]);
+                        ((int8_t *)y)[i] = (int8_t)q_rne(p, lo);
+                        break;
+                    }
+                    case K_QADD: {
+                        float pa = x * ma, pb = (float)hv_get(b, i0, i1, i2, i3) * mb;
+                        float s = pa + pb;
+                        ((int8_t *)y)[i] = (int8_t)q_rne(s, lo);
+                        break;
+                    }
+                    default: ((int8_t *)y)[i] = (int8_t)(x > 0 ? x : 0); break;
+                    }
+                }
+}
+
+static void ew_case(qfam *s, const char *name, int kind, ex_dtype in, int nd, const int64_t *ne,
+                    bool slice, bool per_channel, bool relu)
+{
+    qcase q;
+    q_open(&q, s, name);
+    ex_tensor *ta, *tb = NULL;
+    hview a, b = {0};
+    double lo = in == EX_F32 ? -4.0 : in == EX_I32 ? -3000000 : -128, hi = -lo - (in == EX_I8);
+    a = q_root(&q, in, nd, ne, lo, hi, kind == K_QUANTIZE, &ta);
+    if (slice) { /* channels [1, C - 1) of the root: strides of a view, an offset */
+        a = hv_slice(a, 1, 1, ne[1] - 2);
+        ta = ex_slice(q.ctx, ta, 1, 1, ne[1] - 2);
+    }
+    int64_t c = ex_tensor_dim(ta, 1), one = per_channel ? c : 1;
+    float ma = 0.37f, mb = 1.7f;
+    if (kind == K_QADD) {
+        int64_t bne[4];
+        for (int d = 0; d < nd; d++)
+            bne[d] = ex_tensor_dim(ta, d);
+        b = q_root(&q, EX_I8, nd, bne, -128, 127, false, &tb);
+    } else if (kind != K_QRELU) {
+        /* quantize: 1/scale; requantize: accumulator to int8; dequantize: a scale */
+        double v0 = kind == K_QUANTIZE     ? 8
+                    : kind == K_REQUANTIZE ? (in == EX_I32 ? 2e-5 : 0.3)
+                                           : 0.01;
+        b = q_root(&q, EX_F32, 1, &one, v0, 4 * v0, false, &tb);
+        if (kind == K_QUANTIZE) /* one channel with r = 1: the halves of x are ties */
+            ((float *)q.data[1])[0] = 1.0f;
+    }
+    ex_tensor *y = kind == K_QUANTIZE     ? ex_quantize(q.ctx, ta, tb)
+                   : kind == K_DEQUANTIZE ? ex_dequantize(q.ctx, ta, tb)
+                   : kind == K_REQUANTIZE ? ex_requantize(q.ctx, ta, tb, relu)
+                   : kind == K_QADD       ? ex_qadd(q.ctx, ta, ma, tb, mb, relu)
+                                          : ex_qrelu(q.ctx, ta);
+    assert_int_equal(ex_ctx_status(q.ctx), EX_OK);
+    int64_t yne[4], n = dims4(y, yne);
+    void *want = xcalloc((size_t)n, 4);
+    ew_ref(kind, &a, &b, 4 - nd + 1, ma, mb, relu ? 0 : -127, yne, want);
+    q_check(&q, y, want);
+    free(want);
+    q_close(&q);
+}
+
+static void elementwise(qfam *s)
+{
+    int64_t x4[4] = {3, 7, 5, 9}, x2[2] = {13, 11};
+    ew_case(s, "quantize per channel", K_QUANTIZE, EX_F32, 4, x4, false, true, false);
+    ew_case(s, "quantize per tensor, 2-dim slice", K_QUANTIZE, EX_F32, 2, x2, true, false, false);
+    ew_case(s, "dequantize i8 per channel", K_DEQUANTIZE, EX_I8, 4, x4, true, true, false);
+    ew_case(s, "dequantize i32 per tensor", K_DEQUANTIZE, EX_I32, 2, x2, false, false, false);
+    ew_case(s, "requantize i32 per channel", K_REQUANTIZE, EX_I32, 4, x4, false, true, false);
+    ew_case(s, "requantize i32 relu", K_REQUANTIZE, EX_I32, 4, x4, true, true, true);
+    ew_case(s, "requantize i8 per tensor", K_REQUANTIZE, EX_I8, 2, x2, true, false, false);
+    ew_case(s, "qadd", K_QADD, EX_I8, 4, x4, false, false, false);
+    ew_case(s, "qadd relu of a slice", K_QADD, EX_I8, 4, x4, true, false, true);
+    ew_case(s, "qrelu of a slice", K_QRELU, EX_I8, 4, x4, true, false, false);
+}
+
+/* ---- qconcat ---- */
+
+static void concat(qfam *s)
+{
+    qcase q;
+    q_open(&q, s, "qconcat of three parts, one a slice");
+    int64_t ne[3][4] = {{2, 3, 5, 7}, {2, 6, 5, 7}, {2, 2, 5, 7}}, three = 3;
+    ex_tensor *t[3], *tm;
+    hview v[3];
+    for (int i = 0; i < 3; i++)
+        v[i] = q_root(&q, EX_I8, 4, ne[i], -128, 127, false, &t[i]);
+    v[1] = hv_slice(v[1], 1, 2, 4);
+    t[1] = ex_slice(q.ctx, t[1], 1, 2, 4);
+    hview m = q_root(&q, EX_F32, 1, &three, 0.3, 1.9, false, &tm);
+    ((float *)q.data[3])[0] = 1.0f;
+    ((float *)q.data[3])[2] = 0.5f; /* ties */
+    ex_tensor *y = ex_qconcat(q.ctx, 3, t, tm);
+    assert_int_equal(ex_ctx_status(q.ctx), EX_OK);
+    int64_t yne[4], n = dims4(y, yne);
+    int8_t *want = xcalloc((size_t)n, 1);
+    for (int64_t a = 0; a < yne[0]; a++)
+        for (int64_t c = 0; c < yne[1]; c++)
+            for (int64_t h = 0; h < yne[2]; h++)
+                for (int64_t w = 0; w < yne[3]; w++) {
+                    int p = c < 3 ? 0 : c < 7 ? 1 : 2;
+                    int64_t pc = c - (p == 0 ? 0 : p == 1 ? 3 : 7);
+                    float f = (float)hv_get(&v[p], a, pc, h, w) * chan(&m, p);
+                    want[((a * yne[1] + c) * yne[2] + h) * yne[3] + w] = (int8_t)q_rne(f, -127);
+                }
+    q_check(&q, y, want);
+    free(want);
+    q_close(&q);
+}
+
+/* ---- convolutions and linear ---- */
+
+enum { C_DENSE, C_DEPTH, C_POINT };
+
+static void conv_case(qfam *s, const char *name, int kind, const int64_t xne[4], int64_t co, int kh,
+                      int kw, ex_conv_params p, bool slice)
+{
+    qcase q;
+    q_open(&q, s, name);
+    ex_tensor *tx, *tw, *tb;
+    hview x = q_root(&q, EX_I8, 4, xne, -128, 127, false, &tx);
+    if (slice) {
+        x = hv_slice(x, 1, 1, xne[1] - 1);
+        tx = ex_slice(q.ctx, tx, 1, 1, xne[1] - 1);
+    }
+    int64_t ci = ex_tensor_dim(tx, 1), cout = kind == C_DEPTH ? ci : co;
+    int64_t wne[4] = {cout, kind == C_DEPTH ? 1 : ci, kh, kw};
+    hview w = q_root(&q, EX_I8, kind == C_POINT ? 2 : 4, wne, -128, 127, false, &tw);
+    hview b = q_root(&q, EX_I32, 1, &cout, -100000, 100000, false, &tb);
+    ex_tensor *y = kind == C_DENSE   ? ex_qconv2d(q.ctx, tx, tw, tb, &p)
+                   : kind == C_DEPTH ? ex_qdwconv2d(q.ctx, tx, tw, tb, &p)
+                                     : ex_qpwconv(q.ctx, tx, tw, tb);
+    assert_int_equal(ex_ctx_status(q.ctx), EX_OK);
+    int64_t yne[4], n = dims4(y, yne);
+    int32_t *want = xcalloc((size_t)n, 4);
+    int64_t i = 0;
+    for (int64_t a = 0; a < yne[0]; a++)
+        for (int64_t o = 0; o < yne[1]; o++)
+            for (int64_t oh = 0; oh < yne[2]; oh++)
+                for (int64_t ow = 0; ow < yne[3]; ow++, i++) {
+                    int64_t acc = (int64_t)hv_get(&b, 0, 0, 0, o);
+                    for (int64_t c = 0; c < (kind == C_DEPTH ? 1 : ci); c++)
+                        for (int r = 0; r < kh; r++)
+                            for (int t = 0; t < kw; t++) {
+                                int64_t h = oh * p.stride[0] - p.pad[0] + r * p.dilation[0],
+                                        v = ow * p.stride[1] - p.pad[1] + t * p.dilation[1];
+                                if (h < 0 || v < 0 || h >= x.ne[2] || v >= x.ne[3])
+                                    continue;
+                                double wt = kind == C_POINT ? hv_get(&w, 0, 0, o, c)
+                                                            : hv_get(&w, o, c, r, t);
+                                acc += (int64_t)wt *
+                                       (int64_t)hv_get(&x, a, kind == C_DEPTH ? o : c, h, v);
+                            }
+                    want[i] = (int32_t)acc;
+                }
+    q_check(&q, y, want);
+    free(want);
+    q_close(&q);
+}
+
+static void linear(qfam *s)
+{
+    qcase q;
+    q_open(&q, s, "qlinear");
+    int64_t xne[2] = {5, 37}, wne[2] = {11, 37}, m = 11;
+    ex_tensor *tx, *tw, *tb;
+    hview x = q_root(&q, EX_I8, 2, xne, -128, 127, false, &tx);
+    hview w = q_root(&q, EX_I8, 2, wne, -128, 127, false, &tw);
+    hview b = q_root(&q, EX_I32, 1, &m, -100000, 100000, false, &tb);
+    ex_tensor *y = ex_qlinear(q.ctx, tx, tw, tb);
+    assert_int_equal(ex_ctx_status(q.ctx), EX_OK);
+    int32_t want[5 * 11];
+    for (int64_t i = 0; i < 5; i++)
+        for (int64_t o = 0; o < m; o++) {
+            int64_t acc = (int64_t)hv_get(&b, 0, 0, 0, o);
+            for (int64_t k = 0; k < 37; k++)
+                acc += (int64_t)hv_get(&x, 0, 0, i, k) * (int64_t)hv_get(&w, 0, 0, o, k);
+            want[i * m + o] = (int32_t)acc;
+        }
+    q_check(&q, y, want);
+    q_close(&q);
+}
+
+static void convolutions(qfam *s)
+{
+    int64_t x[4] = {2, 5, 9, 11}, xp[4] = {3, 7, 6, 5};
+    conv_case(s, "qconv2d 3x3", C_DENSE, x, 4, 3, 3, (ex_conv_params){{1, 1}, {1, 1}, {1, 1}},
+              false);
+    conv_case(s, "qconv2d 1x7 stride 2 dilation 2 of a slice", C_DENSE, x, 3, 1, 7,
+              (ex_conv_params){{2, 1}, {0, 5}, {2, 2}}, true);
+    conv_case(s, "qdwconv2d 3x3", C_DEPTH, x, 0, 3, 3, (ex_conv_params){{1, 1}, {1, 1}, {1, 1}},
+              false);
+    conv_case(s, "qdwconv2d 5x5 stride 2 of a slice", C_DEPTH, x, 0, 5, 5,
+              (ex_conv_params){{2, 2}, {2, 2}, {1, 1}}, true);
+    conv_case(s, "qdwconv2d 3x3 dilation 2", C_DEPTH, x, 0, 3, 3,
+              (ex_conv_params){{1, 1}, {2, 2}, {2, 2}}, false);
+    conv_case(s, "qpwconv", C_POINT, xp, 9, 1, 1, (ex_conv_params){{1, 1}, {0, 0}, {1, 1}}, false);
+    conv_case(s, "qpwconv of a slice", C_POINT, xp, 4, 1, 1,
+              (ex_conv_params){{1, 1}, {0, 0}, {1, 1}}, true);
+    linear(s);
+}
+
+/* ---- pooling ---- */
+
+static void pool_case(qfam *s, const char *name, ex_op op, const int64_t xne[4], int k, int stride,
+                      int pad, bool slice)
+{
+    qcase q;
+    q_open(&q, s, name);
+    ex_tensor *tx;
+    hview x = q_root(&q, EX_I8, 4, xne, -128, 127, false, &tx);
+    if (slice) {
+        x = hv_slice(x, 3, 1, xne[3] - 1);
+        tx = ex_slice(q.ctx, tx, 3, 1, xne[3] - 1);
+    }
+    ex_pool_params p = {{k, k}, {stride, stride}, {pad, pad}};
+    ex_tensor *y = op == EX_OP_QMAX_POOL   ? ex_qmax_pool(q.ctx, tx, &p)
+                   : op == EX_OP_QAVG_POOL ? ex_qavg_pool(q.ctx, tx, &p)
+                                           : ex_qglobal_avg_pool(q.ctx, tx);
+    assert_int_equal(ex_ctx_status(q.ctx), EX_OK);
+    if (op == EX_OP_QGLOBAL_AVG_POOL) {
+        k = (int)x.ne[2];
+        p = (ex_pool_params){{(int)x.ne[2], (int)x.ne[3]}, {1, 1}, {0, 0}};
+    }
+    int64_t yne[4], n = dims4(y, yne), i = 0;
+    int8_t *want = xcalloc((size_t)n, 1);
+    for (int64_t a = 0; a < yne[0]; a++)
+        for (int64_t c = 0; c < yne[1]; c++)
+            for (int64_t oh = 0; oh < yne[2]; oh++)
+                for (int64_t ow = 0; ow < yne[3]; ow++, i++) {
+                    int64_t sum = 0, cnt = 0, best = -128;
+                    for (int r = 0; r < p.kernel[0]; r++)
+                        for (int t = 0; t < p.kernel[1]; t++) {
+                            int64_t h = oh * p.stride[0] - p.pad[0] + r,
+                                    v = ow * p.stride[1] - p.pad[1] + t;
+                            if (h < 0 || v < 0 || h >= x.ne[2] || v >= x.ne[3])
+                                continue;
+                            int64_t e = (int64_t)hv_get(&x, a, c, h, v);
+                            sum += e;
+                            cnt++;
+                            best = e > best ? e : best;
+                        }
+                    /* |sum| / cnt rounded half up: floor(|sum| / cnt + 1 / 2) */
+                    int64_t r = (2 * llabs(sum) + cnt) / (2 * cnt);
+                    want[i] = (int8_t)(op == EX_OP_QMAX_POOL ? best : sum < 0 ? -r : r);
+                }
+    q_check(&q, y, want);
+    free(want);
+    q_close(&q);
+}
+
+static void pools(qfam *s)
+{
+    int64_t x[4] = {2, 3, 8, 9}, g[4] = {3, 4, 5, 7};
+    pool_case(s, "qmax_pool 3x3", EX_OP_QMAX_POOL, x, 3, 1, 1, false);
+    pool_case(s, "qmax_pool 3x3 stride 2 of a slice", EX_OP_QMAX_POOL, x, 3, 2, 1, true);
+    pool_case(s, "qavg_pool 3x3", EX_OP_QAVG_POOL, x, 3, 1, 1, false);
+    pool_case(s, "qavg_pool 3x3 stride 2 of a slice", EX_OP_QAVG_POOL, x, 3, 2, 1, true);
+    pool_case(s, "qavg_pool 2x2 stride 2 (ties)", EX_OP_QAVG_POOL, x, 2, 2, 0, false);
+    pool_case(s, "qglobal_avg_pool", EX_OP_QGLOBAL_AVG_POOL, g, 0, 1, 0, false);
+    pool_case(s, "qglobal_avg_pool of a slice", EX_OP_QGLOBAL_AVG_POOL, g, 0, 1, 0, true);
+}
+
+void family_quant(void **state)
+{
+    qfam f = {*state, 0};
+    elementwise(&f);
+    concat(&f);
+    convolutions(&f);
+    pools(&f);
+    assert_int_equal(f.failed, 0);
+}
