@@ -1,8 +1,7 @@
 /* The derived network as an ONNX model (opset 13), written with protobuf-c from the
  * onnx.proto that Debian's libonnx-dev ships. The graph follows nas_derived_forward's
- * structure in evaluation mode (no auxiliary head, no drop path); every batch norm follows
- * a convolution and is folded into it: W' = W s, b' = beta - mean s, s = gamma /
- * sqrt(var + eps), in double. */
+ * structure in evaluation mode (nas_walk: no auxiliary head, no drop path, every batch norm
+ * folded into the convolution before it). */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,6 +11,7 @@
 #include "exapt/file.h"
 #include "nas/export.h"
 #include "nas/supernet.h"
+#include "nas/walk.h"
 #include "onnx/onnx.pb-c.h"
 
 enum { OPSET = 13, IR_VERSION = 7 };
@@ -168,266 +168,128 @@ static const char *constant(ob *b, int ndim, const int64_t *dims, const void *da
     return name;
 }
 
-/* The network's tensor called prefix.name, which must hold count values; NULL on failure. */
-static float *weights(ob *b, const char *prefix, const char *name, int64_t count)
+static ob *ob_of(void *user)
 {
-    if (b->st != EX_OK)
-        return NULL;
-    char full[256];
-    snprintf(full, sizeof full, "%s%s%s", prefix, *prefix ? "." : "", name);
-    int64_t got = 0;
-    float *v = nas_network_read(b->net, full, &got);
-    if (v && got == count)
-        return v;
-    b->st = EX_ERR_STATE;
-    if (v)
-        snprintf(b->msg, sizeof b->msg, "onnx: %s holds %lld values, not %lld", full,
-                 (long long)got, (long long)count);
-    else
-        snprintf(b->msg, sizeof b->msg, "onnx: %s", ex_network_error(b->net));
-    free(v);
-    return NULL;
+    return user;
 }
 
-typedef struct conv_shape {
-    int64_t cout, cin, kh, kw;
-    int sh, sw, ph, pw, dil, group;
-} conv_shape;
-
-/* The batch norm folded into a convolution: at prefix, of channels channels, of which
- * the convolution makes [first, first + cout). */
-typedef struct bn_part {
-    const char *prefix;
-    int64_t channels, first;
-} bn_part;
-
-/* Scales each output channel's weights in w by the batch norm's factor and sets the bias. */
-static void fold(ob *b, const bn_part *bn, const conv_shape *s, float *w, float *bias)
+static val val_of(nas_val v)
 {
-    int64_t per = s->cin / s->group * s->kh * s->kw;
-    float *g = weights(b, bn->prefix, "weight", bn->channels),
-          *beta = weights(b, bn->prefix, "bias", bn->channels),
-          *mean = weights(b, bn->prefix, "running_mean", bn->channels),
-          *var = weights(b, bn->prefix, "running_var", bn->channels);
-    for (int64_t o = 0; g && beta && mean && var && o < s->cout; o++) {
-        int64_t k = bn->first + o;
-        double scale = (double)g[k] / sqrt((double)var[k] + 1e-5);
-        for (int64_t i = 0; i < per; i++)
-            w[o * per + i] = (float)((double)w[o * per + i] * scale);
-        bias[o] = (float)((double)beta[k] - (double)mean[k] * scale);
-    }
-    free(g);
-    free(beta);
-    free(mean);
-    free(var);
+    return (val){v.p, v.c};
 }
 
-/* A convolution (weights at prefix.wname) with the batch norm bn (NULL: none, no bias)
- * folded in. */
-static val conv(ob *b, val x, const char *prefix, const char *wname, const bn_part *bn,
-                const conv_shape *s)
+static nas_val nv(val v)
 {
-    val y = {"", s->cout};
+    return (nas_val){(void *)v.name, v.c};
+}
+
+static bool failed(void *user)
+{
+    return ob_of(user)->st != EX_OK;
+}
+
+/* A convolution with its batch norm folded in (a bias only when there is one). */
+static nas_val conv(void *user, nas_val xv, const nas_conv_desc *s)
+{
+    ob *b = ob_of(user);
+    val x = val_of(xv), y = {"", s->cout};
     int64_t dims[4] = {s->cout, s->cin / s->group, s->kh, s->kw};
-    float *w = weights(b, prefix, wname, dims[0] * dims[1] * dims[2] * dims[3]);
-    float *bias = calloc((size_t)s->cout, sizeof *bias);
-    if (w && bias) {
-        if (bn)
-            fold(b, bn, s, w, bias);
-        const char *in[3] = {x.name, constant(b, 4, dims, w, false),
-                             bn ? constant(b, 1, &s->cout, bias, false) : NULL};
-        Onnx__NodeProto *nd = node(b, "Conv", bn ? 3 : 2, in, &y);
-        int64_t k[2] = {s->kh, s->kw}, st[2] = {s->sh, s->sw},
-                pad[4] = {s->ph, s->pw, s->ph, s->pw}, dl[2] = {s->dil, s->dil};
-        if (nd) {
-            attr_ints(b, nd, "kernel_shape", 2, k);
-            attr_ints(b, nd, "strides", 2, st);
-            attr_ints(b, nd, "pads", 4, pad);
-            attr_ints(b, nd, "dilations", 2, dl);
-            attr_int(b, nd, "group", s->group);
-        }
-    } else if (b->st == EX_OK) {
-        b->st = EX_ERR_NOMEM;
-        snprintf(b->msg, sizeof b->msg, "onnx: out of host memory");
+    float *w = NULL, *bias = NULL;
+    if (b->st != EX_OK)
+        return nv(y);
+    if (nas_fold(b->net, s, &w, &bias) != EX_OK) {
+        b->st = EX_ERR_STATE;
+        snprintf(b->msg, sizeof b->msg, "onnx: %s", ex_network_error(b->net));
+        return nv(y);
+    }
+    bool bn = s->bn[0] != '\0';
+    const char *in[3] = {x.name, constant(b, 4, dims, w, false),
+                         bn ? constant(b, 1, &s->cout, bias, false) : NULL};
+    Onnx__NodeProto *nd = node(b, "Conv", bn ? 3 : 2, in, &y);
+    int64_t k[2] = {s->kh, s->kw}, st[2] = {s->sh, s->sw}, pad[4] = {s->ph, s->pw, s->ph, s->pw},
+            dl[2] = {s->dil, s->dil};
+    if (nd) {
+        attr_ints(b, nd, "kernel_shape", 2, k);
+        attr_ints(b, nd, "strides", 2, st);
+        attr_ints(b, nd, "pads", 4, pad);
+        attr_ints(b, nd, "dilations", 2, dl);
+        attr_int(b, nd, "group", s->group);
     }
     free(w);
     free(bias);
-    return y;
+    return nv(y);
 }
 
-/* The batch norm at prefix over a whole convolution's cout channels. */
-static const bn_part *whole(bn_part *part, const char *prefix, int64_t cout)
-{
-    *part = (bn_part){prefix, cout, 0};
-    return prefix ? part : NULL;
-}
-
-static val unary(ob *b, const char *op, val x)
+static nas_val unary(ob *b, const char *op, nas_val x)
 {
     val y = {"", x.c};
-    node(b, op, 1, &x.name, &y);
-    return y;
+    const char *in = x.p;
+    node(b, op, 1, &in, &y);
+    return nv(y);
 }
 
-static val binary(ob *b, const char *op, val x, val z)
+static nas_val relu(void *user, nas_val x)
+{
+    return unary(ob_of(user), "Relu", x);
+}
+
+static nas_val add(void *user, nas_val x, nas_val z)
 {
     val y = {"", x.c};
-    const char *in[2] = {x.name, z.name};
-    node(b, op, 2, in, &y);
-    return y;
+    const char *in[2] = {x.p, z.p};
+    node(ob_of(user), "Add", 2, in, &y);
+    return nv(y);
 }
 
-static val concat(ob *b, int count, const val *parts)
+static nas_val concat(void *user, int count, const nas_val *parts)
 {
+    ob *b = ob_of(user);
     const char *in[2 + EX_MAX_STEPS];
     val y = {"", 0};
     for (int i = 0; i < count; i++) {
-        in[i] = parts[i].name;
+        in[i] = parts[i].p;
         y.c += parts[i].c;
     }
     attr_int(b, node(b, "Concat", count, in, &y), "axis", 1);
-    return y;
+    return nv(y);
 }
 
-static conv_shape pointwise(int64_t cin, int64_t cout, int stride)
+static nas_val shift(void *user, nas_val x)
 {
-    return (conv_shape){cout, cin, 1, 1, stride, stride, 0, 0, 1, 1};
-}
-
-/* DARTS's FactorizedReduce: two 1x1 convolutions at stride 2, the second on the input
- * shifted by one pixel, concatenated, then the batch norm. */
-static val factorized_reduce(ob *b, val x, const char *prefix, int64_t cout)
-{
-    val r = unary(b, "Relu", x);
+    ob *b = ob_of(user);
     int64_t starts[2] = {1, 1}, ends[2] = {INT64_MAX, INT64_MAX}, axes[2] = {2, 3}, two = 2;
-    const char *in[4] = {r.name, constant(b, 1, &two, starts, true),
-                         constant(b, 1, &two, ends, true), constant(b, 1, &two, axes, true)};
+    const char *in[4] = {x.p, constant(b, 1, &two, starts, true), constant(b, 1, &two, ends, true),
+                         constant(b, 1, &two, axes, true)};
     val shifted = {"", x.c};
     node(b, "Slice", 4, in, &shifted);
-    conv_shape s = pointwise(x.c, cout / 2, 2);
-    char *bn = text(b, "%s.bn", prefix);
-    bn_part first = {bn, cout, 0}, second = {bn, cout, cout / 2};
-    val parts[2] = {conv(b, r, prefix, "conv_1.weight", bn ? &first : NULL, &s),
-                    conv(b, shifted, prefix, "conv_2.weight", bn ? &second : NULL, &s)};
-    return concat(b, 2, parts);
+    return nv(shifted);
 }
 
-/* ReLU, convolution, batch norm (DARTS's ReLUConvBN) of a cell's preprocessing. */
-static val relu_conv_bn(ob *b, val x, const char *prefix, int64_t cout)
+static nas_val pool(void *user, nas_val x, bool max, int stride)
 {
-    conv_shape s = pointwise(x.c, cout, 1);
-    bn_part bn;
-    return conv(b, unary(b, "Relu", x), prefix, "op.1.weight",
-                whole(&bn, text(b, "%s.op.2", prefix), cout), &s);
-}
-
-static val depthwise(ob *b, val x, const char *prefix, const char *name, int k, int stride, int pad,
-                     int dil)
-{
-    conv_shape s = {x.c, x.c, k, k, stride, stride, pad, pad, dil, (int)x.c};
-    return conv(b, unary(b, "Relu", x), prefix, name, NULL, &s);
-}
-
-static val sep_conv(ob *b, val x, const char *p, int k, int stride)
-{
-    conv_shape s = pointwise(x.c, x.c, 1);
-    bn_part bn;
-    val y = depthwise(b, x, p, "op.1.weight", k, stride, k / 2, 1);
-    y = conv(b, y, p, "op.2.weight", whole(&bn, text(b, "%s.op.3", p), x.c), &s);
-    y = depthwise(b, y, p, "op.5.weight", k, 1, k / 2, 1);
-    return conv(b, y, p, "op.6.weight", whole(&bn, text(b, "%s.op.7", p), x.c), &s);
-}
-
-static val dil_conv(ob *b, val x, const char *p, int k, int stride)
-{
-    conv_shape s = pointwise(x.c, x.c, 1);
-    bn_part bn;
-    val y = depthwise(b, x, p, "op.1.weight", k, stride, k - 1, 2);
-    return conv(b, y, p, "op.2.weight", whole(&bn, text(b, "%s.op.3", p), x.c), &s);
-}
-
-static val conv_7x1_1x7(ob *b, val x, const char *p, int stride)
-{
-    conv_shape a = {x.c, x.c, 1, 7, 1, stride, 0, 3, 1, 1},
-               c = {x.c, x.c, 7, 1, stride, 1, 3, 0, 1, 1};
-    bn_part bn;
-    val y = conv(b, unary(b, "Relu", x), p, "op.1.weight", NULL, &a);
-    return conv(b, y, p, "op.2.weight", whole(&bn, text(b, "%s.op.3", p), x.c), &c);
-}
-
-static val pool(ob *b, ex_cand op, val x, int stride)
-{
+    ob *b = ob_of(user);
     val y = {"", x.c};
-    bool max = op == EX_CAND_MAX_POOL_3X3;
-    Onnx__NodeProto *nd = node(b, max ? "MaxPool" : "AveragePool", 1, &x.name, &y);
+    const char *in = x.p;
+    Onnx__NodeProto *nd = node(b, max ? "MaxPool" : "AveragePool", 1, &in, &y);
     int64_t k[2] = {3, 3}, st[2] = {stride, stride}, pad[4] = {1, 1, 1, 1};
     if (!nd)
-        return y;
+        return nv(y);
     attr_ints(b, nd, "kernel_shape", 2, k);
     attr_ints(b, nd, "strides", 2, st);
     attr_ints(b, nd, "pads", 4, pad);
     if (!max)
         attr_int(b, nd, "count_include_pad", 0); /* DARTS's count_include_pad=False */
-    return y;
-}
-
-static val candidate(ob *b, ex_cand op, val x, const char *p, int stride)
-{
-    switch (op) {
-    case EX_CAND_MAX_POOL_3X3:
-    case EX_CAND_AVG_POOL_3X3: return pool(b, op, x, stride);
-    case EX_CAND_SKIP_CONNECT: return stride == 1 ? x : factorized_reduce(b, x, p, x.c);
-    case EX_CAND_SEP_CONV_3X3: return sep_conv(b, x, p, 3, stride);
-    case EX_CAND_SEP_CONV_5X5: return sep_conv(b, x, p, 5, stride);
-    case EX_CAND_SEP_CONV_7X7: return sep_conv(b, x, p, 7, stride);
-    case EX_CAND_DIL_CONV_3X3: return dil_conv(b, x, p, 3, stride);
-    case EX_CAND_DIL_CONV_5X5: return dil_conv(b, x, p, 5, stride);
-    case EX_CAND_CONV_7X1_1X7: return conv_7x1_1x7(b, x, p, stride);
-    case EX_CAND_NONE:
-    case EX_CAND_COUNT: break;
-    }
-    if (b->st == EX_OK) {
-        b->st = EX_ERR_ARG;
-        snprintf(b->msg, sizeof b->msg, "onnx: operation %s has no ONNX form", ex_cand_name(op));
-    }
-    return x;
-}
-
-static val cell(ob *b, int i, val s0, val s1, int64_t c, bool reduction, bool reduction_prev)
-{
-    const ex_genotype *g = nas_network_genotype(b->net);
-    const ex_genotype_edge *edges = reduction ? g->reduce : g->normal;
-    const int *cat = reduction ? g->reduce_concat : g->normal_concat;
-    int ncat = reduction ? g->n_reduce_concat : g->n_normal_concat;
-    val st[2 + EX_MAX_STEPS];
-    char *p0 = text(b, "cells.%d.preprocess0", i), *p1 = text(b, "cells.%d.preprocess1", i);
-    if (!p0 || !p1)
-        return s1;
-    st[0] = reduction_prev ? factorized_reduce(b, s0, p0, c) : relu_conv_bn(b, s0, p0, c);
-    st[1] = relu_conv_bn(b, s1, p1, c);
-    for (int k = 0; k < g->steps; k++) {
-        val h[2];
-        for (int e = 0; e < 2; e++) {
-            const ex_genotype_edge *ed = &edges[2 * k + e];
-            int stride = reduction && ed->input < 2 ? 2 : 1;
-            char *p = text(b, "cells.%d._ops.%d", i, 2 * k + e);
-            h[e] = p ? candidate(b, ed->op, st[ed->input], p, stride) : s1;
-        }
-        st[2 + k] = binary(b, "Add", h[0], h[1]);
-    }
-    val parts[2 + EX_MAX_STEPS];
-    for (int k = 0; k < ncat; k++)
-        parts[k] = st[cat[k]];
-    return concat(b, ncat, parts);
+    return nv(y);
 }
 
 /* The classifier: global average pooling, flattening, and a linear layer. */
-static val classifier(ob *b, val x, int64_t classes)
+static nas_val classifier(void *user, nas_val x, int64_t classes)
 {
-    val y = unary(b, "Flatten", unary(b, "GlobalAveragePool", x));
+    ob *b = ob_of(user);
+    val y = val_of(unary(b, "Flatten", unary(b, "GlobalAveragePool", x)));
     int64_t dims[2] = {classes, x.c};
-    float *w = weights(b, "classifier", "weight", classes * x.c),
-          *bias = weights(b, "classifier", "bias", classes);
+    float *w = nas_weights(b->net, "classifier.weight", classes * x.c),
+          *bias = nas_weights(b->net, "classifier.bias", classes);
     val out = {"", classes};
     if (w && bias) {
         const char *in[3] = {y.name, constant(b, 2, dims, w, false),
@@ -436,29 +298,13 @@ static val classifier(ob *b, val x, int64_t classes)
         attr_int(b, nd, "transB", 1);
         if (nd)
             nd->output[0] = (char *)(out.name = "logits");
+    } else if (b->st == EX_OK) {
+        b->st = EX_ERR_STATE;
+        snprintf(b->msg, sizeof b->msg, "onnx: %s", ex_network_error(b->net));
     }
     free(w);
     free(bias);
-    return out;
-}
-
-static val body(ob *b, val x)
-{
-    const ex_network_config *c = nas_network_config(b->net);
-    int64_t cc = c->channels;
-    conv_shape stem = {c->stem_multiplier * cc, x.c, 3, 3, 1, 1, 1, 1, 1, 1};
-    bn_part bn = {"stem.1", stem.cout, 0};
-    val s0 = conv(b, x, "stem", "0.weight", &bn, &stem), s1 = s0;
-    bool reduction_prev = false;
-    for (int i = 0; i < c->layers && b->st == EX_OK; i++) {
-        bool reduction = nas_is_reduction(i, c->layers);
-        cc *= reduction ? 2 : 1;
-        val out = cell(b, i, s0, s1, cc, reduction, reduction_prev);
-        s0 = s1;
-        s1 = out;
-        reduction_prev = reduction;
-    }
-    return classifier(b, s1, c->classes);
+    return nv(out);
 }
 
 /* A float tensor's type with a named first dimension ("N", the batch) and fixed others. */
@@ -563,8 +409,9 @@ ex_status ex_network_export_onnx(ex_network *n, const char *path)
     ob b = {.net = n, .st = EX_OK};
     onnx__graph_proto__init(&b.graph);
     const ex_network_config *c = nas_network_config(n);
-    val logits = body(&b, (val){"input", c->in_channels});
-    ex_status st = b.st == EX_OK ? write_model(&b, path, logits.name) : b.st;
+    nas_walker w = {&b, conv, relu, add, concat, shift, pool, classifier, failed};
+    nas_val logits = nas_walk(&w, nas_network_genotype(n), c, (nas_val){"input", c->in_channels});
+    ex_status st = b.st == EX_OK ? write_model(&b, path, logits.p) : b.st;
     while (b.blocks) {
         arena_block *next = b.blocks->next;
         free(b.blocks);
