@@ -14,17 +14,13 @@
 
 #ifdef _OPENMP
 #include <omp.h>
-#endif
 
+/* The threads of a parallel loop (the pragmas that name it vanish without OpenMP). */
 static inline int q_threads(const cpu_exec *e)
 {
-#ifdef _OPENMP
     return e->reference ? 1 : e->threads > 0 ? e->threads : omp_get_max_threads();
-#else
-    (void)e;
-    return 1;
-#endif
 }
+#endif
 
 static inline int8_t *cpu_i8(const ex_tdesc *t)
 {
