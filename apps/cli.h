@@ -31,6 +31,7 @@ int cli_viz(const cli_global *g, int argc, char **argv);
 int cli_eval(const cli_global *g, int argc, char **argv);
 int cli_predict(const cli_global *g, int argc, char **argv);
 int cli_export(const cli_global *g, int argc, char **argv);
+int cli_quantize(const cli_global *g, int argc, char **argv);
 
 /* ---- the live viewer of `exapt search --viz` (cmd_viz.c) ---- */
 

@@ -20,6 +20,7 @@ static const cli_command commands[] = {
     {"eval", cli_eval, "accuracy, loss and confusion matrix of saved weights on a dataset"},
     {"predict", cli_predict, "classify images (PNG or IDX files) with saved weights"},
     {"export", cli_export, "write saved weights as an ONNX model"},
+    {"quantize", cli_quantize, "write saved weights as int8, calibrated on training images"},
     {"viz", cli_viz, "watch a search: replay or follow its metrics log, or snapshot it"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])

@@ -13,6 +13,7 @@
 #include "exapt/safetensors.h"
 #include "nas/derived.h"
 #include "nas/export.h"
+#include "nas/quant.h"
 #include "nas/store.h"
 #include "nas/supernet.h"
 
@@ -28,7 +29,10 @@ struct ex_network {
     ex_tensor *loss, *acc, *loss_e, *acc_e, *logits_e;
     int32_t *no_labels; /* eval_batch zeros: ex_network_predict's labels */
     float drop_prob;
-    bool inference; /* only the evaluation stage: opened from a file */
+    bool inference;              /* only the evaluation stage: opened from a file */
+    const ex_safetensors *qfile; /* int8 weights being built from (NULL: f32) */
+    bool int8;
+    nas_qbuild qdata; /* the int8 pass's weights, written once planned */
     int eval_stage;
     int64_t steps_done;
     char msg[512];
@@ -140,7 +144,8 @@ static ex_status build(ex_network *n)
     }
     n->net.train = false;
     ex_tensor *logits =
-        nas_derived_forward(&n->net, &n->genotype, c, n->xe, n->counter, 1.0f, NULL);
+        n->int8 ? nas_quant_forward(ctx, n->qfile, &n->genotype, c, n->xe, &n->qdata)
+                : nas_derived_forward(&n->net, &n->genotype, c, n->xe, n->counter, 1.0f, NULL);
     n->net.built = true;
     n->logits_e = ex_keep(ctx, logits);
     n->loss_e = ex_keep(ctx, ex_cross_entropy(ctx, logits, n->ye));
@@ -168,6 +173,7 @@ static void teardown(ex_network *n)
 {
     ex_plan_free(n->plan);
     nas_net_free(&n->net);
+    nas_qbuild_free(&n->qdata);
     free(n->mom);
     ex_ctx_free(n->ctx);
     n->plan = NULL;
@@ -175,9 +181,11 @@ static void teardown(ex_network *n)
     n->ctx = NULL;
 }
 
-/* A network of genotype g and the caller's configuration c on be, weights from the seed. */
+/* A network of genotype g and the caller's configuration c on be, weights from the seed,
+ * or int8 from the quantized weights qfile. */
 static ex_status create(const ex_genotype *g, const ex_network_config *caller, ex_backend *be,
-                        bool inference, ex_network **out, char *msg, size_t msg_len)
+                        bool inference, const ex_safetensors *qfile, ex_network **out, char *msg,
+                        size_t msg_len)
 {
     if (!out || !g || !caller || !be) {
         if (msg && msg_len)
@@ -208,7 +216,12 @@ static ex_status create(const ex_genotype *g, const ex_network_config *caller, e
     n->genotype = *g;
     n->be = be;
     n->inference = inference;
+    n->qfile = qfile;
+    n->int8 = qfile != NULL;
     ex_status st = build(n);
+    n->qfile = NULL;
+    if (st == EX_OK && n->int8 && (st = nas_qbuild_write(&n->qdata, n->plan)) != EX_OK)
+        fail(n, st, "network: %s", ex_plan_error(n->plan));
     if (st == EX_OK && (st = nas_net_initialise(&n->net, n->plan, c->seed)) != EX_OK)
         fail(n, st, "network: %s", ex_plan_error(n->plan));
     if (st == EX_OK && !inference)
@@ -226,7 +239,7 @@ static ex_status create(const ex_genotype *g, const ex_network_config *caller, e
 ex_status ex_network_new(const ex_genotype *g, const ex_network_config *c, ex_backend *be,
                          ex_network **out, char *msg, size_t msg_len)
 {
-    return create(g, c, be, false, out, msg, msg_len);
+    return create(g, c, be, false, NULL, out, msg, msg_len);
 }
 
 void ex_network_free(ex_network *n)
@@ -417,6 +430,8 @@ static ex_status save(ex_network *n, const char *path, bool optimizer, const cha
         return EX_ERR_ARG;
     if (optimizer && n->inference)
         return fail(n, EX_ERR_STATE, "network: opened for inference, it has no optimizer state");
+    if (n->int8)
+        return fail(n, EX_ERR_STATE, "network: int8; its weights are the file it was opened from");
     int count = 0;
     nas_entry *e = entries(n, optimizer, &count);
     char *arch = architecture_json(&n->cfg);
@@ -454,6 +469,8 @@ ex_status ex_network_load(ex_network *n, const char *path, bool optimizer)
 {
     if (!n || !path)
         return EX_ERR_ARG;
+    if (n->int8)
+        return fail(n, EX_ERR_STATE, "network: int8; open the other weights with ex_network_open");
     int count;
     nas_entry *e = entries(n, optimizer, &count);
     if (!e)
@@ -499,11 +516,12 @@ static bool parse_architecture(json_t *j, ex_network_config *c)
     return true;
 }
 
-/* Whether f holds a float tensor called name of the given shape. */
-static bool has_tensor(const ex_safetensors *f, const char *name, int ndim, const int64_t *shape)
+/* Whether f holds a tensor called name of dtype dt and the given shape. */
+static bool has_tensor(const ex_safetensors *f, const char *name, ex_st_dtype dt, int ndim,
+                       const int64_t *shape)
 {
     ex_st_info info;
-    if (ex_safetensors_info(f, name, &info, NULL, 0) != EX_OK || info.dtype != EX_ST_F32 ||
+    if (ex_safetensors_info(f, name, &info, NULL, 0) != EX_OK || info.dtype != dt ||
         info.ndim != ndim)
         return false;
     for (int d = 0; d < ndim; d++)
@@ -524,7 +542,10 @@ static bool ends_fit(const ex_safetensors *f, const ex_genotype *g, const ex_net
         out = cc * (red ? g->n_reduce_concat : g->n_normal_concat);
     }
     int64_t cls[2] = {c->classes, out};
-    return has_tensor(f, "stem.0.weight", 4, stem) && has_tensor(f, "classifier.weight", 2, cls);
+    /* an int8 file holds the weights as int8 */
+    ex_st_dtype dt = ex_safetensors_metadata(f, NAS_QUANT_META) ? EX_ST_I8 : EX_ST_F32;
+    return has_tensor(f, "stem.0.weight", dt, 4, stem) &&
+           has_tensor(f, "classifier.weight", dt, 2, cls);
 }
 
 /* The genotype and configuration that the file f (at path) records. */
@@ -577,15 +598,19 @@ ex_status ex_network_open(const char *path, ex_backend *be, int batch, ex_networ
     ex_network_config_default(&c);
     if (st == EX_OK)
         st = recorded(f, path, &g, &c, msg, msg_len);
-    ex_safetensors_close(f);
-    if (st != EX_OK)
+    bool int8 = st == EX_OK && ex_safetensors_metadata(f, NAS_QUANT_META);
+    if (st != EX_OK) {
+        ex_safetensors_close(f);
         return st;
+    }
     c.batch = batch < 2 ? 2 : batch; /* the training batch: not planned */
     c.eval_batch = batch;
     ex_network *n = NULL;
-    if ((st = create(&g, &c, be, true, &n, msg, msg_len)) != EX_OK)
+    st = create(&g, &c, be, true, int8 ? f : NULL, &n, msg, msg_len);
+    ex_safetensors_close(f);
+    if (st != EX_OK)
         return st;
-    if ((st = ex_network_load(n, path, false)) != EX_OK) {
+    if (!int8 && (st = ex_network_load(n, path, false)) != EX_OK) {
         ex__msg(msg, msg_len, st == EX_ERR_NOMEM ? st : EX_ERR_FORMAT, "%s", n->msg);
         ex_network_free(n);
         return st == EX_ERR_NOMEM ? st : EX_ERR_FORMAT;
@@ -704,4 +729,19 @@ float *nas_network_read(ex_network *n, const char *name, int64_t *count)
 ex_status nas_network_fail(ex_network *n, ex_status st, const char *what)
 {
     return fail(n, st, "%s", what);
+}
+
+char *nas_network_architecture(const ex_network *n)
+{
+    return architecture_json(&n->cfg);
+}
+
+ex_backend *nas_network_backend(const ex_network *n)
+{
+    return n->be;
+}
+
+bool nas_network_is_int8(const ex_network *n)
+{
+    return n->int8;
 }

@@ -406,6 +406,10 @@ ex_status ex_network_export_onnx(ex_network *n, const char *path)
         return EX_ERR_ARG;
     if (!path)
         return nas_network_fail(n, EX_ERR_ARG, "onnx: no path");
+    if (nas_network_is_int8(n))
+        return nas_network_fail(n, EX_ERR_STATE,
+                                "onnx: the network is int8; export the f32 weights it was "
+                                "quantized from");
     ob b = {.net = n, .st = EX_OK};
     onnx__graph_proto__init(&b.graph);
     const ex_network_config *c = nas_network_config(n);

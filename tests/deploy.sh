@@ -2,7 +2,8 @@
 # Deployment of trained weights: a small network trained for one epoch, then `exapt eval`
 # gives the accuracy the training reported, `exapt predict` gives the same classes for PNG
 # files of every colour type as for the IDX file they came from and scores as eval does,
-# `exapt export` writes a model onnx.checker accepts; bad input to each is a clear error.
+# `exapt export` writes a model onnx.checker accepts, `exapt quantize` writes int8 weights
+# that score within a point of the f32 ones; bad input to each is a clear error.
 # Usage: deploy.sh EXAPT PNG_FROM_IDX WORKDIR (WORKDIR is left for tests/onnx_runtime.sh)
 set -euo pipefail
 exapt=$1 png_from_idx=$2 w=$3
@@ -65,6 +66,28 @@ assert m.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "N"
 assert not any(n.op_type == "BatchNormalization" for n in m.graph.node), "a batch norm not folded"
 PY
 
+# quantize: int8 weights that score within a point of the f32 ones, and predict
+"$exapt" --backend cpu quantize "$w/run" --out "$w/int8.safetensors" --images 500 >/dev/null
+"$exapt" --backend cpu eval "$w/int8.safetensors" --json >"$w/eval8.json"
+python3 - "$w/eval.json" "$w/eval8.json" <<'PY'
+import json, sys
+f32, int8 = (json.load(open(p))["accuracy"] for p in sys.argv[1:])
+assert abs(int8 - f32) <= 0.01, f"int8 {int8:.4f} against f32 {f32:.4f}"
+print(f"deploy: int8 {100 * int8:.2f}%, f32 {100 * f32:.2f}%")
+PY
+"$exapt" --backend cpu predict "$w/int8.safetensors" "$w/gray/00000.png" >"$w/predict8.out"
+# a scale of 0 in the file: refused when opened
+python3 - "$w/int8.safetensors" "$w/zero.safetensors" <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+a, b = head["activation_scales"]["data_offsets"]
+body = bytearray(raw[8 + n:])
+body[a:a + 4] = b"\0\0\0\0"
+open(sys.argv[2], "wb").write(raw[:8 + n] + bytes(body))
+PY
+
 # bad input: one clear line and exit 1, or 2 for a bad command line
 expect() { # expect CODE PATTERN COMMAND...
     local code=$1 pattern=$2 rc=0
@@ -82,4 +105,9 @@ expect 1 "cannot\|No such" "$exapt" export "$w/run" --out /nonexistent/m.onnx
 expect 2 "--top 11" "$exapt" --backend cpu predict "$w/run" "$w/cut.png" --top 11
 expect 2 "which weights" "$exapt" eval
 expect 2 "--out FILE is required" "$exapt" export "$w/run"
+expect 1 "int8 already" "$exapt" --backend cpu quantize "$w/int8.safetensors" --out "$w/q2" --images 10
+expect 1 "is int8" "$exapt" export "$w/int8.safetensors" --out "$w/q.onnx"
+expect 1 "not a positive finite scale" "$exapt" --backend cpu eval "$w/zero.safetensors"
+expect 2 "--out FILE is required" "$exapt" quantize "$w/run"
+[ ! -e "$w/q2" ] && [ ! -e "$w/q.onnx" ] || fail "a refused command left a file"
 echo "deploy: eval $trained% as trained; predict and export as expected"

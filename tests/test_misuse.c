@@ -736,6 +736,28 @@ static void deployment(void **state)
     assert_int_equal(ex_network_save(o, other, true), EX_ERR_STATE);
     assert_int_equal(ex_network_save(o, other, false), EX_OK);
 
+    /* int8: quantized from the opened network, opened again; inference only */
+    char q8[80];
+    snprintf(q8, sizeof q8, "%s/int8.safetensors", path);
+    assert_int_equal(ex_network_quantize(NULL, px, 2, q8), EX_ERR_ARG);
+    assert_int_equal(ex_network_quantize(o, NULL, 2, q8), EX_ERR_ARG);
+    assert_int_equal(ex_network_quantize(o, px, 0, q8), EX_ERR_ARG);
+    assert_int_equal(ex_network_quantize(o, px, 2, NULL), EX_ERR_ARG);
+    assert_int_equal(ex_network_quantize(o, px, 2, "/nonexistent/q.safetensors"), EX_ERR_IO);
+    assert_int_equal(ex_network_quantize(o, px, 2, q8), EX_OK);
+    ex_network *q = NULL;
+    assert_int_equal(ex_network_open(q8, be, 3, &q, msg, sizeof msg), EX_OK);
+    float qp[6];
+    assert_int_equal(ex_network_classify(q, px, 2, qp), EX_OK);
+    for (int i = 0; i < 2; i++)
+        assert_float_equal(qp[3 * i] + qp[3 * i + 1] + qp[3 * i + 2], 1.0, 1e-5);
+    assert_int_equal(ex_network_quantize(q, px, 2, other), EX_ERR_STATE);
+    assert_int_equal(ex_network_export_onnx(q, other), EX_ERR_STATE);
+    assert_int_equal(ex_network_save(q, other, false), EX_ERR_STATE);
+    assert_int_equal(ex_network_load(q, q8, false), EX_ERR_STATE);
+    assert_int_equal(ex_network_step(q, x, y, 0.1f, NULL), EX_ERR_STATE);
+    ex_network_free(q);
+
     assert_int_equal(ex_network_export_onnx(NULL, other), EX_ERR_ARG);
     assert_int_equal(ex_network_export_onnx(o, NULL), EX_ERR_ARG);
     assert_int_equal(ex_network_export_onnx(o, "/nonexistent/m.onnx"), EX_ERR_IO);

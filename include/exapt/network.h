@@ -56,14 +56,15 @@ typedef struct ex_network ex_network;
 ex_status ex_network_new(const ex_genotype *g, const ex_network_config *c, ex_backend *be,
                          ex_network **out, char *msg, size_t msg_len);
 
-/** Opens weights that ex_network_save() or ex_network_checkpoint() wrote (exapt 0.2.0 or
- *  later: the file records the genotype, the architecture and the input normalization)
- *  for inference on be: only the evaluation pass is planned, for `batch` images per
- *  ex_network_predict() or at most that many per ex_network_classify(). EX_ERR_IO when
- *  the file cannot be read, EX_ERR_FORMAT when it is not such a file or its tensors do not
- *  fit what it records, EX_ERR_ARG for a batch below 1; a message in msg. Training calls
- *  (ex_network_step, _set_drop_path, _checkpoint, saving with optimizer) fail with
- *  EX_ERR_STATE on such a network. */
+/** Opens weights that ex_network_save(), ex_network_checkpoint() or ex_network_quantize()
+ *  wrote (exapt 0.2.0 or later: the file records the genotype, the architecture and the
+ *  input normalization) for inference on be, in f32 or, for quantized weights, in int8: only the
+ * evaluation pass is planned, for `batch` images per ex_network_predict() or at most that many per
+ * ex_network_classify(). EX_ERR_IO when the file cannot be read, EX_ERR_FORMAT when it is not such
+ * a file or its tensors do not fit what it records, EX_ERR_ARG for a batch below 1; a message in
+ * msg. Training calls (ex_network_step, _set_drop_path, _checkpoint, saving with optimizer) fail
+ * with EX_ERR_STATE on such a network; so do saving, loading, exporting and quantizing an int8 one.
+ */
 ex_status ex_network_open(const char *path, ex_backend *be, int batch, ex_network **out, char *msg,
                           size_t msg_len);
 
@@ -132,6 +133,14 @@ ex_status ex_network_load(ex_network *n, const char *path, bool optimizer);
  *  N is free. Every batch norm is folded into the convolution before it (each follows
  *  one), in double; the auxiliary head is left out. */
 ex_status ex_network_export_onnx(ex_network *n, const char *path);
+
+/** Post-training int8 quantization: calibrates the activations' scales on count images
+ *  of pixels scaled to [0, 1] (NCHW, normalized as the network's input says), quantizes
+ *  the weights (every batch norm folded in) per output channel, and writes the int8
+ *  weights to path (replaced atomically). ex_network_open() opens that file as an int8
+ *  network: its evaluation pass runs the quantized ops (docs/deploy.md). EX_ERR_STATE for
+ *  a network that is int8 already. */
+ex_status ex_network_quantize(ex_network *n, const float *pixels, int64_t count, const char *path);
 
 /** Number of trainable parameters. */
 int64_t ex_network_param_count(const ex_network *n);
