@@ -610,19 +610,27 @@ typedef struct q_conv_g {
     int64_t n, ci, co;
 } q_conv_g;
 
+/* The operands of the integer convolutions and linear: i8 x and w of xdims and wdims
+ * dims, an i32 bias [Co], an i32 dst of xdims dims. */
+static ex_status q_acc_operands(cu_exec *e, const ex_node_exec *n, int xdims, int wdims)
+{
+    ex_status st = q_need(e, n, 3);
+    if (st == EX_OK)
+        st = q_operand(e, n, &n->src[0], "x", EX_I8, EX_I8, xdims);
+    if (st == EX_OK)
+        st = q_operand(e, n, &n->src[1], "w", EX_I8, EX_I8, wdims);
+    if (st == EX_OK)
+        st = q_operand(e, n, &n->src[2], "bias", EX_I32, EX_I32, 1);
+    if (st == EX_OK)
+        st = q_operand(e, n, &n->dst, "dst", EX_I32, EX_I32, xdims);
+    return st;
+}
+
 /* Checks x i8 [N, Ci, H, W], w i8 [Co, Ci (1 for depthwise), Kh, Kw], bias i32 [Co] and
  * dst i32 [N, Co, Ho, Wo] against the geometry in ip0..5, as the f32 CONV2D's. */
 static ex_status q_conv_prep(cu_exec *e, const ex_node_exec *n, int dw, q_conv_g *g)
 {
-    ex_status st = q_need(e, n, 3);
-    if (st == EX_OK)
-        st = q_operand(e, n, &n->src[0], "x", EX_I8, EX_I8, 4);
-    if (st == EX_OK)
-        st = q_operand(e, n, &n->src[1], "w", EX_I8, EX_I8, 4);
-    if (st == EX_OK)
-        st = q_operand(e, n, &n->src[2], "bias", EX_I32, EX_I32, 1);
-    if (st == EX_OK)
-        st = q_operand(e, n, &n->dst, "dst", EX_I32, EX_I32, 4);
+    ex_status st = q_acc_operands(e, n, 4, 4);
     if (st != EX_OK)
         return st;
     const int32_t *ip = n->ip;
@@ -1061,15 +1069,7 @@ CU_OP(qconv2d)
 
 CU_OP(qpwconv)
 {
-    ex_status st = q_need(e, n, 3);
-    if (st == EX_OK)
-        st = q_operand(e, n, &n->src[0], "x", EX_I8, EX_I8, 4);
-    if (st == EX_OK)
-        st = q_operand(e, n, &n->src[1], "w", EX_I8, EX_I8, 2);
-    if (st == EX_OK)
-        st = q_operand(e, n, &n->src[2], "bias", EX_I32, EX_I32, 1);
-    if (st == EX_OK)
-        st = q_operand(e, n, &n->dst, "dst", EX_I32, EX_I32, 4);
+    ex_status st = q_acc_operands(e, n, 4, 2);
     if (st != EX_OK)
         return st;
     const ex_tdesc *x = &n->src[0], *w = &n->src[1], *b = &n->src[2], *y = &n->dst;
@@ -1101,15 +1101,7 @@ CU_OP(qpwconv)
 
 CU_OP(qlinear)
 {
-    ex_status st = q_need(e, n, 3);
-    if (st == EX_OK)
-        st = q_operand(e, n, &n->src[0], "x", EX_I8, EX_I8, 2);
-    if (st == EX_OK)
-        st = q_operand(e, n, &n->src[1], "w", EX_I8, EX_I8, 2);
-    if (st == EX_OK)
-        st = q_operand(e, n, &n->src[2], "bias", EX_I32, EX_I32, 1);
-    if (st == EX_OK)
-        st = q_operand(e, n, &n->dst, "dst", EX_I32, EX_I32, 2);
+    ex_status st = q_acc_operands(e, n, 2, 2);
     if (st != EX_OK)
         return st;
     const ex_tdesc *x = &n->src[0], *w = &n->src[1], *b = &n->src[2], *y = &n->dst;

@@ -2,7 +2,7 @@
  * is a small DARTS_V2 network quantized on a few images, made once. The input gives an
  * offset (its first 4 bytes) into the template's tensor data, laid end to end, and the
  * bytes written there: int8 weights, scales, biases and activation scales of any value,
- * and tensors cut short (its 5th byte, when odd, drops a tensor). Whatever it holds, the
+ * and a tensor left out (its 5th byte, when odd, says which). Whatever it holds, the
  * file opens as an int8 network or is refused with a message; an opened one classifies
  * an image. */
 #define _POSIX_C_SOURCE 200809L /* strdup */
@@ -25,24 +25,13 @@ typedef struct template
 }
 template;
 
-static ex_network *small_network(ex_backend *be)
+/* Bytes of tensor t. */
+static size_t nbytes(const ex_st_tensor *t)
 {
-    char msg[256];
-    ex_genotype g;
-    ex_network_config c;
-    ex_network_config_default(&c);
-    c.in_channels = 1;
-    c.height = c.width = 8;
-    c.classes = 3;
-    c.batch = 2;
-    c.channels = 2;
-    c.layers = 3;
-    c.auxiliary = false;
-    ex_network *n = NULL;
-    if (ex_genotype_builtin("DARTS_V2", &g) != EX_OK ||
-        ex_network_new(&g, &c, be, &n, msg, sizeof msg) != EX_OK)
-        abort();
-    return n;
+    size_t b = (size_t)ex_st_dtype_size(t->dtype);
+    for (int d = 0; d < t->ndim; d++)
+        b *= (size_t)t->shape[d];
+    return b;
 }
 
 static bool load_template(template *tp)
@@ -54,7 +43,7 @@ static bool load_template(template *tp)
     const char *path = fuzz_write("template.safetensors", (const uint8_t *)"", 0);
     ex_network *n = NULL;
     if (!path || ex_backend_open("cpu", &tp->be, msg, sizeof msg) != EX_OK ||
-        !(n = small_network(tp->be)) || ex_network_quantize(n, px, 4, path) != EX_OK)
+        !(n = fuzz_small_network(tp->be)) || ex_network_quantize(n, px, 4, path) != EX_OK)
         abort();
     ex_network_free(n);
     ex_safetensors *f = NULL;
@@ -67,32 +56,11 @@ static bool load_template(template *tp)
         if (!tp->meta[i].value)
             abort();
     }
-    tp->n = ex_safetensors_count(f);
-    tp->t = calloc(tp->n, sizeof *tp->t);
-    for (size_t i = 0; tp->t && i < tp->n; i++) {
-        ex_st_info info;
-        char *name = strdup(ex_safetensors_name(f, i));
-        if (!name || ex_safetensors_info(f, name, &info, msg, sizeof msg) != EX_OK)
-            abort();
-        void *buf = malloc(info.nbytes + 1);
-        if (!buf || ex_safetensors_read(f, name, buf, info.nbytes, msg, sizeof msg) != EX_OK)
-            abort();
-        tp->t[i] =
-            (ex_st_tensor){.name = name, .dtype = info.dtype, .ndim = info.ndim, .data = buf};
-        memcpy(tp->t[i].shape, info.shape, sizeof info.shape);
-        tp->bytes += info.nbytes;
-    }
     ex_safetensors_close(f);
-    return tp->t != NULL;
-}
-
-/* Bytes of tensor t. */
-static size_t nbytes(const ex_st_tensor *t)
-{
-    size_t b = (size_t)ex_st_dtype_size(t->dtype);
-    for (int d = 0; d < t->ndim; d++)
-        b *= (size_t)t->shape[d];
-    return b;
+    tp->t = fuzz_read_tensors(path, &tp->n);
+    for (size_t i = 0; i < tp->n; i++)
+        tp->bytes += nbytes(&tp->t[i]);
+    return true;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

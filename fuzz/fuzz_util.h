@@ -6,6 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "exapt/exapt.h"
+#include "exapt/safetensors.h"
+
 /** The fuzzing process's private folder (made on first use; NULL if it cannot be). */
 const char *fuzz_dir(void);
 
@@ -15,5 +18,13 @@ const char *fuzz_write(const char *name, const uint8_t *data, size_t n);
 
 /** Removes fuzz_dir()/name (a missing file is fine). */
 void fuzz_remove(const char *name);
+
+/** A small DARTS_V2 network (8x8x1 images, 3 classes, C=2, 3 cells) on be; aborts when it
+ *  cannot be made. */
+ex_network *fuzz_small_network(ex_backend *be);
+
+/** Every tensor of the safetensors file at path, names and data in new buffers, into a
+ *  new array of *n (a target's fixed template: aborts when the file cannot be read). */
+ex_st_tensor *fuzz_read_tensors(const char *path, size_t *n);
 
 #endif
