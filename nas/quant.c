@@ -425,10 +425,12 @@ ex_status ex_network_quantize(ex_network *n, const float *pixels, int64_t count,
 
 /* ---- the int8 pass ---- */
 
-/* A value of the int8 pass: its tensor and scale. */
+/* A value of the int8 pass: its tensor and scale, and its ReLU once made (DARTS's
+ * operations each begin with one, so a state that feeds several takes one pass). */
 typedef struct qv {
     ex_tensor *t;
     float scale;
+    struct qv *relu;
 } qv;
 
 typedef struct qb {
@@ -467,7 +469,7 @@ static nas_val qval(qb *b, ex_tensor *t, float scale, int64_t c)
         ex_ctx_set_error(b->ctx, EX_ERR_NOMEM, "int8 network: out of host memory");
         return (nas_val){NULL, c};
     }
-    *v = (qv){t, scale};
+    *v = (qv){t, scale, NULL};
     b->vals[b->nvals++] = v;
     return (nas_val){v, c};
 }
@@ -601,7 +603,13 @@ static nas_val qb_relu(void *u, nas_val x)
     qb *b = qb_of(u);
     if (qb_failed(b))
         return x;
-    return qval(b, ex_qrelu(b->ctx, qv_of(x)->t), qv_of(x)->scale, x.c);
+    qv *v = qv_of(x);
+    if (!v->relu) {
+        nas_val r = qval(b, ex_qrelu(b->ctx, v->t), v->scale, x.c);
+        v->relu = r.p;
+        return r;
+    }
+    return (nas_val){v->relu, x.c};
 }
 
 static nas_val qb_add(void *u, nas_val a, nas_val c)
