@@ -33,18 +33,16 @@ static bool bias_ok(ex_ctx *ctx, const char *op, ex_tensor *b, int64_t count)
     return false;
 }
 
-/* The int8 ops sum at most this many products of two int8 values (127 * 128 each) and
- * an int32 bias without overflowing int32 while the bias stays within 2^30. */
+/* The int8 ops sum at most this many products of two int8 values (each at most 2^14 in
+ * magnitude), 2^30 in all: with a bias below 2^30 in magnitude no int32 sum overflows. */
 #define QMAX_TERMS 65536
 
 static bool terms_ok(ex_ctx *ctx, const char *op, int64_t terms)
 {
     if (terms <= QMAX_TERMS)
         return true;
-    ex__fail(ctx, EX_ERR_SHAPE,
-             "%s: %lld products per output, more than the %d an int32 sum "
-             "holds",
-             op, (long long)terms, QMAX_TERMS);
+    ex__fail(ctx, EX_ERR_SHAPE, "%s: %lld products per output, more than %d", op, (long long)terms,
+             QMAX_TERMS);
     return false;
 }
 

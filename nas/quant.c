@@ -17,8 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-
 #include "core/engine.h"
 #include "nas/export.h"
 #include "nas/quant.h"
@@ -555,7 +553,7 @@ static bool q_weights(qb *b, const char *name, int nd, const int64_t *ne, int no
             ok = false;
             break;
         }
-        bq[o] = (int32_t)(v < -1073741824.0 ? -1073741824.0 : v > 1073741824.0 ? 1073741824.0 : v);
+        bq[o] = (int32_t)(v < -1073741823.0 ? -1073741823.0 : v > 1073741823.0 ? 1073741823.0 : v);
     }
     free(s);
     free(fb);

@@ -58,13 +58,13 @@ ex_status ex_network_new(const ex_genotype *g, const ex_network_config *c, ex_ba
 
 /** Opens weights that ex_network_save(), ex_network_checkpoint() or ex_network_quantize()
  *  wrote (exapt 0.2.0 or later: the file records the genotype, the architecture and the
- *  input normalization) for inference on be, in f32 or, for quantized weights, in int8: only the
- * evaluation pass is planned, for `batch` images per ex_network_predict() or at most that many per
- * ex_network_classify(). EX_ERR_IO when the file cannot be read, EX_ERR_FORMAT when it is not such
- * a file or its tensors do not fit what it records, EX_ERR_ARG for a batch below 1; a message in
- * msg. Training calls (ex_network_step, _set_drop_path, _checkpoint, saving with optimizer) fail
- * with EX_ERR_STATE on such a network; so do saving, loading, exporting and quantizing an int8 one.
- */
+ *  input normalization) for inference on be, in f32, or in int8 for quantized weights:
+ *  only the evaluation pass is planned, for `batch` images per ex_network_predict() or at
+ *  most that many per ex_network_classify(). EX_ERR_IO when the file cannot be read,
+ *  EX_ERR_FORMAT when it is not such a file or its tensors do not fit what it records,
+ *  EX_ERR_ARG for a batch below 1; a message in msg. Training calls (ex_network_step,
+ *  _set_drop_path, _checkpoint, saving with optimizer) fail with EX_ERR_STATE on such a
+ *  network; so do saving, loading, exporting and quantizing an int8 one. */
 ex_status ex_network_open(const char *path, ex_backend *be, int batch, ex_network **out, char *msg,
                           size_t msg_len);
 

@@ -290,7 +290,8 @@ ex_tensor *ex_qadd(ex_ctx *ctx, ex_tensor *a, float ma, ex_tensor *b, float mb, 
  *  and W, part i requantized by multipliers[i] (f32 [n]; 1 copies it unchanged). */
 ex_tensor *ex_qconcat(ex_ctx *ctx, int n, ex_tensor *const *parts, ex_tensor *multipliers);
 /** i32 dense convolution plus bias[co] of i8 x [N, Ci, H, W] and i8 w [Co, Ci, Kh, Kw];
- *  bias is i32 [Co]. Ci * Kh * Kw is at most 65536, so no sum of products overflows. */
+ *  bias is i32 [Co]. Ci * Kh * Kw is at most 65536, so with a bias below 2^30 in magnitude
+ *  no int32 sum overflows. */
 ex_tensor *ex_qconv2d(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *bias,
                       const ex_conv_params *p);
 /** i32 depthwise convolution plus bias[c] of i8 x [N, C, H, W], i8 w [C, 1, Kh, Kw]. */
