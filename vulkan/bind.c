@@ -693,3 +693,20 @@ ex_status vk_dispatch(vk_exec *e, vk_shader_id shader, int32_t variant, const vo
     b->counts.dispatches++;
     return EX_OK;
 }
+
+void vk_merge_dims3(uint32_t ne[4], uint32_t sd[4], uint32_t sa[4], uint32_t sb[4])
+{
+    int64_t n[4], st[3][4];
+    uint32_t *s[3] = {sd, sa, sb};
+    for (int d = 0; d < 4; d++) {
+        n[d] = ne[d];
+        for (int k = 0; k < 3; k++)
+            st[k][d] = s[k][d];
+    }
+    ex_td_merge_dims(3, n, st, 1);
+    for (int d = 0; d < 4; d++) {
+        ne[d] = (uint32_t)n[d];
+        for (int k = 0; k < 3; k++)
+            s[k][d] = (uint32_t)st[k][d];
+    }
+}

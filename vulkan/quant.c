@@ -154,17 +154,7 @@ static void qe_collapse(qe_pc *pc)
 {
     if (pc->ms != 0)
         return;
-    int64_t ne[4], st[3][4];
-    uint32_t *s[3] = {pc->sd, pc->sa, pc->sb};
-    for (int d = 0; d < 4; d++) {
-        ne[d] = pc->ne[d];
-        for (int k = 0; k < 3; k++)
-            st[k][d] = s[k][d];
-    }
-    ex_td_merge_dims(3, ne, st, 1);
-    put4(pc->ne, ne);
-    for (int k = 0; k < 3; k++)
-        put4(s[k], st[k]);
+    vk_merge_dims3(pc->ne, pc->sd, pc->sa, pc->sb);
 }
 
 static ex_status qe_go(vk_exec *e, int variant, qe_pc *pc)

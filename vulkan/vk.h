@@ -130,6 +130,10 @@ uint32_t vk_ref_rebind_read(vk_exec *e, uint32_t ref, int small);
  *  now, each with a binding of its own: a multi-pass family frees the bindings
  *  (vk_bind_reset) only when they cannot. */
 int vk_room(const vk_exec *e, const ex_tdesc *const *t, int n);
+/** Merges, in place, the dims of a push constant's shape ne and the element strides of
+ *  its three operands (dst, a, b) that every operand steps over as one
+ *  (ex_td_merge_dims, the merged dims last): dense operands become one row. */
+void vk_merge_dims3(uint32_t ne[4], uint32_t sd[4], uint32_t sa[4], uint32_t sb[4]);
 /** Whether t can be bound besides what is bound now, with a binding of its own or by
  *  widening one of the same block and use over the bytes between (as vk_ref() then
  *  does; the tracker counts the bytes between as touched). */
