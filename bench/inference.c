@@ -17,7 +17,7 @@
 
 typedef struct args {
     const char *backend, *weights, *save, *genotype, *export, *dump;
-    int channels, layers;
+    int channels, layers, profile;
     double seconds;
 } args;
 
@@ -43,6 +43,8 @@ static int parse(int argc, char **argv, args *a)
             a->channels = atoi(v);
         else if (!strcmp(k, "--layers"))
             a->layers = atoi(v);
+        else if (!strcmp(k, "--profile"))
+            a->profile = atoi(v);
         else if (!strcmp(k, "--seconds"))
             a->seconds = atof(v);
         else
@@ -83,6 +85,39 @@ static int make_weights(const args *a, ex_backend *be)
     return rc;
 }
 
+/* One profiled pass of n on x (batch b): milliseconds by op, largest first, a JSON line. */
+static int profile_ops(ex_network *n, int b, const float *x, float *logits)
+{
+    ex_plan *plan = ex_network_plan(n);
+    double ms[EX_OP_COUNT] = {0};
+    int count[EX_OP_COUNT] = {0};
+    if (ex_plan_set_profile(plan, true) != EX_OK || ex_network_predict(n, x, logits) != EX_OK) {
+        fprintf(stderr, "bench_inference: profile: %s\n", ex_network_error(n));
+        return 1;
+    }
+    for (int64_t i = 0; i < ex_plan_node_count(plan); i++) {
+        ex_node_info info;
+        if (ex_plan_node_info(plan, i, &info) == EX_OK && (int)info.op < EX_OP_COUNT) {
+            ms[info.op] += info.ms;
+            count[info.op]++;
+        }
+    }
+    printf("{\"bench\":\"inference_profile\",\"batch\":%d,\"ops\":[", b);
+    for (int first = 1;; first = 0) {
+        int best = -1;
+        for (int op = 0; op < EX_OP_COUNT; op++)
+            if (count[op] && (best < 0 || ms[op] > ms[best]))
+                best = op;
+        if (best < 0)
+            break;
+        printf("%s{\"op\":\"%s\",\"nodes\":%d,\"ms\":%.3f}", first ? "" : ",",
+               ex_op_name((ex_op)best), count[best], ms[best]);
+        count[best] = 0;
+    }
+    printf("]}\n");
+    return ex_plan_set_profile(plan, false) != EX_OK;
+}
+
 /* Median ms of one predict call at batch b, over a->seconds of calls (at least 5). */
 static int time_batch(const args *a, ex_backend *be, const char *path, int b, double *ms,
                       int64_t *params)
@@ -116,6 +151,8 @@ static int time_batch(const args *a, ex_backend *be, const char *path, int b, do
     }
     if (rc)
         fprintf(stderr, "bench_inference: %s\n", ex_network_error(n));
+    if (!rc && a->profile)
+        rc = profile_ops(n, b, x, logits);
     qsort(t, (size_t)done, sizeof *t, cmp_double);
     *ms = done ? t[done / 2] : 0;
     if (!rc && a->dump && b > 1) {
@@ -144,7 +181,7 @@ int main(int argc, char **argv)
     if (parse(argc, argv, &a)) {
         fprintf(stderr, "usage: bench_inference --backend NAME (--weights FILE | --save FILE "
                         "[--genotype G] [--channels C] [--layers L]) [--export FILE.onnx] "
-                        "[--dump DIR] [--seconds S]\n");
+                        "[--dump DIR] [--seconds S] [--profile 1]\n");
         return 2;
     }
     char msg[512];
