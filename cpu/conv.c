@@ -853,15 +853,26 @@ static inline void dw_copy(float *dst, const float *src, int64_t n)
         dst[i] = src ? src[i] : 0.0f;
 }
 
-/** pp = the source with zeros around it; only the margins are cleared. */
+/** dst[i] = max(src[i], 0), i < n (a NaN stays, as in the reference). */
+static inline void dw_copy_relu(float *restrict dst, const float *restrict src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = src[i] < 0.0f ? 0.0f : src[i];
+}
+
+/** pp = the source (with relu, max(source, 0)) with zeros around it; only the margins
+ *  are cleared. */
 static void dw_pad_fill(float *pp, const dw_padg *pg, const float *src, int64_t srs, int64_t h,
-                        int64_t w)
+                        int64_t w, int relu)
 {
     int64_t wp = pg->wp;
     dw_copy(pp, NULL, pg->pt * wp + pg->pl);
     for (int64_t i = 0; i < h; i++) {
         float *row = pp + (pg->pt + i) * wp + pg->pl;
-        dw_copy(row, src + i * srs, w);
+        if (relu)
+            dw_copy_relu(row, src + i * srs, w);
+        else
+            dw_copy(row, src + i * srs, w);
         dw_copy(row + w, NULL, i + 1 < h ? wp - w : wp - w - pg->pl);
     }
     dw_copy(pp + (pg->pt + h) * wp, NULL, (pg->hp - pg->pt - h) * wp);
@@ -907,7 +918,7 @@ static void dw_fwd_pad(const conv_geom *g, const dw_padg *pg, const conv_t4 *x, 
                        const conv_t4 *y, int64_t nb, int64_t ch, float *scratch)
 {
     float *pp = scratch, *tmp = scratch + pg->hp * pg->wp;
-    dw_pad_fill(pp, pg, conv_plane(x, nb, ch), x->st[2], g->h, g->w);
+    dw_pad_fill(pp, pg, conv_plane(x, nb, ch), x->st[2], g->h, g->w, g->relu);
     const float *wp = conv_plane(w, ch, 0);
     dw_taps t = {.n = 0};
     for (int64_t a = 0; a < g->kh; a++)
@@ -942,7 +953,7 @@ static void dw_bwd_pad(const conv_geom *g, const dw_padg *pg, const conv_t4 *dy,
                        const conv_t4 *dx, int64_t nb, int64_t ch, float *scratch)
 {
     float *pp = scratch, *tmp = scratch + pg->hp * pg->wp;
-    dw_pad_fill(pp, pg, conv_plane(dy, nb, ch), dy->st[2], g->ho, g->wo);
+    dw_pad_fill(pp, pg, conv_plane(dy, nb, ch), dy->st[2], g->ho, g->wo, 0);
     for (int64_t rh = 0; rh < g->sh && rh < g->h; rh++)
         for (int64_t rw = 0; rw < g->sw && rw < g->w; rw++)
             dw_bwd_class(g, pg, pp, conv_plane(w, ch, 0), w->st, tmp, conv_plane(dx, nb, ch),
@@ -1181,12 +1192,38 @@ static float *dw_scratch(const cpu_exec *e, const dw_padg *pg, int64_t *per)
     return cpu_alloc(e, (size_t)(*per * dw_nthreads(e)) * sizeof(float));
 }
 
+/** Whether the forward pass runs over padded planes (strided outputs skip most of a
+ *  padded plane: the row loops do better there). */
+static int dw_fwd_padded(const conv_geom *g, const conv_t4 *x, const conv_t4 *y)
+{
+    return dw_fast_ok(g, x, y) && g->sh == 1 && g->sw == 1;
+}
+
+/** The forward pass of one plane by the row loops, on max(x, 0) with g->relu (copied
+ *  into scratch, which holds a padded plane). */
+static void dw_fwd_rows(const conv_geom *g, const conv_t4 *x, const conv_t4 *w, const conv_t4 *y,
+                        int64_t nb, int64_t c, float *scratch)
+{
+    const float *xp = conv_plane(x, nb, c);
+    const int64_t *xs = x->st, dense[4] = {0, 0, g->w, 1};
+    if (g->relu) {
+        for (int64_t i = 0; i < g->h; i++)
+            for (int64_t j = 0; j < g->w; j++) {
+                float v = xp[i * xs[2] + j * xs[3]];
+                scratch[i * g->w + j] = v < 0.0f ? 0.0f : v;
+            }
+        xp = scratch;
+        xs = dense;
+    }
+    dw_fwd_plane(g, xp, xs, conv_plane(y, nb, c), y->st, conv_plane(w, c, 0), w->st);
+}
+
+/** With g->relu the planes are read as max(x, 0): only where dw_fwd_padded() holds. */
 static ex_status dw_fast_fwd(const cpu_exec *e, const conv_geom *g, const conv_t4 *x,
                              const conv_t4 *w, const conv_t4 *y)
 {
     int64_t planes = g->n * g->ci, per = 0;
-    /* strided outputs skip most of a padded plane: the row loops do better there */
-    int fast = dw_fast_ok(g, x, y) && g->sh == 1 && g->sw == 1;
+    int fast = dw_fwd_padded(g, x, y);
     dw_padg pg = dw_padg_of(g, 0);
     float *scratch = fast ? dw_scratch(e, &pg, &per) : NULL;
     if (fast && !scratch)
@@ -1197,8 +1234,7 @@ static ex_status dw_fast_fwd(const cpu_exec *e, const conv_geom *g, const conv_t
         if (fast && dw_finite(g, w, c))
             dw_fwd_pad(g, &pg, x, w, y, nb, c, scratch + dw_tid() * per);
         else
-            dw_fwd_plane(g, conv_plane(x, nb, c), x->st, conv_plane(y, nb, c), y->st,
-                         conv_plane(w, c, 0), w->st);
+            dw_fwd_rows(g, x, w, y, nb, c, fast ? scratch + dw_tid() * per : NULL);
     }
     free(scratch);
     return EX_OK;
@@ -1277,7 +1313,8 @@ static ex_status dw_fast_bwd_filter(const cpu_exec *e, const conv_geom *g, const
     return EX_OK;
 }
 
-/* -- the fused ReLU (ip6): the fast kernels run unchanged on a copy, then a mask -- */
+/* -- the fused ReLU (ip6): the padded forward planes take max(x, 0) as they are filled;
+ * elsewhere the fast kernels run unchanged on a copy, then a mask -- */
 
 /** Replaces x by a contiguous copy of max(x, 0), which *copy owns (free it). */
 static ex_status dw_relu_copy(const cpu_exec *e, const conv_geom *g, conv_t4 *x, float **copy,
@@ -1364,10 +1401,13 @@ static ex_status dw_fast(const cpu_exec *e, conv_ops *o, int which, const char *
 {
     float *copy = NULL;
     ex_status st = EX_OK;
-    if (o->g.relu && which != 1)
+    conv_geom fwd = o->g; /* the forward pass's: relu off once x is the copy */
+    if (o->g.relu && which != 1 && !(which == 0 && dw_fwd_padded(&o->g, &o->x, &o->y))) {
         st = dw_relu_copy(e, &o->g, &o->x, &copy, name);
+        fwd.relu = 0;
+    }
     if (st == EX_OK && which == 0)
-        st = dw_fast_fwd(e, &o->g, &o->x, &o->w, &o->y);
+        st = dw_fast_fwd(e, &fwd, &o->x, &o->w, &o->y);
     else if (st == EX_OK && which == 1)
         st = dw_fast_bwd_data(e, &o->g, &o->y, &o->w, &o->x);
     else if (st == EX_OK)

@@ -1065,13 +1065,58 @@ static void test_sgd_clip_bitwise(void **state)
     free(b);
 }
 
+/* The depthwise convolution of max(x, 0) (DWCONV2D's fused ReLU) with an infinite weight,
+ * on the CPU's fast path and on its reference loops: the same values (to float rounding:
+ * the reference sums in double), NaN where a clipped input meets the infinity. The fast path clips
+ * the inputs as it pads the planes, and runs a plane whose weights are not finite through its row
+ * loops. */
+static void test_dwconv_relu_nonfinite(void **state)
+{
+    (void)state;
+    static const char *const backends[] = {"cpu", "cpu-ref"};
+    int64_t xne[4] = {2, 3, 9, 10}, wne[4] = {3, 1, 3, 3}, nx = 2 * 3 * 9 * 10, ny = nx;
+    float x[2 * 3 * 9 * 10], w[27], y[2][2 * 3 * 9 * 10];
+    rng r = {11};
+    fill_uniform(&r, x, nx, -1.0f, 1.0f);
+    fill_uniform(&r, w, 27, -1.0f, 1.0f);
+    w[9 + 4] = INFINITY; /* channel 1's centre tap */
+    for (int k = 0; k < 2; k++) {
+        char msg[256] = "";
+        ex_backend *be = NULL;
+        check_ok(ex_backend_open(backends[k], &be, msg, sizeof msg), backends[k], msg);
+        ex_ctx *ctx = ex_ctx_new();
+        ex_tensor *tx = ex_input(ctx, EX_F32, 4, xne, "x"),
+                  *tw = ex_input(ctx, EX_F32, 4, wne, "w");
+        ex_conv_params p = {{1, 1}, {1, 1}, {1, 1}};
+        ex_tensor *ty = ex_keep(ctx, ex_dwconv2d_relu(ctx, tx, tw, &p));
+        check_ctx(ctx, "dwconv2d_relu");
+        ex_plan *plan = plan_graph(ctx, be);
+        check_ok(ex_plan_write(plan, tx, x, sizeof x), "write x", ex_plan_error(plan));
+        check_ok(ex_plan_write(plan, tw, w, sizeof w), "write w", ex_plan_error(plan));
+        check_ok(ex_plan_run(plan), "run", ex_plan_error(plan));
+        check_ok(ex_plan_read(plan, ty, y[k], sizeof y[k]), "read y", ex_plan_error(plan));
+        ex_plan_free(plan);
+        ex_ctx_free(ctx);
+        ex_backend_close(be);
+    }
+    int nan = 0;
+    for (int64_t i = 0; i < ny; i++) {
+        nan += isnan(y[1][i]) != 0;
+        bool same = (isnan(y[0][i]) && isnan(y[1][i])) || y[0][i] == y[1][i];
+        if (!same && !(fabsf(y[0][i] - y[1][i]) <= 1e-5f * (1.0f + fabsf(y[1][i]))))
+            fail_msg("element %lld: cpu %g, cpu-ref %g", (long long)i, (double)y[0][i],
+                     (double)y[1][i]);
+    }
+    assert_true(nan > 0); /* some clipped input met the infinity */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sepconv_block),    cmocka_unit_test(test_xor_sgd),
         cmocka_unit_test(test_xor_adam),         cmocka_unit_test(test_cnn_learns),
         cmocka_unit_test(test_sgd_clip_bitwise), cmocka_unit_test(test_label_smoothing),
-        cmocka_unit_test(test_network_predict),
+        cmocka_unit_test(test_network_predict),  cmocka_unit_test(test_dwconv_relu_nonfinite),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
