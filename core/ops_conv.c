@@ -77,14 +77,30 @@ static bool is_quant(ex_op op)
            op == EX_OP_QLINEAR;
 }
 
+/* The multiplier of the requantize an int8 convolution takes in (ex_qconv2d_rq and the
+ * like; source 3, its ReLU ip7, the result i8): f32 [cout] or [1], or NULL for none. */
+static bool multiplier_ok(ex_ctx *ctx, const char *name, ex_tensor *m, int64_t cout)
+{
+    if (!m || (m->dtype == EX_F32 && m->ndim == 1 && (m->ne[0] == cout || m->ne[0] == 1)))
+        return true;
+    char sm[64];
+    ex__fail(ctx, m->dtype == EX_F32 ? EX_ERR_SHAPE : EX_ERR_ARG,
+             "%s: multiplier %s (%s) must be f32 [%lld] or [1]", name, ex__shape(m, sm),
+             ex_dtype_name(m->dtype), (long long)cout);
+    return false;
+}
+
 /* A convolution node; relu (depthwise only) convolves max(x, 0) instead of x (ip6). The
- * int8 ones take i8 x and w and an i32 bias, and make i32. */
+ * int8 ones take i8 x and w and an i32 bias, and make i32, or i8 with a multiplier m
+ * (requantized, its ReLU rq_relu). */
 static ex_tensor *conv_node(ex_ctx *ctx, ex_op op, const char *name, ex_tensor *x, ex_tensor *w,
-                            ex_tensor *bias, const ex_conv_params *p, bool relu)
+                            ex_tensor *bias, const ex_conv_params *p, bool relu, ex_tensor *m,
+                            bool rq_relu)
 {
     bool q = is_quant(op);
-    ex_tensor *s[3] = {x, w, bias};
-    if (!ex__check(ctx, name, q ? 3 : 2, s))
+    ex_tensor *s[4] = {x, w, bias, m};
+    int ns = q ? 3 + (m != NULL) : 2;
+    if (!ex__check(ctx, name, ns, s))
         return INERT(ctx);
     ex_dtype in = q ? EX_I8 : EX_F32;
     if (!typed_nd(ctx, name, "x", x, in, 4) || !typed_nd(ctx, name, "w", w, in, 4) ||
@@ -105,7 +121,9 @@ static ex_tensor *conv_node(ex_ctx *ctx, ex_op op, const char *name, ex_tensor *
         return ex__fail(ctx, EX_ERR_SHAPE, "%s: kernel of w %s does not fit x %s padded by %dx%d",
                         name, ex__shape(w, sw), ex__shape(x, sx), p->pad[0], p->pad[1]);
     int64_t ne[4] = {x->ne[0], dw ? x->ne[1] : w->ne[0], ho, wo};
-    ex_tensor *y = ex__node(ctx, op, q ? EX_I32 : EX_F32, 4, ne, q ? 3 : 2, s);
+    if (!multiplier_ok(ctx, name, m, ne[1]))
+        return &ctx->inert;
+    ex_tensor *y = ex__node(ctx, op, !q ? EX_F32 : m ? EX_I8 : EX_I32, 4, ne, ns, s);
     if (ex__is_inert(y))
         return y;
     for (int i = 0; i < 2; i++) {
@@ -114,31 +132,33 @@ static ex_tensor *conv_node(ex_ctx *ctx, ex_op op, const char *name, ex_tensor *
         y->ip[4 + i] = p->dilation[i];
     }
     y->ip[6] = relu;
+    y->ip[7] = rq_relu;
     return y;
 }
 
 ex_tensor *ex_conv2d(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, const ex_conv_params *p)
 {
-    return conv_node(ctx, EX_OP_CONV2D, "conv2d", x, w, NULL, p, false);
+    return conv_node(ctx, EX_OP_CONV2D, "conv2d", x, w, NULL, p, false, NULL, false);
 }
 
 ex_tensor *ex_dwconv2d(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, const ex_conv_params *p)
 {
-    return conv_node(ctx, EX_OP_DWCONV2D, "dwconv2d", x, w, NULL, p, false);
+    return conv_node(ctx, EX_OP_DWCONV2D, "dwconv2d", x, w, NULL, p, false, NULL, false);
 }
 
 ex_tensor *ex_dwconv2d_relu(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, const ex_conv_params *p)
 {
-    return conv_node(ctx, EX_OP_DWCONV2D, "dwconv2d_relu", x, w, NULL, p, true);
+    return conv_node(ctx, EX_OP_DWCONV2D, "dwconv2d_relu", x, w, NULL, p, true, NULL, false);
 }
 
-/* A pointwise convolution: f32, or int8 with an i32 bias. */
+/* A pointwise convolution: f32, or int8 with an i32 bias (and m as conv_node's). */
 static ex_tensor *pw_node(ex_ctx *ctx, ex_op op, const char *name, ex_tensor *x, ex_tensor *w,
-                          ex_tensor *bias)
+                          ex_tensor *bias, ex_tensor *m, bool rq_relu)
 {
     bool q = is_quant(op);
-    ex_tensor *s[3] = {x, w, bias};
-    if (!ex__check(ctx, name, q ? 3 : 2, s))
+    ex_tensor *s[4] = {x, w, bias, m};
+    int ns = q ? 3 + (m != NULL) : 2;
+    if (!ex__check(ctx, name, ns, s))
         return INERT(ctx);
     ex_dtype in = q ? EX_I8 : EX_F32;
     if (!typed_nd(ctx, name, "x", x, in, 4) || !typed_nd(ctx, name, "w", w, in, 2))
@@ -151,12 +171,17 @@ static ex_tensor *pw_node(ex_ctx *ctx, ex_op op, const char *name, ex_tensor *x,
     if (q && (!bias_ok(ctx, name, bias, w->ne[0]) || !terms_ok(ctx, name, w->ne[1])))
         return &ctx->inert;
     int64_t ne[4] = {x->ne[0], w->ne[0], x->ne[2], x->ne[3]};
-    return ex__node(ctx, op, q ? EX_I32 : EX_F32, 4, ne, q ? 3 : 2, s);
+    if (!multiplier_ok(ctx, name, m, ne[1]))
+        return &ctx->inert;
+    ex_tensor *y = ex__node(ctx, op, !q ? EX_F32 : m ? EX_I8 : EX_I32, 4, ne, ns, s);
+    if (!ex__is_inert(y))
+        y->ip[7] = rq_relu;
+    return y;
 }
 
 ex_tensor *ex_pwconv(ex_ctx *ctx, ex_tensor *x, ex_tensor *w)
 {
-    return pw_node(ctx, EX_OP_PWCONV, "pwconv", x, w, NULL);
+    return pw_node(ctx, EX_OP_PWCONV, "pwconv", x, w, NULL, NULL, false);
 }
 
 ex_tensor *ex_matmul(ex_ctx *ctx, ex_tensor *a, ex_tensor *b)
@@ -196,18 +221,42 @@ ex_tensor *ex_linear(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *b)
 ex_tensor *ex_qconv2d(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *bias,
                       const ex_conv_params *p)
 {
-    return conv_node(ctx, EX_OP_QCONV2D, "qconv2d", x, w, bias, p, false);
+    return conv_node(ctx, EX_OP_QCONV2D, "qconv2d", x, w, bias, p, false, NULL, false);
+}
+
+ex_tensor *ex_qconv2d_rq(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *bias,
+                         const ex_conv_params *p, ex_tensor *multiplier, bool relu)
+{
+    if (!multiplier)
+        return ex__fail(ctx, EX_ERR_ARG, "qconv2d_rq: multiplier NULL");
+    return conv_node(ctx, EX_OP_QCONV2D, "qconv2d_rq", x, w, bias, p, false, multiplier, relu);
 }
 
 ex_tensor *ex_qdwconv2d(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *bias,
                         const ex_conv_params *p)
 {
-    return conv_node(ctx, EX_OP_QDWCONV2D, "qdwconv2d", x, w, bias, p, false);
+    return conv_node(ctx, EX_OP_QDWCONV2D, "qdwconv2d", x, w, bias, p, false, NULL, false);
+}
+
+ex_tensor *ex_qdwconv2d_rq(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *bias,
+                           const ex_conv_params *p, ex_tensor *multiplier, bool relu)
+{
+    if (!multiplier)
+        return ex__fail(ctx, EX_ERR_ARG, "qdwconv2d_rq: multiplier NULL");
+    return conv_node(ctx, EX_OP_QDWCONV2D, "qdwconv2d_rq", x, w, bias, p, false, multiplier, relu);
 }
 
 ex_tensor *ex_qpwconv(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *bias)
 {
-    return pw_node(ctx, EX_OP_QPWCONV, "qpwconv", x, w, bias);
+    return pw_node(ctx, EX_OP_QPWCONV, "qpwconv", x, w, bias, NULL, false);
+}
+
+ex_tensor *ex_qpwconv_rq(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *bias,
+                         ex_tensor *multiplier, bool relu)
+{
+    if (!multiplier)
+        return ex__fail(ctx, EX_ERR_ARG, "qpwconv_rq: multiplier NULL");
+    return pw_node(ctx, EX_OP_QPWCONV, "qpwconv_rq", x, w, bias, multiplier, relu);
 }
 
 ex_tensor *ex_qlinear(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *bias)

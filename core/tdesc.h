@@ -124,6 +124,21 @@ static inline int ex_td_conv_relu(const ex_node_exec *n)
     return n->nsrc == want ? relu : -1;
 }
 
+/** The fused requantize of an int8 convolution (QCONV2D, QDWCONV2D, QPWCONV;
+ *  docs/ops.md): 0 when it makes the i32 sums (3 sources, ip7 = 0), 1 when it requantizes
+ *  them into i8 by source 3 (f32 [Co] or [1]; ip7 its ReLU, 0 or 1), -1 when the node is
+ *  neither. The backends share this check so that each refuses the same nodes. */
+static inline int ex_td_qconv_rq(const ex_node_exec *n)
+{
+    if (n->nsrc == 3)
+        return n->ip[7] == 0 && n->dst.dtype == EX_I32 ? 0 : -1;
+    if (n->nsrc != 4 || n->dst.dtype != EX_I8 || (n->ip[7] != 0 && n->ip[7] != 1))
+        return -1;
+    const ex_tdesc *m = &n->src[3];
+    return m->dtype == EX_F32 && m->ndim == 1 && (m->ne[0] == n->dst.ne[1] || m->ne[0] == 1) ? 1
+                                                                                             : -1;
+}
+
 /** Whether the fused ReLU's mask source of DWCONV2D_BWD_DATA (src[2], x) is a 4-d f32
  *  tensor shaped like dx; the message the backends give when it is not. */
 #define EX_TD_RELU_MASK_MSG                                                                        \

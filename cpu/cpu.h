@@ -151,4 +151,48 @@ CPU_OP(qmax_pool);
 CPU_OP(qavg_pool);
 CPU_OP(qglobal_avg_pool);
 
+/* qvnni.c: the int8 convolutions on AVX-512 VNNI */
+
+/** C_i [m, n] = bias + A [m, k] B_i [k, n] for images i < images; rows of A, B_i and C_i
+ *  have strides lda, ldb and ldc, their columns are dense; B_i = b + i sb, C_i = c + i sc.
+ *  With mult, C_i is i8 at c8 instead: row r clamp(rne(f32(sum) * mult[r ms])) to [lo, 127]
+ *  (REQUANTIZE's arithmetic). */
+typedef struct cpu_qgemm {
+    const int8_t *a, *b;
+    const int32_t *bias;
+    int32_t *c;
+    int8_t *c8;
+    const float *mult;
+    int64_t m, n, k, lda, ldb, ldc, sb, sc, images, ms;
+    float lo;
+} cpu_qgemm;
+
+/** Whether this CPU runs cpu_qgemm_run (AVX-512 with VNNI and VBMI), asked at run time. */
+bool cpu_qgemm_vnni(void);
+
+/** Runs q on threads threads; false when out of memory or cpu_qgemm_vnni() is false. */
+bool cpu_qgemm_run(const cpu_exec *e, const cpu_qgemm *q, int threads);
+
+/** Taps and pair-row words cpu_qdw_vnni takes (5x5 filters at dilation 2 over 32-wide
+ *  planes fit). */
+#define QDW_TAPS 64
+#define QDW_PAIRS 8192
+
+/** One plane of a stride-1 int8 depthwise convolution: x [h, w] (rows xsh apart, columns
+ *  dense) under kh x kw taps (row-major) at dilation dh, dw and padding ph, pw, plus bias,
+ *  into c [ho, wo] (i32, rows ysh apart), or with c8 into i8 through mult and lo as
+ *  cpu_qgemm. */
+typedef struct cpu_qdw {
+    const int8_t *x, *taps;
+    int32_t *c;
+    int8_t *c8;
+    int64_t h, w, xsh, ho, wo, ysh, kh, kw, dh, dw, ph, pw;
+    int32_t bias;
+    float mult, lo;
+} cpu_qdw;
+
+/** Runs d; only where cpu_qgemm_vnni() holds. False, having written nothing, where the
+ *  filter or the plane does not fit (QDW_TAPS, QDW_PAIRS). */
+bool cpu_qdw_vnni(const cpu_qdw *d);
+
 #endif

@@ -20,6 +20,12 @@ static inline int q_threads(const cpu_exec *e)
 {
     return e->reference ? 1 : e->threads > 0 ? e->threads : omp_get_max_threads();
 }
+#else
+static inline int q_threads(const cpu_exec *e)
+{
+    (void)e;
+    return 1;
+}
 #endif
 
 static inline int8_t *cpu_i8(const ex_tdesc *t)
@@ -39,18 +45,35 @@ static inline int8_t q_round(float v, float lo)
 
 /* Dense rows of the element-wise ops, built for AVX2 and for the baseline and picked at
  * run time: the loops vectorize where the strided walk below does not. */
-__attribute__((target_clones("avx2", "default"))) static void
+__attribute__((target_clones("arch=skylake-avx512", "avx2", "default"))) static void
 rq_row32(const int32_t *restrict x, float m, float lo, int8_t *restrict y, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] = q_round((float)x[i] * m, lo);
 }
 
-__attribute__((target_clones("avx2", "default"))) static void
+__attribute__((target_clones("arch=skylake-avx512", "avx2", "default"))) static void
 rq_row8(const int8_t *restrict x, float m, float lo, int8_t *restrict y, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] = q_round((float)x[i] * m, lo);
+}
+
+__attribute__((target_clones("arch=skylake-avx512", "avx2", "default"))) static void
+qadd_row(const int8_t *restrict a, float ma, const int8_t *restrict b, float mb, float lo,
+         int8_t *restrict y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float ta = (float)a[i] * ma, tb = (float)b[i] * mb;
+        y[i] = q_round(ta + tb, lo);
+    }
+}
+
+__attribute__((target_clones("arch=skylake-avx512", "avx2", "default"))) static void
+qrelu_row(const int8_t *restrict x, int8_t *restrict y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = x[i] > 0 ? x[i] : 0;
 }
 
 /* An element-wise op's operands as dst's padded shape, merged where every operand steps
@@ -92,7 +115,37 @@ static ex_status q_walk_of(const cpu_exec *e, const ex_node_exec *n, int nsrc, b
     return EX_OK;
 }
 
-/* Runs the body for every element, rows of the outer three dims in parallel: p0 is dst's
+/* Elements of a row of the walk one thread takes at a time: a dense tensor merges into
+ * one row, which is thus split across the threads. */
+#define Q_RUN 16384
+
+/* The runs of the walk: each row of its outer three dims in pieces of up to Q_RUN. */
+static inline int64_t q_runs(const q_walk *w)
+{
+    return w->ne[0] * w->ne[1] * w->ne[2] * ((w->ne[3] + Q_RUN - 1) / Q_RUN);
+}
+
+/* Run t of the walk: its first element's storage index in each operand (o), its length. */
+static inline int64_t q_run_at(const q_walk *w, int64_t t, int64_t o[3])
+{
+    int64_t per = (w->ne[3] + Q_RUN - 1) / Q_RUN, r = t / per, c0 = t % per * Q_RUN;
+    int64_t ix[3] = {r / (w->ne[1] * w->ne[2]), r / w->ne[2] % w->ne[1], r % w->ne[2]};
+    for (int k = 0; k < 3; k++)
+        o[k] = ix[0] * w->st[k][0] + ix[1] * w->st[k][1] + ix[2] * w->st[k][2] + c0 * w->st[k][3];
+    return w->ne[3] - c0 < Q_RUN ? w->ne[3] - c0 : Q_RUN;
+}
+
+/* Whether dst and the nsrc sources step by 1 along the walk's rows (the row kernels);
+ * in place (dst one of the sources) too, as each element is read before it is written. */
+static inline bool q_dense_rows(const q_walk *w, int nsrc)
+{
+    for (int k = 0; k <= nsrc; k++)
+        if (w->st[k][3] != 1)
+            return false;
+    return true;
+}
+
+/* Runs the body for every element, runs of rows of the outer three dims in parallel: p0 is dst's
  * storage index, p1 and p2 the first two operands'. Rows of dense dst and x with the third
  * operand dense or constant along them take loops the compiler vectorizes. */
 #define Q_ROW(n_, s0, s1, s2, ...)                                                                 \
@@ -102,18 +155,12 @@ static ex_status q_walk_of(const cpu_exec *e, const ex_node_exec *n, int nsrc, b
         __VA_ARGS__;                                                                               \
     }
 #define Q_FOR_EACH(e, w, ...)                                                                      \
-    _Pragma("omp parallel for schedule(static) num_threads(q_threads(e))") for (int64_t r = 0;     \
-                                                                                r <                \
-                                                                                (w).ne[0] *        \
-                                                                                    (w).ne[1] *    \
-                                                                                    (w).ne[2];     \
-                                                                                r++)               \
+    _Pragma("omp parallel for schedule(static) num_threads(q_threads(e))") for (int64_t t = 0;     \
+                                                                                t < q_runs(&(w));  \
+                                                                                t++)               \
     {                                                                                              \
-        int64_t ix[3] = {r / ((w).ne[1] * (w).ne[2]), r / (w).ne[2] % (w).ne[1], r % (w).ne[2]};   \
-        int64_t o[3] = {0, 0, 0};                                                                  \
-        for (int k = 0; k < 3; k++)                                                                \
-            o[k] = ix[0] * (w).st[k][0] + ix[1] * (w).st[k][1] + ix[2] * (w).st[k][2];             \
-        int64_t s0 = (w).st[0][3], s1 = (w).st[1][3], s2 = (w).st[2][3], len = (w).ne[3];          \
+        int64_t o[3], len = q_run_at(&(w), t, o);                                                  \
+        int64_t s0 = (w).st[0][3], s1 = (w).st[1][3], s2 = (w).st[2][3];                           \
         if (s0 == 1 && s1 == 1 && s2 == 0)                                                         \
             Q_ROW(len, 1, 1, 0, __VA_ARGS__)                                                       \
         else if (s0 == 1 && s1 == 1 && s2 == 1)                                                    \
@@ -165,14 +212,12 @@ CPU_OP(requantize)
     if (w.st[0][3] == 1 && w.st[1][3] == 1 && w.st[2][3] == 0) {
         /* rows along which the multiplier is one value: the row kernels */
 #pragma omp parallel for schedule(static) num_threads(q_threads(e))
-        for (int64_t r = 0; r < w.ne[0] * w.ne[1] * w.ne[2]; r++) {
-            int64_t ix[3] = {r / (w.ne[1] * w.ne[2]), r / w.ne[2] % w.ne[1], r % w.ne[2]}, o[3];
-            for (int k = 0; k < 3; k++)
-                o[k] = ix[0] * w.st[k][0] + ix[1] * w.st[k][1] + ix[2] * w.st[k][2];
+        for (int64_t t = 0; t < q_runs(&w); t++) {
+            int64_t o[3], len = q_run_at(&w, t, o);
             if (i8)
-                rq_row8(cpu_i8(&n->src[0]) + o[1], v[o[2]], lo, y + o[0], w.ne[3]);
+                rq_row8(cpu_i8(&n->src[0]) + o[1], v[o[2]], lo, y + o[0], len);
             else
-                rq_row32(cpu_i32(&n->src[0]) + o[1], v[o[2]], lo, y + o[0], w.ne[3]);
+                rq_row32(cpu_i32(&n->src[0]) + o[1], v[o[2]], lo, y + o[0], len);
         }
     } else if (i8) {
         const int8_t *x = cpu_i8(&n->src[0]);
@@ -194,6 +239,14 @@ CPU_OP(qadd)
     const int8_t *pa = cpu_i8(&n->src[0]), *pb = cpu_i8(&n->src[1]);
     int8_t *y = cpu_i8(&n->dst);
     float ma = n->fp[0], mb = n->fp[1];
+    if (q_dense_rows(&w, 2)) {
+#pragma omp parallel for schedule(static) num_threads(q_threads(e))
+        for (int64_t t = 0; t < q_runs(&w); t++) {
+            int64_t o[3], len = q_run_at(&w, t, o);
+            qadd_row(pa + o[1], ma, pb + o[2], mb, lo, y + o[0], len);
+        }
+        return EX_OK;
+    }
     Q_FOR_EACH(e, w, {
         float ta = (float)pa[p1] * ma, tb = (float)pb[p2] * mb;
         y[p0] = q_round(ta + tb, lo);
@@ -209,8 +262,59 @@ CPU_OP(qrelu)
         return st;
     const int8_t *x = cpu_i8(&n->src[0]);
     int8_t *y = cpu_i8(&n->dst);
+    if (q_dense_rows(&w, 1)) {
+#pragma omp parallel for schedule(static) num_threads(q_threads(e))
+        for (int64_t t = 0; t < q_runs(&w); t++) {
+            int64_t o[3], len = q_run_at(&w, t, o);
+            qrelu_row(x + o[1], y + o[0], len);
+        }
+        return EX_OK;
+    }
     Q_FOR_EACH(e, w, y[p0] = x[p1] > 0 ? x[p1] : 0);
     return EX_OK;
+}
+
+/* Elements of a run qconcat hands one thread. */
+#define Q_CONCAT_CHUNK 16384
+
+/* The trailing dims of x [N, C, H, W] that x and y both hold densely (unit last stride):
+ * how many (from the last), and their elements as one run. */
+static int q_dense_tail(const ex_tdesc *x, const ex_tdesc *y, int64_t *len)
+{
+    int k = 1;
+    *len = x->ne[3];
+    while (k < 4 && x->st[3 - k] == *len && y->st[3 - k] == *len)
+        *len *= x->ne[3 - k++];
+    return k;
+}
+
+/* Part x into its channels of y (from channel at) requantized by mul: its dense tail as
+ * runs through the row kernel, split into chunks across threads. */
+static void q_concat_part(const cpu_exec *e, const ex_tdesc *x, const ex_tdesc *y, int64_t at,
+                          float mul)
+{
+    int64_t len, ne[4] = {x->ne[0], x->ne[1], x->ne[2], x->ne[3]};
+    int k = x->st[3] == 1 && y->st[3] == 1 ? q_dense_tail(x, y, &len) : 0;
+    int64_t runs = 1, chunk = Q_CONCAT_CHUNK;
+    for (int d = 0; d < 4 - k; d++)
+        runs *= ne[d];
+    if (k == 0)
+        len = 1, chunk = 1;
+    int64_t per = (len + chunk - 1) / chunk;
+    (void)e; /* read by the OpenMP pragma only */
+#pragma omp parallel for schedule(static) num_threads(q_threads(e))
+    for (int64_t t = 0; t < runs * per; t++) {
+        int64_t r = t / per, c0 = t % per * chunk, idx[4] = {0, 0, 0, 0};
+        for (int d = 3 - k; d >= 0; d--) {
+            idx[d] = r % ne[d];
+            r /= ne[d];
+        }
+        const int8_t *xr = cpu_i8(x) + idx[0] * x->st[0] + idx[1] * x->st[1] + idx[2] * x->st[2] +
+                           idx[3] * x->st[3] + c0;
+        int8_t *yr = cpu_i8(y) + idx[0] * y->st[0] + (at + idx[1]) * y->st[1] + idx[2] * y->st[2] +
+                     idx[3] * y->st[3] + c0;
+        rq_row8(xr, mul, -127.0f, yr, len - c0 < chunk ? len - c0 : chunk);
+    }
 }
 
 CPU_OP(qconcat)
@@ -221,24 +325,8 @@ CPU_OP(qconcat)
     const ex_tdesc *m = &n->src[parts], *d = &n->dst;
     int64_t at = 0;
     for (int p = 0; p < parts; p++) {
-        const ex_tdesc *x = &n->src[p];
-        float mul = cpu_f32(m)[p * m->st[0]];
-        const int8_t *xv = cpu_i8(x);
-        int8_t *y = cpu_i8(d);
-        /* rows of (n, c, h): dense ones through the row kernel */
-        bool dense = x->st[3] == 1 && d->st[3] == 1;
-#pragma omp parallel for schedule(static) num_threads(q_threads(e))
-        for (int64_t r = 0; r < x->ne[0] * x->ne[1] * x->ne[2]; r++) {
-            int64_t i0 = r / (x->ne[1] * x->ne[2]), i1 = r / x->ne[2] % x->ne[1], i2 = r % x->ne[2];
-            const int8_t *xr = xv + i0 * x->st[0] + i1 * x->st[1] + i2 * x->st[2];
-            int8_t *yr = y + i0 * d->st[0] + (at + i1) * d->st[1] + i2 * d->st[2];
-            if (dense)
-                rq_row8(xr, mul, -127.0f, yr, x->ne[3]);
-            else
-                for (int64_t i3 = 0; i3 < x->ne[3]; i3++)
-                    yr[i3 * d->st[3]] = q_round((float)xr[i3 * x->st[3]] * mul, -127.0f);
-        }
-        at += x->ne[1];
+        q_concat_part(e, &n->src[p], d, at, cpu_f32(m)[p * m->st[0]]);
+        at += n->src[p].ne[1];
     }
     if (at != d->ne[1])
         return cpu_fail(e, EX_ERR_SHAPE, "cpu: qconcat: parts hold %lld channels, dst %lld",
@@ -261,14 +349,62 @@ static q_conv q_conv_of(const ex_node_exec *n)
                     n->ip[1], n->ip[2], n->ip[3],     n->ip[4],     n->ip[5]};
 }
 
+/* The output of an int8 sum of products: the i32 sums, or with the fused requantize
+ * (ex_td_qconv_rq) i8 clamp(rne(sum * m[c])), as REQUANTIZE computes it. */
+typedef struct q_out {
+    bool rq;
+    const float *m;
+    int64_t ms; /* the multiplier's stride over channels: 0 for one for all */
+    float lo;
+} q_out;
+
+static q_out q_out_of(const ex_node_exec *n)
+{
+    if (n->nsrc < 4)
+        return (q_out){.rq = false};
+    const ex_tdesc *m = &n->src[3];
+    return (q_out){true, cpu_f32(m), m->ne[0] == 1 ? 0 : m->st[0], n->ip[7] ? 0.0f : -127.0f};
+}
+
+static inline float q_mult(const q_out *o, int64_t c)
+{
+    return o->m[c * o->ms];
+}
+
+/* Element at of y (i32, or i8 requantized) for channel c. */
+static inline void q_put(const q_out *o, const ex_tdesc *y, int64_t at, int64_t c, int32_t acc)
+{
+    if (o->rq)
+        cpu_i8(y)[at] = q_round((float)acc * q_mult(o, c), o->lo);
+    else
+        cpu_i32(y)[at] = acc;
+}
+
+/* Dense i32 rows [rows, cols] of channels c0 + r into y's rows (element offset at, row
+ * stride ys) through o. */
+static void q_put_rows(const q_out *o, const ex_tdesc *y, int64_t at, int64_t ys, int64_t c0,
+                       const int32_t *acc, int64_t rows, int64_t cols)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        if (o->rq)
+            rq_row32(acc + r * cols, q_mult(o, c0 + r), o->lo, cpu_i8(y) + at + r * ys, cols);
+        else
+            memcpy(cpu_i32(y) + at + r * ys, acc + r * cols, (size_t)cols * sizeof *acc);
+    }
+}
+
 static ex_status q_conv_check(const cpu_exec *e, const ex_node_exec *n, int xdims, int wdims)
 {
-    ex_status st = q_need(e, n, 3);
-    if (st != EX_OK)
-        return st;
+    int rq = n->op == EX_OP_QLINEAR ? (n->nsrc == 3 ? 0 : -1) : ex_td_qconv_rq(n);
+    if (rq < 0)
+        return cpu_fail(e, EX_ERR_ARG,
+                        "cpu: %s: %d sources: 3 for the i32 sums, or 4 (the multiplier f32 [Co] "
+                        "or [1], ip7 0 or 1) for i8",
+                        ex_op_name(n->op), n->nsrc);
     const ex_tdesc *x = &n->src[0], *w = &n->src[1], *b = &n->src[2];
     if (!ex_td_valid(x, EX_I8) || !ex_td_valid(w, EX_I8) || !ex_td_valid(b, EX_I32) ||
-        !ex_td_valid(&n->dst, EX_I32) || x->ndim != xdims || w->ndim != wdims)
+        !ex_td_valid(&n->dst, rq ? EX_I8 : EX_I32) || (rq && !ex_td_valid(&n->src[3], EX_F32)) ||
+        x->ndim != xdims || w->ndim != wdims)
         return cpu_fail(e, EX_ERR_ARG, "cpu: %s: operands of the wrong dtype or rank",
                         ex_op_name(n->op));
     return EX_OK;
@@ -287,6 +423,7 @@ static inline int32_t q_at(const ex_tdesc *t, const int8_t *v, int64_t n, int64_
 static void q_conv_ref(const ex_node_exec *nd, bool dw)
 {
     q_conv g = q_conv_of(nd);
+    q_out out = q_out_of(nd);
     const ex_tdesc *x = &nd->src[0], *w = &nd->src[1], *b = &nd->src[2], *y = &nd->dst;
     const int8_t *xv = cpu_i8(x), *wv = cpu_i8(w);
     int64_t cin = dw ? 1 : g.ci;
@@ -304,7 +441,8 @@ static void q_conv_ref(const ex_node_exec *nd, bool dw)
                                     wv[o * w->st[0] + c * w->st[1] + p * w->st[2] + q * w->st[3]];
                                 acc += wt * q_at(x, xv, n, dw ? o : c, h, v);
                             }
-                    cpu_i32(y)[n * y->st[0] + o * y->st[1] + i * y->st[2] + j * y->st[3]] = acc;
+                    q_put(&out, y, n * y->st[0] + o * y->st[1] + i * y->st[2] + j * y->st[3], o,
+                          acc);
                 }
 }
 
@@ -374,10 +512,57 @@ static void q_im2col(const ex_tdesc *x, const q_conv *g, int64_t n, int8_t *col)
             }
 }
 
+/* The im2col space of qconv2d on the VNNI path, in bytes. */
+#define Q_COL_BYTES ((int64_t)32 << 20)
+
 /* Whether y's image planes are dense [co, ho * wo] rows, as the GEMM writes them. */
 static bool q_dense_planes(const ex_tdesc *y)
 {
     return y->st[3] == 1 && y->st[2] == y->ne[3] && y->st[1] == y->ne[2] * y->ne[3];
+}
+
+/* y's images [i0, i0 + count) = bias + w B_i through o, B_i = b + (i - i0) sb with rows
+ * ldb apart: the VNNI GEMM where the CPU has it, else oneDNN's image by image (requantized
+ * from scratch rows). */
+static ex_status q_gemm_images(const cpu_exec *e, const ex_node_exec *n, const q_out *o,
+                               const int8_t *w, const int32_t *bias, int64_t k, const int8_t *b,
+                               int64_t ldb, int64_t sb, int64_t i0, int64_t count)
+{
+    const ex_tdesc *y = &n->dst;
+    int64_t co = y->ne[1], plane = y->ne[2] * y->ne[3], at = i0 * y->st[0];
+    if (cpu_qgemm_vnni()) {
+        cpu_qgemm q = {.a = w,
+                       .b = b,
+                       .bias = bias,
+                       .m = co,
+                       .n = plane,
+                       .k = k,
+                       .lda = k,
+                       .ldb = ldb,
+                       .ldc = plane,
+                       .sb = sb,
+                       .sc = y->st[0],
+                       .images = count};
+        if (o->rq)
+            q.c8 = cpu_i8(y) + at, q.mult = o->m, q.ms = o->ms, q.lo = o->lo;
+        else
+            q.c = cpu_i32(y) + at;
+        return cpu_qgemm_run(e, &q, q_threads(e))
+                   ? EX_OK
+                   : cpu_fail(e, EX_ERR_NOMEM, "cpu: %s: out of host memory", ex_op_name(n->op));
+    }
+    int32_t *tmp = o->rq ? cpu_alloc(e, (size_t)(co * plane) * sizeof *tmp + 1) : NULL;
+    if (o->rq && !tmp)
+        return cpu_fail(e, EX_ERR_NOMEM, "cpu: %s: out of host memory", ex_op_name(n->op));
+    ex_status st = EX_OK;
+    for (int64_t i = 0; st == EX_OK && i < count; i++) {
+        int32_t *c = o->rq ? tmp : cpu_i32(y) + at + i * y->st[0];
+        st = q_gemm(e, false, co, plane, k, w, k, b + i * sb, ldb, c, plane, bias);
+        if (st == EX_OK && o->rq)
+            q_put_rows(o, y, at + i * y->st[0], plane, 0, tmp, co, plane);
+    }
+    free(tmp);
+    return st;
 }
 
 CPU_OP(qconv2d)
@@ -390,17 +575,23 @@ CPU_OP(qconv2d)
         return EX_OK;
     }
     q_conv g = q_conv_of(n);
+    q_out out = q_out_of(n);
     int64_t k = g.ci * g.kh * g.kw, plane = g.ho * g.wo;
-    int8_t *wown, *col = cpu_alloc(e, (size_t)(k * plane));
+    /* the columns of up to Q_COL_BYTES of images at once */
+    int64_t chunk = Q_COL_BYTES / (k * plane > 0 ? k * plane : 1);
+    chunk = chunk < 1 ? 1 : chunk > g.n ? g.n : chunk;
+    int8_t *wown, *col = cpu_alloc(e, (size_t)(chunk * k * plane) + 1);
     int32_t *bown;
     const int8_t *w = q_dense2(e, &n->src[1], &wown);
     const int32_t *bias = q_bias(e, &n->src[2], &bown);
     if (!col || !w || !bias)
         st = cpu_fail(e, EX_ERR_NOMEM, "cpu: qconv2d: out of host memory");
-    for (int64_t i = 0; st == EX_OK && i < g.n; i++) {
-        q_im2col(&n->src[0], &g, i, col);
-        st = q_gemm(e, false, g.co, plane, k, w, k, col, plane, cpu_i32(&n->dst) + i * n->dst.st[0],
-                    plane, bias);
+    for (int64_t i0 = 0; st == EX_OK && i0 < g.n; i0 += chunk) {
+        int64_t c = g.n - i0 < chunk ? g.n - i0 : chunk;
+#pragma omp parallel for schedule(static) num_threads(q_threads(e)) if (c > 1)
+        for (int64_t i = 0; i < c; i++)
+            q_im2col(&n->src[0], &g, i0 + i, col + i * k * plane);
+        st = q_gemm_images(e, n, &out, w, bias, k, col, plane, k * plane, i0, c);
     }
     free(col);
     free(wown);
@@ -413,13 +604,28 @@ CPU_OP(qconv2d)
 #define Q_DW_TAPS 64
 #define Q_DW_ROW 4096
 
+/* Row oh of a depthwise output plane from its sums: i32, or i8 through o with multiplier m. */
+static inline void dw_store(const q_out *o, float m, const int32_t *acc, void *yp, int64_t at,
+                            int64_t ysw, int64_t wo)
+{
+    if (o->rq && ysw == 1)
+        rq_row32(acc, m, o->lo, (int8_t *)yp + at, wo);
+    else if (o->rq)
+        for (int64_t ow = 0; ow < wo; ow++)
+            ((int8_t *)yp)[at + ow * ysw] = q_round((float)acc[ow] * m, o->lo);
+    else
+        for (int64_t ow = 0; ow < wo; ow++)
+            ((int32_t *)yp)[at + ow * ysw] = acc[ow];
+}
+
 /* One (n, c) plane of a depthwise convolution: each output row summed in int32 over the
  * taps, each tap's run of columns clipped to the input so the inner loop has no bounds
  * test. Built for AVX2 and for the baseline, picked at run time (the AVX2 clone widens
  * int8 and multiplies 8 lanes at a time). */
-__attribute__((target_clones("avx2", "default"))) static void
+__attribute__((target_clones("arch=skylake-avx512", "avx2", "default"))) static void
 dw_plane(const q_conv *g, const int8_t *restrict xp, int64_t xsh, int64_t xsw,
-         const int8_t *restrict taps, int32_t bias, int32_t *restrict yp, int64_t ysh, int64_t ysw)
+         const int8_t *restrict taps, int32_t bias, const q_out *o, float m, void *yp, int64_t ysh,
+         int64_t ysw)
 {
     /* per column tap: its offset and the outputs ow with 0 <= ow * sw + off < w */
     int64_t off[Q_DW_TAPS], lo[Q_DW_TAPS], hi[Q_DW_TAPS];
@@ -448,8 +654,7 @@ dw_plane(const q_conv *g, const int8_t *restrict xp, int64_t xsh, int64_t xsw,
                         acc[ow] += wt * xr[(ow * g->sw + off[q]) * xsw];
             }
         }
-        for (int64_t ow = 0; ow < g->wo; ow++)
-            yp[oh * ysh + ow * ysw] = acc[ow];
+        dw_store(o, m, acc, yp, oh * ysh, ysw, g->wo);
     }
 }
 
@@ -459,9 +664,10 @@ dw_plane(const q_conv *g, const int8_t *restrict xp, int64_t xsh, int64_t xsw,
 /* dw_plane() over a zero-padded copy of the plane with rows of outputs rounded up to 8:
  * no clipping, so every tap is whole vectors (most DARTS planes are 7 to 32 wide, where
  * the clipped runs' remainders dominate). 0 when the plane does not fit the buffer. */
-__attribute__((target_clones("avx2", "default"))) static int
+__attribute__((target_clones("arch=skylake-avx512", "avx2", "default"))) static int
 dw_padded(const q_conv *g, const int8_t *restrict xp, int64_t xsh, int64_t xsw,
-          const int8_t *restrict taps, int32_t bias, int32_t *restrict yp, int64_t ysh, int64_t ysw)
+          const int8_t *restrict taps, int32_t bias, const q_out *o, float m, void *yp, int64_t ysh,
+          int64_t ysw)
 {
     int64_t wo8 = (g->wo + 7) / 8 * 8, hp = (g->ho - 1) * g->sh + (g->kh - 1) * g->dh + 1,
             wp = (wo8 - 1) * g->sw + (g->kw - 1) * g->dw + 1;
@@ -473,8 +679,12 @@ dw_padded(const q_conv *g, const int8_t *restrict xp, int64_t xsh, int64_t xsw,
         int64_t ph = h + g->ph;
         if (ph >= hp)
             break;
-        for (int64_t v = 0; v < g->w && v + g->pw < wp; v++)
-            pad[ph * wp + v + g->pw] = xp[h * xsh + v * xsw];
+        int64_t cols = g->w < wp - g->pw ? g->w : wp - g->pw;
+        if (xsw == 1)
+            memcpy(pad + ph * wp + g->pw, xp + h * xsh, (size_t)(cols > 0 ? cols : 0));
+        else
+            for (int64_t v = 0; v < cols; v++)
+                pad[ph * wp + v + g->pw] = xp[h * xsh + v * xsw];
     }
     int32_t acc[Q_DW_ROW];
     for (int64_t oh = 0; oh < g->ho; oh++) {
@@ -496,8 +706,7 @@ dw_padded(const q_conv *g, const int8_t *restrict xp, int64_t xsh, int64_t xsw,
                             acc[ow + k] += (int16_t)(wt * base[(ow + k) * 2]);
             }
         }
-        for (int64_t ow = 0; ow < g->wo; ow++)
-            yp[oh * ysh + ow * ysw] = acc[ow];
+        dw_store(o, m, acc, yp, oh * ysh, ysw, g->wo);
     }
     return 1;
 }
@@ -514,12 +723,15 @@ CPU_OP(qdwconv2d)
         return EX_OK;
     }
     q_conv g = q_conv_of(n);
+    q_out out = q_out_of(n);
     const ex_tdesc *x = &n->src[0], *w = &n->src[1], *b = &n->src[2], *y = &n->dst;
     if (g.kh * g.kw > Q_DW_TAPS || g.wo > Q_DW_ROW)
         return cpu_fail(e, EX_ERR_UNSUPPORTED,
                         "cpu: qdwconv2d: kernels up to %d taps and rows up "
                         "to %d outputs",
                         Q_DW_TAPS, Q_DW_ROW);
+    /* the VNNI kernel takes stride 1 over dense rows */
+    bool vnni = cpu_qgemm_vnni() && g.sh == 1 && g.sw == 1 && x->st[3] == 1 && y->st[3] == 1;
 #pragma omp parallel for schedule(static) num_threads(q_threads(e))
     for (int64_t nc = 0; nc < g.n * g.co; nc++) {
         int64_t i = nc / g.co, c = nc % g.co;
@@ -528,9 +740,34 @@ CPU_OP(qdwconv2d)
             for (int64_t q = 0; q < g.kw; q++)
                 taps[p * g.kw + q] = cpu_i8(w)[c * w->st[0] + p * w->st[2] + q * w->st[3]];
         const int8_t *xp = cpu_i8(x) + i * x->st[0] + c * x->st[1];
-        int32_t *yp = cpu_i32(y) + i * y->st[0] + c * y->st[1], bias = cpu_i32(b)[c * b->st[0]];
-        if (g.sw > 2 || !dw_padded(&g, xp, x->st[2], x->st[3], taps, bias, yp, y->st[2], y->st[3]))
-            dw_plane(&g, xp, x->st[2], x->st[3], taps, bias, yp, y->st[2], y->st[3]);
+        int64_t at = i * y->st[0] + c * y->st[1];
+        void *yp = out.rq ? (void *)(cpu_i8(y) + at) : (void *)(cpu_i32(y) + at);
+        int32_t bias = cpu_i32(b)[c * b->st[0]];
+        float m = out.rq ? q_mult(&out, c) : 0.0f;
+        cpu_qdw d = {xp,
+                     taps,
+                     out.rq ? NULL : yp,
+                     out.rq ? yp : NULL,
+                     g.h,
+                     g.w,
+                     x->st[2],
+                     g.ho,
+                     g.wo,
+                     y->st[2],
+                     g.kh,
+                     g.kw,
+                     g.dh,
+                     g.dw,
+                     g.ph,
+                     g.pw,
+                     bias,
+                     m,
+                     out.lo};
+        if (vnni && cpu_qdw_vnni(&d))
+            continue;
+        if (g.sw > 2 ||
+            !dw_padded(&g, xp, x->st[2], x->st[3], taps, bias, &out, m, yp, y->st[2], y->st[3]))
+            dw_plane(&g, xp, x->st[2], x->st[3], taps, bias, &out, m, yp, y->st[2], y->st[3]);
     }
     return EX_OK;
 }
@@ -540,6 +777,7 @@ static void q_pw_ref(const ex_node_exec *nd)
 {
     const ex_tdesc *x = &nd->src[0], *w = &nd->src[1], *b = &nd->src[2], *y = &nd->dst;
     const int8_t *xv = cpu_i8(x), *wv = cpu_i8(w);
+    q_out out = q_out_of(nd);
     for (int64_t n = 0; n < y->ne[0]; n++)
         for (int64_t o = 0; o < y->ne[1]; o++)
             for (int64_t i = 0; i < y->ne[2]; i++)
@@ -548,7 +786,8 @@ static void q_pw_ref(const ex_node_exec *nd)
                     for (int64_t c = 0; c < x->ne[1]; c++)
                         acc += (int32_t)wv[o * w->st[0] + c * w->st[1]] *
                                xv[n * x->st[0] + c * x->st[1] + i * x->st[2] + j * x->st[3]];
-                    cpu_i32(y)[n * y->st[0] + o * y->st[1] + i * y->st[2] + j * y->st[3]] = acc;
+                    q_put(&out, y, n * y->st[0] + o * y->st[1] + i * y->st[2] + j * y->st[3], o,
+                          acc);
                 }
 }
 
@@ -563,16 +802,16 @@ CPU_OP(qpwconv)
         q_pw_ref(n);
         return EX_OK;
     }
-    int64_t plane = x->ne[2] * x->ne[3], ci = x->ne[1], co = y->ne[1];
+    q_out out = q_out_of(n);
     int8_t *wown;
     int32_t *bown;
     const int8_t *w = q_dense2(e, &n->src[1], &wown);
     const int32_t *bias = q_bias(e, &n->src[2], &bown);
     if (!w || !bias)
         st = cpu_fail(e, EX_ERR_NOMEM, "cpu: qpwconv: out of host memory");
-    for (int64_t i = 0; st == EX_OK && i < x->ne[0]; i++)
-        st = q_gemm(e, false, co, plane, ci, w, ci, cpu_i8(x) + i * x->st[0], x->st[1],
-                    cpu_i32(y) + i * y->st[0], plane, bias);
+    else
+        st = q_gemm_images(e, n, &out, w, bias, x->ne[1], cpu_i8(x), x->st[1], x->st[0], 0,
+                           x->ne[0]);
     free(wown);
     free(bown);
     return st;

@@ -11,7 +11,8 @@
  * depthwise convolution give each output to one thread. The dense convolution (as an
  * implicit GEMM), the pointwise convolution and the linear op share one tiled integer
  * GEMM: tiles staged in shared memory with four consecutive k values packed into an int,
- * multiplied by __dp4a. */
+ * multiplied by __dp4a. The convolutions' fused requantize (i8 out) is REQUANTIZE's
+ * arithmetic (q_requant) in their store, so the int32 sums never go through memory. */
 #include <stdio.h>
 #include <string.h>
 
@@ -51,6 +52,14 @@ __device__ __forceinline__ int8_t q_round(float v, int lo)
     if (!(v >= (float)lo))
         return (int8_t)lo;
     return (int8_t)(v > 127.0f ? 127 : __float2int_rn(v));
+}
+
+/* REQUANTIZE's arithmetic, shared with the convolutions' fused requantize so that the two
+ * give the same bits: clamp(rne(f32(f32(x) * m))), the int32 converted rounding to nearest
+ * (an int8 converts exactly). */
+__device__ __forceinline__ int8_t q_requant(int32_t x, float m, int lo)
+{
+    return q_round(__fmul_rn(__int2float_rn(x), m), lo);
 }
 
 /* sign(s) * ((|s| + k / 2) / k): the average rounded half away from zero. */
@@ -157,9 +166,8 @@ __device__ __forceinline__ void q_ew_one(const q_ew &a, int64_t oy, int64_t ox, 
                               : __int2float_rn(((const int32_t *)a.a)[ox]);
         ((float *)a.y)[oy] = __fmul_rn(x, m);
     } else if (K == Q_REQ8 || K == Q_REQ32) {
-        float x = K == Q_REQ8 ? (float)((const int8_t *)a.a)[ox]
-                              : __int2float_rn(((const int32_t *)a.a)[ox]);
-        *y8 = q_round(__fmul_rn(x, m), a.lo);
+        int32_t x = K == Q_REQ8 ? ((const int8_t *)a.a)[ox] : ((const int32_t *)a.a)[ox];
+        *y8 = q_requant(x, m, a.lo);
     } else if (K == Q_ADD) {
         float x = (float)((const int8_t *)a.a)[ox], z = (float)((const int8_t *)a.b)[ob];
         *y8 = q_round(__fadd_rn(__fmul_rn(x, a.ma), __fmul_rn(z, a.mb)), a.lo);
@@ -610,11 +618,62 @@ typedef struct q_conv_g {
     int64_t n, ci, co;
 } q_conv_g;
 
-/* The operands of the integer convolutions and linear: i8 x and w of xdims and wdims
- * dims, an i32 bias [Co], an i32 dst of xdims dims. */
-static ex_status q_acc_operands(cu_exec *e, const ex_node_exec *n, int xdims, int wdims)
+/* The requantize fused into an int8 convolution (ex_td_qconv_rq): m is NULL where the
+ * node makes the i32 sums; else each sum goes out as REQUANTIZE's i8 of it, computed in
+ * the kernel's store, so that no int32 sum goes through memory. */
+typedef struct q_rq {
+    const float *m;
+    int64_t m_st; /**< 0: one multiplier for every channel */
+    int lo;       /**< the clamp's floor: -127, or 0 with ReLU (ip7) */
+} q_rq;
+
+/* Channel c's multiplier (0 unfused, where the store does not use it). */
+__device__ __forceinline__ float q_rq_mult(const q_rq &rq, int64_t c)
 {
-    ex_status st = q_need(e, n, 3);
+    return rq.m ? rq.m[c * rq.m_st] : 0.0f;
+}
+
+/* Sum acc of a channel of multiplier m out to element at of y: i32, or i8 requantized.
+ * Every thread of a launch takes the same side of the branch. */
+__device__ __forceinline__ void q_store(const q_rq &rq, float m, char *y, int64_t at, int32_t acc)
+{
+    if (rq.m)
+        ((int8_t *)y)[at] = q_requant(acc, m, rq.lo);
+    else
+        ((int32_t *)y)[at] = acc;
+}
+
+/* Reads the fused requantize of a convolution node into rq; refuses a malformed one (the
+ * check every backend shares, so that each refuses the same nodes). */
+static ex_status q_rq_prep(cu_exec *e, const ex_node_exec *n, q_rq *rq)
+{
+    memset(rq, 0, sizeof *rq);
+    int fused = n->src != NULL ? ex_td_qconv_rq(n) : -1;
+    if (fused < 0)
+        return cu_fail(e, EX_ERR_ARG,
+                       "%s: %d sources, dst %s, ip7 %d: expected 3 sources and an i32 dst for "
+                       "the sums, or 4 (the multiplier f32 [Co] or [1]), an i8 dst and ip7 0 or "
+                       "1 for them requantized",
+                       q_name(n), n->nsrc, ex_dtype_name(n->dst.dtype), n->ip[7]);
+    if (fused == 0)
+        return EX_OK;
+    const ex_tdesc *m = &n->src[3];
+    ex_status st = q_operand(e, n, m, "the multiplier", EX_F32, EX_F32, 1);
+    if (st != EX_OK)
+        return st;
+    rq->m = cu_f32(m);
+    rq->m_st = m->ne[0] == 1 ? 0 : m->st[0];
+    rq->lo = n->ip[7] ? 0 : -127;
+    return EX_OK;
+}
+
+/* The operands of the integer convolutions and linear: i8 x and w of xdims and wdims
+ * dims, an i32 bias [Co], a dst of xdims dims: i32, or i8 where a convolution (rq not
+ * NULL; QLINEAR passes NULL) requantizes its sums (q_rq_prep). */
+static ex_status q_acc_operands(cu_exec *e, const ex_node_exec *n, int xdims, int wdims, q_rq *rq)
+{
+    ex_status st = rq != NULL ? q_rq_prep(e, n, rq) : q_need(e, n, 3);
+    ex_dtype ydt = rq != NULL && rq->m != NULL ? EX_I8 : EX_I32;
     if (st == EX_OK)
         st = q_operand(e, n, &n->src[0], "x", EX_I8, EX_I8, xdims);
     if (st == EX_OK)
@@ -622,15 +681,16 @@ static ex_status q_acc_operands(cu_exec *e, const ex_node_exec *n, int xdims, in
     if (st == EX_OK)
         st = q_operand(e, n, &n->src[2], "bias", EX_I32, EX_I32, 1);
     if (st == EX_OK)
-        st = q_operand(e, n, &n->dst, "dst", EX_I32, EX_I32, xdims);
+        st = q_operand(e, n, &n->dst, "dst", ydt, ydt, xdims);
     return st;
 }
 
 /* Checks x i8 [N, Ci, H, W], w i8 [Co, Ci (1 for depthwise), Kh, Kw], bias i32 [Co] and
- * dst i32 [N, Co, Ho, Wo] against the geometry in ip0..5, as the f32 CONV2D's. */
-static ex_status q_conv_prep(cu_exec *e, const ex_node_exec *n, int dw, q_conv_g *g)
+ * dst [N, Co, Ho, Wo] (i32, or i8 through rq) against the geometry in ip0..5, as the f32
+ * CONV2D's. */
+static ex_status q_conv_prep(cu_exec *e, const ex_node_exec *n, int dw, q_conv_g *g, q_rq *rq)
 {
-    ex_status st = q_acc_operands(e, n, 4, 4);
+    ex_status st = q_acc_operands(e, n, 4, 4, rq);
     if (st != EX_OK)
         return st;
     const int32_t *ip = n->ip;
@@ -666,11 +726,12 @@ static ex_status q_conv_prep(cu_exec *e, const ex_node_exec *n, int dw, q_conv_g
     return EX_OK;
 }
 
-/* ---- QDWCONV2D: one thread per output; square 3, 5 and 7 filters unrolled ---- */
+/* ---- QDWCONV2D: one thread per output; square 3, 5 and 7 filters unrolled ----
+ * A plane's outputs share a channel, so its bias and multiplier are read once. */
 
 template <int K, typename I>
 __global__ void q_dw_kernel(q_conv_g g, cu_t4 x, cu_t4 w, const int32_t *bias, int64_t bias_st,
-                            cu_t4 y, const float *gate)
+                            q_rq rq, cu_t4 y, const float *gate)
 {
     if (cu_gated_off(gate))
         return;
@@ -683,8 +744,9 @@ __global__ void q_dw_kernel(q_conv_g g, cu_t4 x, cu_t4 w, const int32_t *bias, i
         q_split(plane, g.co, &n, &c);
         const int8_t *xp = q_plane<const int8_t>(x, n, c);
         const int8_t *wp = (const int8_t *)w.p + c * w.st[0];
-        int32_t *yp = q_plane<int32_t>(y, n, c);
+        int64_t yo = n * y.st[0] + c * y.st[1]; /* in elements: y is i32 or i8 */
         int32_t b0 = bias[c * bias_st];
+        float m = q_rq_mult(rq, c);
         CU_POS_LOOP(p, g.ho * g.wo)
         {
             int oh = p / g.wo, ow = p % g.wo;
@@ -702,7 +764,7 @@ __global__ void q_dw_kernel(q_conv_g g, cu_t4 x, cu_t4 w, const int32_t *bias, i
                         acc += (int32_t)wp[i * ws2 + j * ws3] * (int32_t)xp[ih * xs2 + iw * xs3];
                 }
             }
-            yp[oh * ys2 + ow * ys3] = acc;
+            q_store(rq, m, y.p, yo + (oh * ys2 + ow * ys3), acc);
         }
     }
 }
@@ -710,7 +772,8 @@ __global__ void q_dw_kernel(q_conv_g g, cu_t4 x, cu_t4 w, const int32_t *bias, i
 CU_OP(qdwconv2d)
 {
     q_conv_g g;
-    ex_status st = q_conv_prep(e, n, 1, &g);
+    q_rq rq;
+    ex_status st = q_conv_prep(e, n, 1, &g, &rq);
     if (st != EX_OK || e->dry)
         return st;
     cu_t4 x = cu_t4_of(&n->src[0]), w = cu_t4_of(&n->src[1]), y = cu_t4_of(&n->dst);
@@ -721,15 +784,15 @@ CU_OP(qdwconv2d)
     bool i32 = q_plane32(&n->src[0]) && q_plane32(&n->src[1]) && q_plane32(&n->dst);
     int k = g.kh == g.kw && i32 ? g.kh : 0;
     if (k == 3)
-        cu_launch(e, q_dw_kernel<3, int>, grid, CU_THREADS, 0, g, x, w, b, bs, y, e->gate);
+        cu_launch(e, q_dw_kernel<3, int>, grid, CU_THREADS, 0, g, x, w, b, bs, rq, y, e->gate);
     else if (k == 5)
-        cu_launch(e, q_dw_kernel<5, int>, grid, CU_THREADS, 0, g, x, w, b, bs, y, e->gate);
+        cu_launch(e, q_dw_kernel<5, int>, grid, CU_THREADS, 0, g, x, w, b, bs, rq, y, e->gate);
     else if (k == 7)
-        cu_launch(e, q_dw_kernel<7, int>, grid, CU_THREADS, 0, g, x, w, b, bs, y, e->gate);
+        cu_launch(e, q_dw_kernel<7, int>, grid, CU_THREADS, 0, g, x, w, b, bs, rq, y, e->gate);
     else if (i32)
-        cu_launch(e, q_dw_kernel<0, int>, grid, CU_THREADS, 0, g, x, w, b, bs, y, e->gate);
+        cu_launch(e, q_dw_kernel<0, int>, grid, CU_THREADS, 0, g, x, w, b, bs, rq, y, e->gate);
     else
-        cu_launch(e, q_dw_kernel<0, int64_t>, grid, CU_THREADS, 0, g, x, w, b, bs, y, e->gate);
+        cu_launch(e, q_dw_kernel<0, int64_t>, grid, CU_THREADS, 0, g, x, w, b, bs, rq, y, e->gate);
     return cu_launched(e, "qdwconv2d");
 }
 
@@ -739,7 +802,8 @@ CU_OP(qdwconv2d)
  * columns: one 128-bit shared load gives each operand's four words, so the shared memory
  * keeps up with __dp4a). The next tile's words are loaded into registers while the
  * current one is multiplied (qg_fetch, qg_stage say who loads what), and the finished tile
- * goes out through shared memory, so that neighbouring lanes write neighbouring columns.
+ * goes out through shared memory, so that neighbouring lanes write neighbouring columns
+ * (QPWCONV and QCONV2D requantize each sum there when fused: q_store).
  *   QLINEAR: i = sample, j = output feature: A = x [N, K], B(k, j) = w[j, k], bias[j].
  *   QPWCONV: i = output channel, j = (n, h, w): A = w [Co, Ci], B(k, j) = x[n, k, h, w].
  *   QCONV2D: as QPWCONV with k = (ci, kh, kw) and B the input under the tap (im2col on
@@ -759,7 +823,8 @@ typedef struct q_gemm {
     int64_t as[4], bs[4]; /**< strides: A's row and k (linear, pw) or w's 4 (conv); B's */
     const int32_t *bias;
     int64_t bias_st;
-    int32_t *y;
+    q_rq rq; /**< pw, conv: the requantize fused into the store (m NULL: i32 out) */
+    char *y;
     int64_t ys[4]; /**< linear: row and column; else the 4 of [N, Co, Ho, Wo] */
     q_conv_g g;    /**< pw: h = ho, w = wo; conv: the geometry */
     int a_flat;    /**< conv: w's rows are dense over (ci, kh, kw), so A(i, k) = a[i, k] */
@@ -1001,8 +1066,10 @@ __global__ void __launch_bounds__(QG_THREADS) q_gemm_kernel(q_gemm q, const floa
     int64_t yr = MODE == QG_LINEAR ? q.ys[0] : q.ys[1]; /* between rows */
     for (int at = t; at < QG_BM * QG_BN; at += QG_THREADS) {
         int r = at / QG_BN, c = at % QG_BN, i = i0 + r, j = j0 + c;
+        int ch = MODE == QG_LINEAR ? j : i; /* the output channel: bias and multiplier */
         if (i < q.rows && j < q.cols)
-            q.y[ycol[c] + i * yr] = so[r][c] + q.bias[(MODE == QG_LINEAR ? j : i) * q.bias_st];
+            q_store(q.rq, q_rq_mult(q.rq, ch), q.y, ycol[c] + i * yr,
+                    so[r][c] + q.bias[ch * q.bias_st]);
     }
 }
 
@@ -1022,7 +1089,7 @@ static ex_status q_gemm_run(cu_exec *e, const ex_node_exec *n, q_gemm *q, int64_
     q->k = (int)k;
     q->bias = (const int32_t *)cu_ptr(&n->src[2]);
     q->bias_st = n->src[2].st[0];
-    q->y = (int32_t *)cu_ptr(&n->dst);
+    q->y = cu_ptr(&n->dst);
     dim3 grid((unsigned)((cols + QG_BN - 1) / QG_BN), (unsigned)((rows + QG_BM - 1) / QG_BM));
     cu_launch(e, q_gemm_kernel<MODE>, grid, QG_THREADS, 0, *q, e->gate);
     return cu_launched(e, q_name(n));
@@ -1051,12 +1118,12 @@ static void q_strides(int64_t *to, const ex_tdesc *t)
 CU_OP(qconv2d)
 {
     q_conv_g g;
-    ex_status st = q_conv_prep(e, n, 0, &g);
+    q_gemm q;
+    memset(&q, 0, sizeof q);
+    ex_status st = q_conv_prep(e, n, 0, &g, &q.rq);
     if (st != EX_OK)
         return st;
     const ex_tdesc *x = &n->src[0], *w = &n->src[1];
-    q_gemm q;
-    memset(&q, 0, sizeof q);
     q.a = (const int8_t *)cu_ptr(w);
     q.b = (const int8_t *)cu_ptr(x);
     q_strides(q.as, w);
@@ -1069,7 +1136,9 @@ CU_OP(qconv2d)
 
 CU_OP(qpwconv)
 {
-    ex_status st = q_acc_operands(e, n, 4, 2);
+    q_gemm q;
+    memset(&q, 0, sizeof q);
+    ex_status st = q_acc_operands(e, n, 4, 2, &q.rq);
     if (st != EX_OK)
         return st;
     const ex_tdesc *x = &n->src[0], *w = &n->src[1], *b = &n->src[2], *y = &n->dst;
@@ -1084,8 +1153,6 @@ CU_OP(qpwconv)
                        (long long)y->ne[2], (long long)y->ne[3]);
     if (x->ne[2] * x->ne[3] >= (int64_t)1 << 30)
         return cu_fail(e, EX_ERR_UNSUPPORTED, "qpwconv: planes of 2^30 elements or more");
-    q_gemm q;
-    memset(&q, 0, sizeof q);
     q.a = (const int8_t *)cu_ptr(w);
     q.b = (const int8_t *)cu_ptr(x);
     q_strides(q.as, w);
@@ -1101,7 +1168,7 @@ CU_OP(qpwconv)
 
 CU_OP(qlinear)
 {
-    ex_status st = q_acc_operands(e, n, 2, 2);
+    ex_status st = q_acc_operands(e, n, 2, 2, NULL); /* never fused: i32 out */
     if (st != EX_OK)
         return st;
     const ex_tdesc *x = &n->src[0], *w = &n->src[1], *b = &n->src[2], *y = &n->dst;

@@ -6,7 +6,8 @@
  * value a convolution or a sum makes; ReLU, pooling and the shifted view keep their
  * input's scale, a concatenation takes the largest of its parts'. The int8 pass runs each
  * convolution with int32 accumulation and a bias of round(b' / (s_x s_w)), then
- * requantizes by s_x s_w / s_y; the classifier's logits are dequantized by s_x s_w.
+ * requantizes by s_x s_w / s_y inside the convolution (ex_qconv2d_rq and the like: the
+ * int32 sums never go through memory); the classifier's logits are dequantized by s_x s_w.
  *
  * The file: the network's metadata and `quantization`; per convolution W (i8, folded),
  * W.scale (f32 [cout]) and W.bias (f32 [cout], the folded bias), named by the f32
@@ -80,17 +81,18 @@ void nas_qbuild_free(nas_qbuild *b)
     }
 }
 
-/* The convolution node of c on x with weights w (dtype of x) and, int8, bias. */
-static ex_tensor *conv_node(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *bias,
+/* The convolution node of c on x with weights w (dtype of x); int8 with bias, and
+ * requantized by the multiplier m. */
+static ex_tensor *conv_node(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *bias, ex_tensor *m,
                             const nas_conv_desc *c)
 {
     ex_conv_params p = {{c->sh, c->sw}, {c->ph, c->pw}, {c->dil, c->dil}};
     bool q = bias != NULL;
     if (c->group > 1)
-        return q ? ex_qdwconv2d(ctx, x, w, bias, &p) : ex_dwconv2d(ctx, x, w, &p);
+        return q ? ex_qdwconv2d_rq(ctx, x, w, bias, &p, m, false) : ex_dwconv2d(ctx, x, w, &p);
     if (c->kh == 1 && c->kw == 1 && c->sh == 1 && c->sw == 1)
-        return q ? ex_qpwconv(ctx, x, w, bias) : ex_pwconv(ctx, x, w);
-    return q ? ex_qconv2d(ctx, x, w, bias, &p) : ex_conv2d(ctx, x, w, &p);
+        return q ? ex_qpwconv_rq(ctx, x, w, bias, m, false) : ex_pwconv(ctx, x, w);
+    return q ? ex_qconv2d_rq(ctx, x, w, bias, &p, m, false) : ex_conv2d(ctx, x, w, &p);
 }
 
 /* Weight shape of c as the node takes it ([cout, cin] for a pointwise one). */
@@ -219,7 +221,7 @@ static nas_val cal_conv(void *u, nas_val xv, const nas_conv_desc *c)
     file_add(k, bname, EX_ST_F32, 1, &c->cout, fb);
     ex_tensor *tw = constant(k->ctx, &k->up, EX_F32, nd, ne, w, c->weight);
     ex_tensor *tb = constant(k->ctx, &k->up, EX_F32, 4, one, bias, bname);
-    ex_tensor *y = ex_add(k->ctx, conv_node(k->ctx, xv.p, tw, NULL, c), tb);
+    ex_tensor *y = ex_add(k->ctx, conv_node(k->ctx, xv.p, tw, NULL, NULL, c), tb);
     calibrate(k, y);
     return (nas_val){y, c->cout};
 }
@@ -592,8 +594,7 @@ static nas_val qb_conv(void *u, nas_val xv, const nas_conv_desc *c)
     char mname[200];
     snprintf(mname, sizeof mname, "%s.multiplier", c->weight);
     ex_tensor *tm = constant(b->ctx, b->out, EX_F32, 1, &c->cout, m, mname);
-    ex_tensor *acc = conv_node(b->ctx, x->t, w, bias, c);
-    return qval(b, ex_requantize(b->ctx, acc, tm, false), sy, c->cout);
+    return qval(b, conv_node(b->ctx, x->t, w, bias, tm, c), sy, c->cout);
 }
 
 static nas_val qb_relu(void *u, nas_val x)

@@ -221,6 +221,8 @@ void family_nas(void **state);
 void family_random(void **state);
 /** The quantized inference ops, bit for bit against an integer reference. */
 void family_quant(void **state);
+/** Malformed fused requantizes of the int8 convolutions (sources, dst dtype, ip7). */
+void qconv_rq_errors(void **state);
 void family_optim(void **state);
 /** Convolution nodes with malformed fused-ReLU flags, given to the backend directly. */
 void conv_flag_errors(void **state);

@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "core/backend_iface.h"
 #include "ops_harness.h"
 
 /* A host view of an operand: the root's data and the view's shape and strides, padded on
@@ -318,8 +319,12 @@ static void concat(qfam *s)
 
 enum { C_DENSE, C_DEPTH, C_POINT };
 
-static void conv_case(qfam *s, const char *name, int kind, const int64_t xne[4], int64_t co, int kh,
-                      int kw, ex_conv_params p, bool slice)
+/* The fused requantize of a convolution case: none (i32 sums), per channel, or one
+ * multiplier for all with ReLU. */
+enum { RQ_NONE, RQ_CHANNEL, RQ_TENSOR_RELU };
+
+static void conv_case_rq(qfam *s, const char *name, int kind, const int64_t xne[4], int64_t co,
+                         int kh, int kw, ex_conv_params p, bool slice, int rq)
 {
     qcase q;
     q_open(&q, s, name);
@@ -333,9 +338,21 @@ static void conv_case(qfam *s, const char *name, int kind, const int64_t xne[4],
     int64_t wne[4] = {cout, kind == C_DEPTH ? 1 : ci, kh, kw};
     hview w = q_root(&q, EX_I8, kind == C_POINT ? 2 : 4, wne, -128, 127, false, &tw);
     hview b = q_root(&q, EX_I32, 1, &cout, -100000, 100000, false, &tb);
-    ex_tensor *y = kind == C_DENSE   ? ex_qconv2d(q.ctx, tx, tw, tb, &p)
-                   : kind == C_DEPTH ? ex_qdwconv2d(q.ctx, tx, tw, tb, &p)
-                                     : ex_qpwconv(q.ctx, tx, tw, tb);
+    ex_tensor *y, *tm = NULL;
+    hview m = {0};
+    bool relu = rq == RQ_TENSOR_RELU;
+    if (rq != RQ_NONE) { /* sums of up to a few 10^5 to the int8 range and past it */
+        int64_t mc = rq == RQ_CHANNEL ? cout : 1;
+        m = q_root(&q, EX_F32, 1, &mc, 2e-4, 8e-4, false, &tm);
+    }
+    if (rq == RQ_NONE)
+        y = kind == C_DENSE   ? ex_qconv2d(q.ctx, tx, tw, tb, &p)
+            : kind == C_DEPTH ? ex_qdwconv2d(q.ctx, tx, tw, tb, &p)
+                              : ex_qpwconv(q.ctx, tx, tw, tb);
+    else
+        y = kind == C_DENSE   ? ex_qconv2d_rq(q.ctx, tx, tw, tb, &p, tm, relu)
+            : kind == C_DEPTH ? ex_qdwconv2d_rq(q.ctx, tx, tw, tb, &p, tm, relu)
+                              : ex_qpwconv_rq(q.ctx, tx, tw, tb, tm, relu);
     assert_int_equal(ex_ctx_status(q.ctx), EX_OK);
     int64_t yne[4], n = dims4(y, yne);
     int32_t *want = xcalloc((size_t)n, 4);
@@ -357,11 +374,21 @@ static void conv_case(qfam *s, const char *name, int kind, const int64_t xne[4],
                                 acc += (int64_t)wt *
                                        (int64_t)hv_get(&x, a, kind == C_DEPTH ? o : c, h, v);
                             }
-                    want[i] = (int32_t)acc;
+                    if (rq == RQ_NONE)
+                        want[i] = (int32_t)acc;
+                    else
+                        ((int8_t *)want)[i] =
+                            (int8_t)q_rne((float)(int32_t)acc * chan(&m, o), relu ? 0 : -127);
                 }
     q_check(&q, y, want);
     free(want);
     q_close(&q);
+}
+
+static void conv_case(qfam *s, const char *name, int kind, const int64_t xne[4], int64_t co, int kh,
+                      int kw, ex_conv_params p, bool slice)
+{
+    conv_case_rq(s, name, kind, xne, co, kh, kw, p, slice, RQ_NONE);
 }
 
 static void linear(qfam *s)
@@ -403,6 +430,35 @@ static void convolutions(qfam *s)
     conv_case(s, "qpwconv", C_POINT, xp, 9, 1, 1, (ex_conv_params){{1, 1}, {0, 0}, {1, 1}}, false);
     conv_case(s, "qpwconv of a slice", C_POINT, xp, 4, 1, 1,
               (ex_conv_params){{1, 1}, {0, 0}, {1, 1}}, true);
+    /* the blocked GEMMs' tails: channels, rows and pixels past whole blocks */
+    int64_t xw[4] = {2, 70, 9, 9}, x8[4] = {2, 8, 7, 10}, x3[4] = {2, 3, 9, 11};
+    conv_case(s, "qpwconv of 70 channels, 81 pixels", C_POINT, xw, 13, 1, 1,
+              (ex_conv_params){{1, 1}, {0, 0}, {1, 1}}, false);
+    conv_case(s, "qconv2d 3x3 of 8 channels", C_DENSE, x8, 12, 3, 3,
+              (ex_conv_params){{1, 1}, {1, 1}, {1, 1}}, false);
+    /* fewer channels than a dot product of 4 takes (Vulkan's integer-dot path) */
+    conv_case(s, "qconv2d 3x3 of 3 channels", C_DENSE, x3, 5, 3, 3,
+              (ex_conv_params){{1, 1}, {1, 1}, {1, 1}}, false);
+    /* the requantize fused in: i8 out */
+    ex_conv_params one = {{1, 1}, {0, 0}, {1, 1}}, same3 = {{1, 1}, {1, 1}, {1, 1}};
+    conv_case_rq(s, "qconv2d_rq 3x3 of 8 channels", C_DENSE, x8, 12, 3, 3, same3, false,
+                 RQ_CHANNEL);
+    conv_case_rq(s, "qconv2d_rq 1x7 stride 2 dilation 2 of a slice, relu", C_DENSE, x, 3, 1, 7,
+                 (ex_conv_params){{2, 1}, {0, 5}, {2, 2}}, true, RQ_TENSOR_RELU);
+    conv_case_rq(s, "qdwconv2d_rq 3x3", C_DEPTH, x, 0, 3, 3, same3, false, RQ_CHANNEL);
+    conv_case_rq(s, "qdwconv2d_rq 5x5 stride 2 of a slice, relu", C_DEPTH, x, 0, 5, 5,
+                 (ex_conv_params){{2, 2}, {2, 2}, {1, 1}}, true, RQ_TENSOR_RELU);
+    conv_case_rq(s, "qpwconv_rq of 70 channels, 81 pixels", C_POINT, xw, 13, 1, 1, one, false,
+                 RQ_CHANNEL);
+    conv_case_rq(s, "qpwconv_rq of a slice, relu", C_POINT, xp, 4, 1, 1, one, true, RQ_TENSOR_RELU);
+    /* planes of whole words, of fewer bytes than a word, and an odd channel count over
+     * planes of 2 mod 4 bytes (Vulkan's i8 words, docs/vulkan.md) */
+    int64_t xq[4] = {2, 8, 4, 7}, xt[4] = {2, 6, 1, 3}, xo[4] = {2, 3, 5, 6};
+    conv_case_rq(s, "qpwconv_rq of 28-pixel planes", C_POINT, xq, 12, 1, 1, one, false, RQ_CHANNEL);
+    conv_case_rq(s, "qdwconv2d_rq of 3-pixel planes, relu", C_DEPTH, xt, 0, 1, 3,
+                 (ex_conv_params){{1, 1}, {0, 1}, {1, 1}}, false, RQ_TENSOR_RELU);
+    conv_case_rq(s, "qconv2d_rq of 5 channels over 30-pixel planes", C_DENSE, xo, 5, 3, 3, same3,
+                 false, RQ_CHANNEL);
     linear(s);
 }
 
@@ -465,6 +521,93 @@ static void pools(qfam *s)
     pool_case(s, "qavg_pool 2x2 stride 2 (ties)", EX_OP_QAVG_POOL, x, 2, 2, 0, false);
     pool_case(s, "qglobal_avg_pool", EX_OP_QGLOBAL_AVG_POOL, g, 0, 1, 0, false);
     pool_case(s, "qglobal_avg_pool of a slice", EX_OP_QGLOBAL_AVG_POOL, g, 0, 1, 0, true);
+}
+
+/* ---- malformed fused requantize (sources, dst dtype, ip7), given to the backend directly ---- */
+
+/* Byte offsets in one buffer: x i8 [2, 4, 8, 8], w i8 (up to [4, 4, 3, 3]), bias i32 [4],
+ * multiplier f32 [4], y [2, 4, 8, 8] (i32, or i8 at the same place). */
+enum { RE_X = 0, RE_W = 512, RE_B = 672, RE_M = 688, RE_Y = 704, RE_END = RE_Y + 2048 };
+
+static ex_tdesc re_desc(ex_buffer *buf, uint64_t at, ex_dtype dt, int nd, const int64_t *ne)
+{
+    ex_tdesc t = {.dtype = dt, .ndim = nd, .buf = buf, .offset = at};
+    int64_t st = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        t.ne[d] = ne[d];
+        t.st[d] = st;
+        st *= ne[d];
+    }
+    return t;
+}
+
+typedef struct re_case {
+    ex_op op;
+    int nsrc, ip7, mlen;
+    ex_dtype ydt;
+    ex_status want;
+} re_case;
+
+/* One node of re_desc's layout, stride 1 and padding 1 (0 for the pointwise one). */
+static ex_status re_run(const suite *s, ex_buffer *buf, const re_case *c)
+{
+    const ex_backend_iface *f = ex__backend_iface_of(s->be);
+    void *im = ex__backend_impl_of(s->be);
+    bool dw = c->op == EX_OP_QDWCONV2D, pw = c->op == EX_OP_QPWCONV;
+    int64_t xne[4] = {2, 4, 8, 8}, wne[4] = {4, dw ? 1 : 4, 3, 3}, four = 4, mlen = c->mlen;
+    ex_tdesc src[4] = {re_desc(buf, RE_X, EX_I8, 4, xne),
+                       re_desc(buf, RE_W, EX_I8, pw ? 2 : 4, wne),
+                       re_desc(buf, RE_B, EX_I32, 1, &four), re_desc(buf, RE_M, EX_F32, 1, &mlen)};
+    int p = pw ? 0 : 1;
+    ex_node_exec n = {.op = c->op,
+                      .nsrc = c->nsrc,
+                      .src = src,
+                      .dst = re_desc(buf, RE_Y, c->ydt, 4, xne),
+                      .ip = {1, 1, p, p, 1, 1, 0, c->ip7},
+                      .tag = {-1, -1, -1}};
+    ex_status st = f->compute(im, &n, 1, NULL);
+    return st == EX_OK ? f->synchronize(im) : st;
+}
+
+void qconv_rq_errors(void **state)
+{
+    suite *s = *state;
+    const ex_backend_iface *f = ex__backend_iface_of(s->be);
+    void *im = ex__backend_impl_of(s->be);
+    ex_buffer *buf = NULL;
+    assert_int_equal(f->buffer_alloc(im, RE_END, &buf), EX_OK);
+    assert_int_equal(f->fill(im, buf, 0, RE_END, 0x3c003c00u), EX_OK); /* small i8, f32 */
+    /* per op: the two forms are well formed, the rest fail for their sources, dst dtype
+     * or ip7 alone; the last case shows the backend runs the next node */
+    static const re_case forms[] = {
+        {0, 3, 0, 4, EX_I32, EX_OK},     {0, 4, 0, 4, EX_I8, EX_OK},
+        {0, 4, 1, 1, EX_I8, EX_OK},      {0, 4, 0, 4, EX_I32, EX_ERR_ARG},
+        {0, 3, 0, 4, EX_I8, EX_ERR_ARG}, {0, 3, 1, 4, EX_I32, EX_ERR_ARG},
+        {0, 4, 2, 4, EX_I8, EX_ERR_ARG}, {0, 4, 0, 3, EX_I8, EX_ERR_ARG},
+        {0, 4, 1, 4, EX_I8, EX_OK},
+    };
+    static const ex_op ops[] = {EX_OP_QCONV2D, EX_OP_QDWCONV2D, EX_OP_QPWCONV};
+    int failed = 0;
+    for (size_t o = 0; o < sizeof ops / sizeof *ops; o++)
+        for (size_t i = 0; i < sizeof forms / sizeof *forms; i++) {
+            re_case c = forms[i];
+            c.op = ops[o];
+            ex_status st = re_run(s, buf, &c);
+            const char *msg = f->error(im);
+            bool named = c.want == EX_OK || (msg && strstr(msg, "ip7"));
+            if (st != c.want || !named) {
+                print_error("FAIL [%s] %s with %d sources, dst %s, ip7 %d, multiplier [%d]: %s "
+                            "(%s), expected %s with a message naming ip7\n",
+                            s->backend_name, ex_op_name(c.op), c.nsrc, ex_dtype_name(c.ydt), c.ip7,
+                            c.mlen, ex_status_str(st), msg ? msg : "no message",
+                            ex_status_str(c.want));
+                failed++;
+            }
+        }
+    f->buffer_free(im, buf);
+    if (failed)
+        fail_msg("%d malformed or valid fused-requantize nodes were handled wrongly on %s", failed,
+                 s->backend_name);
 }
 
 void family_quant(void **state)

@@ -680,6 +680,23 @@ CASE(qpwconv_channels)
     return ex_qpwconv(ctx, q8(ctx, 4, 2, 3, 5, 5), q8(ctx, 2, 4, 5, 0, 0),
                       mk(ctx, EX_I32, 1, 4, 0, 0, 0));
 }
+CASE(qconv2d_rq_multiplier)
+{
+    ex_conv_params p = conv(1, 1, 1);
+    return ex_qconv2d_rq(ctx, q8(ctx, 4, 2, 3, 9, 9), q8(ctx, 4, 4, 3, 3, 3),
+                         mk(ctx, EX_I32, 1, 4, 0, 0, 0), &p, t1(ctx, 3), false);
+}
+CASE(qdwconv2d_rq_null)
+{
+    ex_conv_params p = conv(1, 1, 1);
+    return ex_qdwconv2d_rq(ctx, q8(ctx, 4, 2, 3, 9, 9), q8(ctx, 4, 3, 1, 3, 3),
+                           mk(ctx, EX_I32, 1, 3, 0, 0, 0), &p, NULL, true);
+}
+CASE(qpwconv_rq_dtype)
+{
+    return ex_qpwconv_rq(ctx, q8(ctx, 4, 2, 3, 5, 5), q8(ctx, 2, 4, 3, 0, 0),
+                         mk(ctx, EX_I32, 1, 4, 0, 0, 0), mk(ctx, EX_I32, 1, 4, 0, 0, 0), false);
+}
 CASE(qlinear_bias_dtype)
 {
     return ex_qlinear(ctx, q8(ctx, 2, 5, 7, 0, 0), q8(ctx, 2, 3, 7, 0, 0), t1(ctx, 3));
@@ -812,6 +829,9 @@ static const err_case cases[] = {
     C(qconv2d_terms, SHP, EX_OK, "qconv2d", "73737"),
     C(qdwconv2d_dtype, ARG, EX_OK, "qdwconv2d", "f32"),
     C(qpwconv_channels, SHP, EX_OK, "qpwconv", "2x3x5x5", "4x5"),
+    C(qconv2d_rq_multiplier, SHP, EX_OK, "qconv2d_rq", "multiplier", "3"),
+    C(qdwconv2d_rq_null, ARG, EX_OK, "qdwconv2d_rq", "multiplier"),
+    C(qpwconv_rq_dtype, ARG, EX_OK, "qpwconv_rq", "multiplier", "i32"),
     C(qlinear_bias_dtype, ARG, EX_OK, "qlinear", "bias"),
     C(qrelu_dtype, ARG, EX_OK, "qrelu", "f32"),
     C(qmax_pool_dtype, ARG, EX_OK, "qmax_pool", "f32"),
@@ -1023,6 +1043,9 @@ static void test_null_ctx(void **state)
         ex_qconv2d(NULL, NULL, NULL, NULL, &cp),
         ex_qdwconv2d(NULL, NULL, NULL, NULL, &cp),
         ex_qpwconv(NULL, NULL, NULL, NULL),
+        ex_qconv2d_rq(NULL, NULL, NULL, NULL, &cp, NULL, false),
+        ex_qdwconv2d_rq(NULL, NULL, NULL, NULL, &cp, NULL, false),
+        ex_qpwconv_rq(NULL, NULL, NULL, NULL, NULL, false),
         ex_qlinear(NULL, NULL, NULL, NULL),
         ex_qrelu(NULL, NULL),
         ex_qmax_pool(NULL, NULL, &pp),

@@ -215,6 +215,7 @@ static void portable_profile(void **state)
     assert_true(caps->max_alloc_bytes <= (uint64_t)1 << 27);
     assert_int_equal(caps->features & EX_FEAT_TIMESTAMPS, 0);
     assert_non_null(strstr(caps->device, "portable profile"));
+    assert_null(strstr(caps->device, "int8 dot")); /* a Vulkan 1.3 feature: no convdot */
     ex_backend_close(be);
     unsetenv("EXAPT_VK_PORTABLE");
 }
@@ -344,13 +345,14 @@ enum {
     DEC_NON_WRITABLE = 24,
     DEC_BINDING = 33,
     CAP_PRESERVE = 4466,
+    CAP_DOT = 6019, /* DotProduct (SPV_KHR_integer_dot_product) */
     MODE_PRESERVE = 4461,
     STORAGE_UNIFORM = 2,
     STORAGE_BUFFER = 12
 };
 
 typedef struct spv_facts {
-    int preserve_mode, preserve_cap, float_ext;
+    int preserve_mode, preserve_cap, float_ext, dot_cap, dot_ext;
     int binding_var[8]; /* the variable of each binding, 0 when absent */
     int var_ptr[4096], ptr_type[4096], member_ro[4096], var_ro[4096];
 } spv_facts;
@@ -371,6 +373,10 @@ static void spv_scan(const uint32_t *w, size_t words, spv_facts *f)
             f->preserve_cap = 1;
         if (op == OP_EXTENSION && !strcmp((const char *)a, "SPV_KHR_float_controls"))
             f->float_ext = 1;
+        if (op == OP_CAPABILITY && a[0] == CAP_DOT)
+            f->dot_cap = 1;
+        if (op == OP_EXTENSION && !strcmp((const char *)a, "SPV_KHR_integer_dot_product"))
+            f->dot_ext = 1;
         if (op == OP_DECORATE && a[1] == DEC_BINDING && a[2] < 8)
             f->binding_var[a[2]] = (int)a[0];
         if (op == OP_DECORATE && a[1] == DEC_NON_WRITABLE)
@@ -388,7 +394,8 @@ static void spv_scan(const uint32_t *w, size_t words, spv_facts *f)
 /* Every shader is embedded twice per count w of writable bindings it is built for: the
  * second declares SignedZeroInfNanPreserve for 32-bit floats, the first does not; storage
  * bindings 0..w-1 are writable and the rest readonly in both, so the validation layer
- * tells a dispatch's reads from its writes. */
+ * tells a dispatch's reads from its writes. Only quant/convdot declares the integer dot
+ * product (the host runs it only where the device has it enabled), in every variant. */
 static void spirv_variants(void **state)
 {
     (void)state;
@@ -409,6 +416,11 @@ static void spirv_variants(void **state)
                     fail_msg("%s (writes %d, float controls %d): mode %d, capability %d, "
                              "extension %d",
                              src->name, w, fc, f->preserve_mode, f->preserve_cap, f->float_ext);
+                int dot = !strcmp(src->name, "quant/convdot");
+                if (f->dot_cap != dot || f->dot_ext != dot)
+                    fail_msg("%s (writes %d, float controls %d): dot product capability %d, "
+                             "extension %d",
+                             src->name, w, fc, f->dot_cap, f->dot_ext);
                 for (int k = 0; k < 4; k++) {
                     int v = f->binding_var[k];
                     assert_true(v > 0); /* every shader reads through all four */

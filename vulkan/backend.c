@@ -391,6 +391,30 @@ static int has_float_controls(vk_backend *b)
     return fc.shaderSignedZeroInfNanPreserveFloat32 == VK_TRUE;
 }
 
+/* Whether the device has shaderIntegerDotProduct, for quant/convdot.comp's packed 4x8-bit
+ * dot products, and (*fast) whether it accelerates signed ones. Through
+ * VK_KHR_shader_integer_dot_product: the feature is core in Vulkan 1.3, but the instance
+ * asks for 1.1, where the 1.3 structures may not be used, so the extension is enabled by
+ * name (Vulkan 1.3 drivers list it, lavapipe among them). */
+static int has_int_dot(vk_backend *b, int *fast)
+{
+    *fast = 0;
+    if (!has_device_ext(b->phys, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME))
+        return 0;
+    VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR df = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR};
+    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+                                    .pNext = &df};
+    vkGetPhysicalDeviceFeatures2(b->phys, &f2);
+    VkPhysicalDeviceShaderIntegerDotProductPropertiesKHR dp = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_PROPERTIES_KHR};
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+                                      .pNext = &dp};
+    vkGetPhysicalDeviceProperties2(b->phys, &p2);
+    *fast = dp.integerDotProduct4x8BitPackedSignedAccelerated == VK_TRUE;
+    return df.shaderIntegerDotProduct == VK_TRUE;
+}
+
 static uint32_t max_u32(uint32_t a, uint32_t b)
 {
     return a > b ? a : b;
@@ -437,11 +461,14 @@ static void detect(vk_backend *b)
     f->ualign = max_u32((uint32_t)l->minUniformBufferOffsetAlignment, 4);
     f->max_allocs = l->maxMemoryAllocationCount;
     f->float_controls = has_float_controls(b);
+    f->int_dot = has_int_dot(b, &f->int_dot_fast);
     if (f->portable) {
-        /* the largest offset alignments Vulkan allows; no float controls (Vulkan 1.2) */
+        /* the largest offset alignments Vulkan allows; no float controls (Vulkan 1.2), no
+         * integer dot products (1.3) */
         f->align = max_u32(f->align, 256);
         f->ualign = max_u32(f->ualign, 256);
         f->float_controls = 0;
+        f->int_dot = f->int_dot_fast = 0;
         f->timestamps = 0;
         f->subgroup_arith = 0;
         f->storage16 = 0;
@@ -462,14 +489,20 @@ static ex_status make_device(vk_backend *b)
                                   .queueFamilyIndex = b->qfamily,
                                   .queueCount = 1,
                                   .pQueuePriorities = &prio};
-    const char *exts[2];
+    const char *exts[3];
     uint32_t next = 0;
     /* required on MoltenVK and other non-conformant implementations that expose it */
     if (has_device_ext(b->phys, "VK_KHR_portability_subset"))
         exts[next++] = "VK_KHR_portability_subset";
     if (b->feat.float_controls)
         exts[next++] = VK_KHR_SHADER_FLOAT_CONTROLS_EXTENSION_NAME;
+    VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR dot = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR,
+        .shaderIntegerDotProduct = VK_TRUE};
+    if (b->feat.int_dot)
+        exts[next++] = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
     VkDeviceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+                             .pNext = b->feat.int_dot ? &dot : NULL,
                              .queueCreateInfoCount = 1,
                              .pQueueCreateInfos = &qi,
                              .enabledExtensionCount = next,
@@ -646,20 +679,37 @@ static uint64_t device_memory(vk_backend *b)
     return best;
 }
 
+/* The device in words (exapt info): its name, then its type, version, profile and
+ * features. The name is cut short where the whole would not fit, never the features:
+ * callers look for "NaN/Inf preserved" at the end. */
+static void device_line(const vk_backend *b, char *out, size_t len)
+{
+    const vk_features *f = &b->feat;
+    char tail[256];
+    snprintf(tail, sizeof tail, " (%s, Vulkan %u.%u%s; subgroup %u%s%s%s%s; NaN/Inf %s)",
+             type_name(b->props.deviceType), VK_API_VERSION_MAJOR(b->props.apiVersion),
+             VK_API_VERSION_MINOR(b->props.apiVersion), f->portable ? ", portable profile" : "",
+             f->subgroup_size, f->subgroup_arith ? " arith" : "", f->storage16 ? ", 16-bit" : "",
+             f->timestamps ? ", timestamps" : "",
+             !f->int_dot       ? ""
+             : f->int_dot_fast ? ", int8 dot (accelerated)"
+                               : ", int8 dot",
+             f->float_controls ? "preserved" : "not guaranteed");
+    size_t t = strlen(tail), name = strlen(b->props.deviceName);
+    t = t < len ? t : len - 1;
+    name = name < 32 ? name : 32;
+    name = name < len - 1 - t ? name : len - 1 - t;
+    memcpy(out, b->props.deviceName, name);
+    memcpy(out + name, tail, t);
+    out[name + t] = '\0';
+}
+
 static void fill_caps(vk_backend *b, ex_backend_caps *caps)
 {
     const vk_features *f = &b->feat;
     memset(caps, 0, sizeof *caps);
     snprintf(caps->name, sizeof caps->name, "vulkan");
-    char device[256];
-    snprintf(device, sizeof device, "%.32s (%s, Vulkan %u.%u%s; subgroup %u%s%s%s; NaN/Inf %s)",
-             b->props.deviceName, type_name(b->props.deviceType),
-             VK_API_VERSION_MAJOR(b->props.apiVersion), VK_API_VERSION_MINOR(b->props.apiVersion),
-             f->portable ? ", portable profile" : "", f->subgroup_size,
-             f->subgroup_arith ? " arith" : "", f->storage16 ? ", 16-bit" : "",
-             f->timestamps ? ", timestamps" : "",
-             f->float_controls ? "preserved" : "not guaranteed");
-    snprintf(caps->device, sizeof caps->device, "%.127s", device);
+    device_line(b, caps->device, sizeof caps->device);
     caps->memory_bytes = device_memory(b);
     caps->max_binding_bytes = f->max_range & ~(uint64_t)(VK_ALIGN - 1);
     caps->max_alloc_bytes = min_u64(f->max_alloc, caps->max_binding_bytes);
@@ -673,7 +723,7 @@ static void fill_caps(vk_backend *b, ex_backend_caps *caps)
 }
 
 ex_status ex__vulkan_backend_create(int automatic, const ex_backend_iface **iface, void **impl,
-                                   ex_backend_caps *caps, char *msg, size_t msg_len)
+                                    ex_backend_caps *caps, char *msg, size_t msg_len)
 {
     /* checked before the instance is made: bad arguments must not cost a driver load */
     if (!iface || !impl || !caps) {

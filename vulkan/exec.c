@@ -82,6 +82,11 @@ ex_status vkx_pipeline(vk_backend *b, vk_shader_id sh, int writes, int32_t varia
     return EX_OK;
 }
 
+int vk_has_int_dot(const vk_exec *e)
+{
+    return e->b->feat.int_dot;
+}
+
 /* ---- one node ---- */
 
 /* Operands must start on a 32-bit word, but for i8 ones, whose references count bytes

@@ -1,8 +1,11 @@
 /* Quantized inference: QUANTIZE, DEQUANTIZE, REQUANTIZE, QADD, QRELU and QCONCAT through
  * quant/ew.comp, QCONV2D, QDWCONV2D, QPWCONV and QLINEAR through quant/conv.comp (the last
- * two as 1x1 convolutions), QMAX_POOL, QAVG_POOL and QGLOBAL_AVG_POOL through
- * quant/pool.comp. Results are the CPU backend's bit for bit (docs/ops.md): exact integer
- * arithmetic, or f32 products and sums each rounded on its own.
+ * two as 1x1 convolutions; the dense ones through quant/convdot.comp's packed 4x8-bit dot
+ * products where the device has shaderIntegerDotProduct), QMAX_POOL, QAVG_POOL and
+ * QGLOBAL_AVG_POOL through quant/pool.comp. The first three convolutions also with the
+ * requantize fused in (variant QC_RQ: the sums requantized in registers, i8 dst). Results
+ * are the CPU backend's bit for bit (docs/ops.md): exact integer arithmetic, or f32
+ * products and sums each rounded on its own.
  *
  * Without the 8-bit storage feature shaders read i8 from 32-bit words (an i8 operand's
  * reference counts bytes, vk_ref) and write an i8 dst a whole word at a time, each word
@@ -29,7 +32,7 @@ typedef struct qc_pc {
     uint32_t b, sb, n, ci;
     uint32_t co, h, wd, ho;
     uint32_t wo, k, s, p;
-    uint32_t dil, r0, r1, r2;
+    uint32_t dil, m, ms, lo;
     uint32_t sx[4], sw[4], sy[4];
 } qc_pc;
 
@@ -331,22 +334,81 @@ static void q_flatten_planes(int64_t xn[4], int64_t xs[4], int64_t yn[4], int64_
     xs[2] = ys[2] = 0;
 }
 
-/* QCONV2D, QDWCONV2D, QPWCONV and QLINEAR. */
+/* The requantized form's checks: its multiplier (source 3, already shaped by
+ * ex_td_qconv_rq), its stride and the clamp's low end into pc; dst written by words. */
+static ex_status q_conv_rq(vk_exec *e, const ex_node_exec *nd, int64_t co, qc_pc *pc)
+{
+    const ex_tdesc *m = &nd->src[3];
+    ex_status st = q_typed(e, m, EX_F32, 1, "the multiplier");
+    if (st == EX_OK && (m->st[0] < 0 || m->st[0] * (co - 1) > INT32_MAX))
+        st = vk_fail(e, EX_ERR_UNSUPPORTED, "the multiplier is beyond 32-bit indexing");
+    if (st == EX_OK)
+        st = q_dst_words(e, &nd->dst);
+    if (st != EX_OK)
+        return st;
+    pc->ms = m->ne[0] == 1 ? 0u : (uint32_t)m->st[0];
+    pc->lo = nd->ip[7] ? 0u : (uint32_t)-127;
+    return EX_OK;
+}
+
+/* The requantized form's dispatches (quant/conv.glsl, rows() and edges(), says which
+ * words each invocation makes): planes of p bytes, R = 4 / gcd(p, 4) of them a whole
+ * number of words. The words of one plane in TC = 4 channels an invocation (1 depthwise,
+ * or where 4 channels of a block would straddle 2 images: R does not divide co and there
+ * are 2 images or more), then, in a second dispatch, the words at a plane's edge (every
+ * word where planes are below 4 bytes) byte by byte; variant is the sums' variant. */
+static ex_status q_conv_rq_go(vk_exec *e, vk_shader_id shader, int32_t variant, int64_t planes,
+                              int64_t co, int64_t p, const qc_pc *pc)
+{
+    int64_t r = p % 4 == 0 ? 1 : p % 2 == 0 ? 2 : 4, per = r * p / 4;
+    int one = variant != QC_DEPTHWISE && planes > co && co % r != 0;
+    int64_t tc = variant == QC_DEPTHWISE || one ? 1 : 4;
+    /* the shader's byte offsets: a block's spans past the last plane too */
+    if ((planes + 2 * tc * r) * p > UINT32_MAX)
+        return vk_fail(e, EX_ERR_UNSUPPORTED, "dst is beyond the shader's 32-bit indexing");
+    ex_status st = EX_OK;
+    if (p >= 4) {
+        int64_t q = tc == 1 ? planes : co, blocks = (q + tc * r - 1) / (tc * r);
+        int64_t items = planes / q * blocks * (per - (r - 1));
+        st = vk_dispatch(e, shader, variant | QC_RQ | (one ? QC_RQ_ONE : 0), pc, sizeof *pc,
+                         vk_groups(items, 128), 1, 1);
+    }
+    if (st == EX_OK && (p < 4 || r > 1)) {
+        int64_t items = p < 4 ? (planes * p + 3) / 4 : (planes + r - 1) / r * (r - 1);
+        int32_t edge = (variant == QC_DEPTHWISE ? QC_DEPTHWISE : QC_DENSE) | QC_RQ | QC_RQ_EDGE;
+        st = vk_dispatch(e, VK_SH_quant_conv, edge, pc, sizeof *pc, vk_groups(items, 128), 1, 1);
+    }
+    return st;
+}
+
+/* QCONV2D, QDWCONV2D, QPWCONV and QLINEAR; the first three also requantized into i8
+ * (ex_td_qconv_rq). */
 static ex_status q_conv(vk_exec *e, const ex_node_exec *nd)
 {
     ex_op op = nd->op;
     int dw = op == EX_OP_QDWCONV2D, pw = op == EX_OP_QPWCONV, lin = op == EX_OP_QLINEAR;
     int kernel = !pw && !lin; /* the ops with a window: ip0..5 are their geometry */
-    ex_status st = q_need(e, nd, 3);
+    if (nd->src == NULL)
+        return vk_fail(e, EX_ERR_ARG, "no sources");
+    /* 0: the i32 sums; 1: requantized by source 3 into i8 (ip7 its ReLU) */
+    int rq = lin ? (nd->nsrc == 3 ? 0 : -1) : ex_td_qconv_rq(nd);
+    if (rq < 0 && lin)
+        return vk_fail(e, EX_ERR_ARG, "%d sources, expected 3 (x, w, bias; no requantized form)",
+                       nd->nsrc);
+    if (rq < 0)
+        return vk_fail(e, EX_ERR_ARG,
+                       "%d sources, ip7 %d, dst %s: 3 sources (x, w, bias), ip7 0 and an i32 dst "
+                       "for the sums, or 4 (the multiplier f32 [Co] or [1]), ip7 0 or 1 (ReLU) "
+                       "and an i8 dst for them requantized",
+                       nd->nsrc, nd->ip[7], ex_dtype_name(nd->dst.dtype));
     const ex_tdesc *x = &nd->src[0], *w = &nd->src[1], *b = &nd->src[2], *y = &nd->dst;
-    if (st == EX_OK)
-        st = q_typed(e, x, EX_I8, lin ? 2 : 4, "x");
+    ex_status st = q_typed(e, x, EX_I8, lin ? 2 : 4, "x");
     if (st == EX_OK)
         st = q_typed(e, w, EX_I8, kernel ? 4 : 2, "w");
     if (st == EX_OK)
         st = q_typed(e, b, EX_I32, 1, "bias");
     if (st == EX_OK)
-        st = q_typed(e, y, EX_I32, lin ? 2 : 4, "dst");
+        st = q_typed(e, y, rq ? EX_I8 : EX_I32, lin ? 2 : 4, "dst");
     if (st != EX_OK)
         return st;
     const int32_t *ip = nd->ip;
@@ -400,6 +462,8 @@ static ex_status q_conv(vk_exec *e, const ex_node_exec *nd)
          b->st[0] >= 0 && b->st[0] * (co - 1) <= INT32_MAX;
     if (!ok)
         return vk_fail(e, EX_ERR_UNSUPPORTED, "operands beyond the shader's 32-bit indexing");
+    if (rq && (st = q_conv_rq(e, nd, co, &pc)) != EX_OK)
+        return st;
     pc.sb = (uint32_t)b->st[0];
     pc.n = (uint32_t)xn[0];
     pc.ci = (uint32_t)xn[1];
@@ -412,10 +476,18 @@ static ex_status q_conv(vk_exec *e, const ex_node_exec *nd)
     pc.x = vk_ref(e, x);
     pc.w = vk_ref(e, w);
     pc.b = vk_ref_small(e, b);
+    if (rq)
+        pc.m = vk_ref_small(e, &nd->src[3]);
+    /* packed dot products where the device has them and a group of 4 input channels
+     * exists (depthwise sums stay on 32-bit arithmetic: quant/conv.glsl says why) */
+    int dot = !dw && xn[1] >= 4 && vk_has_int_dot(e);
+    vk_shader_id shader = dot ? VK_SH_quant_convdot : VK_SH_quant_conv;
+    int32_t variant = dot ? QC_DENSE_DOT : dw ? QC_DEPTHWISE : QC_DENSE;
+    if (rq)
+        return q_conv_rq_go(e, shader, variant, yn[0] * co, co, ho * wo, &pc);
     /* an invocation's block: 4 output channels (1 depthwise) by 4 output columns */
     int64_t tc = dw ? 1 : 4, items = yn[0] * ((co + tc - 1) / tc) * ho * ((wo + 3) / 4);
-    return vk_dispatch(e, VK_SH_quant_conv, dw ? QC_DEPTHWISE : QC_DENSE, &pc, sizeof pc,
-                       vk_groups(items, 128), 1, 1);
+    return vk_dispatch(e, shader, variant, &pc, sizeof pc, vk_groups(items, 128), 1, 1);
 }
 
 /* ---- pooling ---- */

@@ -170,6 +170,9 @@ ex_status vk_dispatch(vk_exec *e, vk_shader_id shader, int32_t variant, const vo
  *  Where nodes are recorded pass by pass (one dispatch of each a round, vulkan/exec.c)
  *  this does nothing: the tracker orders a pass after the one it reads. */
 void vk_barrier(vk_exec *e);
+/** Whether the device's shaderIntegerDotProduct is enabled (never in the portable
+ *  profile): only then may a shader with the DotProduct capabilities run. */
+int vk_has_int_dot(const vk_exec *e);
 
 /** Workgroups for a grid-stride loop over n items with wg invocations per group. */
 static inline uint32_t vk_groups(int64_t n, uint32_t wg)

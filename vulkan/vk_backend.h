@@ -114,6 +114,8 @@ typedef struct vk_features {
     uint32_t ualign;     /**< uniform-buffer offset alignment (256 in the portable profile) */
     uint32_t max_allocs; /**< maxMemoryAllocationCount */
     int float_controls;  /**< SignedZeroInfNanPreserve for 32-bit floats: the f1 SPIR-V runs */
+    int int_dot;         /**< shaderIntegerDotProduct enabled: quant/convdot.comp may run */
+    int int_dot_fast;    /**< 4x8-bit packed signed dot products accelerated (reported) */
 } vk_features;
 
 struct vk_backend {

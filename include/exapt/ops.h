@@ -299,6 +299,17 @@ ex_tensor *ex_qdwconv2d(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *bias
                         const ex_conv_params *p);
 /** i32 pointwise convolution plus bias[co] of i8 x [N, Ci, H, W], i8 w [Co, Ci]. */
 ex_tensor *ex_qpwconv(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *bias);
+/** The three convolutions above with their requantize fused in: i8
+ *  ex_requantize(conv, multiplier, relu) bit for bit, without the int32 sums going through
+ *  memory. multiplier is f32 [Co] or [1]. */
+ex_tensor *ex_qconv2d_rq(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *bias,
+                         const ex_conv_params *p, ex_tensor *multiplier, bool relu);
+/** ex_qdwconv2d with its requantize fused in, as ex_qconv2d_rq. */
+ex_tensor *ex_qdwconv2d_rq(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *bias,
+                           const ex_conv_params *p, ex_tensor *multiplier, bool relu);
+/** ex_qpwconv with its requantize fused in, as ex_qconv2d_rq. */
+ex_tensor *ex_qpwconv_rq(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *bias,
+                         ex_tensor *multiplier, bool relu);
 /** i32 x w^T + bias of i8 x [N, K], i8 w [M, K], i32 bias [M]. */
 ex_tensor *ex_qlinear(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *bias);
 /** i8 max(x, 0). */

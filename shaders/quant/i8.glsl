@@ -13,18 +13,33 @@ int ld8(uint ref, uint i)
     return bitfieldExtract(int(ld(ref & ~REF_ELEM, b >> 2)), int(8u * (b & 3u)), 8);
 }
 
+// The bytes of elements i + j * s (j = 0..3) of the i8 operand ref, all inside it, packed
+// in one word (element j in byte j) as a packed 4x8-bit dot product takes them: adjacent
+// ones (s = 1) from the at most 2 words that hold them.
+uint ld8x4_bytes(uint ref, uint i, uint s)
+{
+    uint b = (ref & REF_ELEM) + i, base = ref & ~REF_ELEM;
+    if (s != 1u) {
+        uint v = 0u;
+        for (uint j = 0u; j < 4u; j++, b += s)
+            v |= bitfieldExtract(ld(base, b >> 2), int(8u * (b & 3u)), 8) << (8u * j);
+        return v;
+    }
+    uint sh = 8u * (b & 3u), v = ld(base, b >> 2);
+    if (sh != 0u)
+        v = (v >> sh) | (ld(base, (b >> 2) + 1u) << (32u - sh));
+    return v;
+}
+
 // Elements i + j * s (j = 0..3) of the i8 operand ref, all inside it: adjacent ones
 // (s = 1) from the at most 2 words that hold them.
 ivec4 ld8x4(uint ref, uint i, uint s)
 {
     if (s != 1u)
         return ivec4(ld8(ref, i), ld8(ref, i + s), ld8(ref, i + 2u * s), ld8(ref, i + 3u * s));
-    uint b = (ref & REF_ELEM) + i, base = ref & ~REF_ELEM, sh = 8u * (b & 3u);
-    uint v = ld(base, b >> 2);
-    if (sh != 0u)
-        v = (v >> sh) | (ld(base, (b >> 2) + 1u) << (32u - sh));
-    return ivec4(bitfieldExtract(int(v), 0, 8), bitfieldExtract(int(v), 8, 8),
-                 bitfieldExtract(int(v), 16, 8), bitfieldExtract(int(v), 24, 8));
+    int v = int(ld8x4_bytes(ref, i, 1u));
+    return ivec4(bitfieldExtract(v, 0, 8), bitfieldExtract(v, 8, 8), bitfieldExtract(v, 16, 8),
+                 bitfieldExtract(v, 24, 8));
 }
 
 // clamp(rne(v)) to [lo, 127] (docs/ops.md). A NaN's conversion to int is undefined, so

@@ -11,6 +11,16 @@
 // quant/conv.comp: every i32 sum of products
 #define QC_DENSE 0     // QCONV2D, and QPWCONV and QLINEAR as 1x1 kernels
 #define QC_DEPTHWISE 1 // QDWCONV2D
+// quant/convdot.comp only: QC_DENSE with packed 4x8-bit dot products (a device with
+// shaderIntegerDotProduct enabled, at least 4 input channels)
+#define QC_DENSE_DOT 2
+// added to one of the three: the requantize fused in (a 4th source, the multiplier), i8 dst;
+// the words of one plane, 4 channels an invocation (quant/conv.glsl, rows())
+#define QC_RQ 4
+// added to QC_RQ: one channel an invocation (dense, where 4 would straddle images)
+#define QC_RQ_ONE 8
+// added to QC_RQ: the words at a plane's edge, each byte summed on its own (edges())
+#define QC_RQ_EDGE 16
 // quant/pool.comp
 #define QP_MAX 0 // QMAX_POOL
 #define QP_AVG 1 // QAVG_POOL
