@@ -167,7 +167,8 @@ typedef struct cpu_qgemm {
     float lo;
 } cpu_qgemm;
 
-/** Whether this CPU runs cpu_qgemm_run (AVX-512 with VNNI and VBMI), asked at run time. */
+/** Whether this CPU runs cpu_qgemm_run (AVX-512 with VNNI and VBMI), asked at run time;
+ *  false with EXAPT_CPU_VNNI=0 in the environment. */
 bool cpu_qgemm_vnni(void);
 
 /** Runs q on threads threads; false when out of memory or cpu_qgemm_vnni() is false. */

@@ -4,7 +4,8 @@
  * The GEMMs of the dense and pointwise ones: C = bias + A B with A [m, k] the weights and
  * B [k, n] an image's channels by pixels.
  * oneDNN's int8 GEMM runs these shapes (k and m of 36 to 144, n of 49 to 784 pixels) at a
- * tenth of the VNNI rate, below the f32 GEMM: it is built for large k. Here B is packed
+ * small fraction of the VNNI rate, below the f32 GEMM (bench/results, "int8 inference,
+ * fused"): it is built for large k. Here B is packed
  * once per image so that each 32-bit lane holds the 4 channels of one pixel, which is
  * what VPDPBUSD multiplies by a broadcast word of 4 weights, and a block of 4 rows by 64
  * pixels stays in 16 accumulators across all of k.
@@ -17,6 +18,7 @@
  * 32-bit lane of a padded plane's row r holds the inputs of rows r and r + dilation at one
  * column, and one instruction adds two taps of a filter column (rows a and a + 1) for 16
  * outputs: a 3x3 filter takes 6 instructions where it took 9 multiplies and as many adds. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu.h"
@@ -30,6 +32,10 @@
 
 bool cpu_qgemm_vnni(void)
 {
+    /* EXAPT_CPU_VNNI=0 runs the other path instead (its tests on a VNNI machine) */
+    const char *v = getenv("EXAPT_CPU_VNNI");
+    if (v && strcmp(v, "0") == 0)
+        return false;
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
