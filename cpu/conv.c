@@ -1192,6 +1192,17 @@ static float *dw_scratch(const cpu_exec *e, const dw_padg *pg, int64_t *per)
     return cpu_alloc(e, (size_t)(*per * dw_nthreads(e)) * sizeof(float));
 }
 
+/** Plane (nb, c) of x as max(x, 0) into dst, dense [h, w]. */
+static void dw_relu_plane(const conv_geom *g, const conv_t4 *x, int64_t nb, int64_t c, float *dst)
+{
+    const float *src = conv_plane(x, nb, c);
+    for (int64_t i = 0; i < g->h; i++)
+        for (int64_t j = 0; j < g->w; j++) {
+            float v = src[i * x->st[2] + j * x->st[3]];
+            dst[i * g->w + j] = v < 0.0f ? 0.0f : v;
+        }
+}
+
 /** Whether the forward pass runs over padded planes (strided outputs skip most of a
  *  padded plane: the row loops do better there). */
 static int dw_fwd_padded(const conv_geom *g, const conv_t4 *x, const conv_t4 *y)
@@ -1207,11 +1218,7 @@ static void dw_fwd_rows(const conv_geom *g, const conv_t4 *x, const conv_t4 *w, 
     const float *xp = conv_plane(x, nb, c);
     const int64_t *xs = x->st, dense[4] = {0, 0, g->w, 1};
     if (g->relu) {
-        for (int64_t i = 0; i < g->h; i++)
-            for (int64_t j = 0; j < g->w; j++) {
-                float v = xp[i * xs[2] + j * xs[3]];
-                scratch[i * g->w + j] = v < 0.0f ? 0.0f : v;
-            }
+        dw_relu_plane(g, x, nb, c, scratch);
         xp = scratch;
         xs = dense;
     }
@@ -1326,15 +1333,8 @@ static ex_status dw_relu_copy(const cpu_exec *e, const conv_geom *g, conv_t4 *x,
     if (!c)
         return cpu_fail(e, EX_ERR_NOMEM, "%s: no memory for max(x, 0)", name);
 #pragma omp parallel for schedule(static) num_threads(dw_nthreads(e))
-    for (int64_t p = 0; p < planes; p++) {
-        const float *src = conv_plane(x, p / g->ci, p % g->ci);
-        float *dst = c + p * hw;
-        for (int64_t i = 0; i < g->h; i++)
-            for (int64_t j = 0; j < g->w; j++) {
-                float v = src[i * x->st[2] + j * x->st[3]];
-                dst[i * g->w + j] = v < 0.0f ? 0.0f : v;
-            }
-    }
+    for (int64_t p = 0; p < planes; p++)
+        dw_relu_plane(g, x, p / g->ci, p % g->ci, c + p * hw);
     *x = (conv_t4){c, {g->n, g->ci, g->h, g->w}, {g->ci * hw, hw, g->w, 1}};
     return EX_OK;
 }

@@ -274,47 +274,29 @@ CPU_OP(qrelu)
     return EX_OK;
 }
 
-/* Elements of a run qconcat hands one thread. */
-#define Q_CONCAT_CHUNK 16384
-
-/* The trailing dims of x [N, C, H, W] that x and y both hold densely (unit last stride):
- * how many (from the last), and their elements as one run. */
-static int q_dense_tail(const ex_tdesc *x, const ex_tdesc *y, int64_t *len)
-{
-    int k = 1;
-    *len = x->ne[3];
-    while (k < 4 && x->st[3 - k] == *len && y->st[3 - k] == *len)
-        *len *= x->ne[3 - k++];
-    return k;
-}
-
-/* Part x into its channels of y (from channel at) requantized by mul: its dense tail as
- * runs through the row kernel, split into chunks across threads. */
+/* Part x into its channels of y (from channel at) requantized by mul: the element-wise
+ * walk over x and its place in y, dense runs through the row kernel. */
 static void q_concat_part(const cpu_exec *e, const ex_tdesc *x, const ex_tdesc *y, int64_t at,
                           float mul)
 {
-    int64_t len, ne[4] = {x->ne[0], x->ne[1], x->ne[2], x->ne[3]};
-    int k = x->st[3] == 1 && y->st[3] == 1 ? q_dense_tail(x, y, &len) : 0;
-    int64_t runs = 1, chunk = Q_CONCAT_CHUNK;
-    for (int d = 0; d < 4 - k; d++)
-        runs *= ne[d];
-    if (k == 0)
-        len = 1, chunk = 1;
-    int64_t per = (len + chunk - 1) / chunk;
-    (void)e; /* read by the OpenMP pragma only */
+    q_walk w;
+    int64_t yne[4];
+    memset(&w, 0, sizeof w);
+    ex_td_shape4(x, w.ne, w.st[1]);
+    ex_td_shape4(y, yne, w.st[0]); /* y's strides over x's shape: its channels from at */
+    ex_td_merge_dims(2, w.ne, w.st, 1);
+    (void)e; /* read by the OpenMP pragmas only */
+    const int8_t *xv = cpu_i8(x);
+    int8_t *yv = cpu_i8(y) + at * y->st[1];
+    if (q_dense_rows(&w, 1)) {
 #pragma omp parallel for schedule(static) num_threads(q_threads(e))
-    for (int64_t t = 0; t < runs * per; t++) {
-        int64_t r = t / per, c0 = t % per * chunk, idx[4] = {0, 0, 0, 0};
-        for (int d = 3 - k; d >= 0; d--) {
-            idx[d] = r % ne[d];
-            r /= ne[d];
+        for (int64_t t = 0; t < q_runs(&w); t++) {
+            int64_t o[3], len = q_run_at(&w, t, o);
+            rq_row8(xv + o[1], mul, -127.0f, yv + o[0], len);
         }
-        const int8_t *xr = cpu_i8(x) + idx[0] * x->st[0] + idx[1] * x->st[1] + idx[2] * x->st[2] +
-                           idx[3] * x->st[3] + c0;
-        int8_t *yr = cpu_i8(y) + idx[0] * y->st[0] + (at + idx[1]) * y->st[1] + idx[2] * y->st[2] +
-                     idx[3] * y->st[3] + c0;
-        rq_row8(xr, mul, -127.0f, yr, len - c0 < chunk ? len - c0 : chunk);
+        return;
     }
+    Q_FOR_EACH(e, w, yv[p0] = q_round((float)xv[p1] * mul, -127.0f));
 }
 
 CPU_OP(qconcat)
