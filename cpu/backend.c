@@ -16,6 +16,7 @@ typedef struct cpu_backend {
     char msg[512];
     bool (*fails)(void *user);
     void *user;
+    bool vnni;
 } cpu_backend;
 
 static ex_status run_node(const cpu_exec *e, const ex_node_exec *n)
@@ -101,7 +102,7 @@ static bool gated_off(const ex_node_exec *n)
 static ex_status cpu_compute(void *impl, const ex_node_exec *nodes, int64_t count, double *node_ms)
 {
     cpu_backend *b = impl;
-    cpu_exec e = {b->reference, b->threads, b->msg, sizeof b->msg, b->fails, b->user};
+    cpu_exec e = {b->reference, b->threads, b->msg, sizeof b->msg, b->fails, b->user, b->vnni};
 #ifdef _OPENMP
     omp_set_num_threads(b->reference ? 1 : b->threads);
 #endif
@@ -265,7 +266,7 @@ static int thread_count(void)
 }
 
 ex_status ex__cpu_backend_create(int reference, const ex_backend_iface **iface, void **impl,
-                                ex_backend_caps *caps, char *msg, size_t msg_len)
+                                 ex_backend_caps *caps, char *msg, size_t msg_len)
 {
     if (!iface || !impl || !caps) {
         if (msg && msg_len)
@@ -280,6 +281,7 @@ ex_status ex__cpu_backend_create(int reference, const ex_backend_iface **iface, 
     }
     b->reference = reference;
     b->threads = reference ? 1 : thread_count();
+    b->vnni = cpu_qgemm_vnni();
     memset(caps, 0, sizeof *caps);
     cpu_model(caps->device, sizeof caps->device);
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);

@@ -23,6 +23,7 @@ typedef struct cpu_exec {
     size_t msg_len;
     bool (*fails)(void *user); /**< the context's allocation hook, or NULL */
     void *user;
+    bool vnni; /**< the int8 VNNI kernels run (cpu_qgemm_vnni(), asked once per backend) */
 } cpu_exec;
 
 /** A kernel's scratch memory: malloc, counted by the allocation hook. Safe to call from
@@ -168,7 +169,8 @@ typedef struct cpu_qgemm {
 } cpu_qgemm;
 
 /** Whether this CPU runs cpu_qgemm_run (AVX-512 with VNNI and VBMI), asked at run time;
- *  false with EXAPT_CPU_VNNI=0 in the environment. */
+ *  false with EXAPT_CPU_VNNI=0 in the environment. The backend asks once, when it is
+ *  made (cpu_exec.vnni). */
 bool cpu_qgemm_vnni(void);
 
 /** Runs q on threads threads; false when out of memory or cpu_qgemm_vnni() is false. */

@@ -512,7 +512,7 @@ static ex_status q_gemm_images(const cpu_exec *e, const ex_node_exec *n, const q
 {
     const ex_tdesc *y = &n->dst;
     int64_t co = y->ne[1], plane = y->ne[2] * y->ne[3], at = i0 * y->st[0];
-    if (cpu_qgemm_vnni()) {
+    if (e->vnni) {
         cpu_qgemm q = {.a = w,
                        .b = b,
                        .bias = bias,
@@ -713,7 +713,7 @@ CPU_OP(qdwconv2d)
                         "to %d outputs",
                         Q_DW_TAPS, Q_DW_ROW);
     /* the VNNI kernel takes stride 1 over dense rows */
-    bool vnni = cpu_qgemm_vnni() && g.sh == 1 && g.sw == 1 && x->st[3] == 1 && y->st[3] == 1;
+    bool vnni = e->vnni && g.sh == 1 && g.sw == 1 && x->st[3] == 1 && y->st[3] == 1;
 #pragma omp parallel for schedule(static) num_threads(q_threads(e))
     for (int64_t nc = 0; nc < g.n * g.co; nc++) {
         int64_t i = nc / g.co, c = nc % g.co;
