@@ -16,7 +16,7 @@ typedef struct cpu_backend {
     char msg[512];
     bool (*fails)(void *user);
     void *user;
-    bool vnni;
+    bool avx512, vnni;
 } cpu_backend;
 
 static ex_status run_node(const cpu_exec *e, const ex_node_exec *n)
@@ -102,7 +102,8 @@ static bool gated_off(const ex_node_exec *n)
 static ex_status cpu_compute(void *impl, const ex_node_exec *nodes, int64_t count, double *node_ms)
 {
     cpu_backend *b = impl;
-    cpu_exec e = {b->reference, b->threads, b->msg, sizeof b->msg, b->fails, b->user, b->vnni};
+    cpu_exec e = {b->reference, b->threads, b->msg,    sizeof b->msg,
+                  b->fails,     b->user,    b->avx512, b->vnni};
 #ifdef _OPENMP
     omp_set_num_threads(b->reference ? 1 : b->threads);
 #endif
@@ -256,6 +257,20 @@ static void cpu_model(char *out, size_t len)
     fclose(f);
 }
 
+bool cpu_avx512(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    const char *v = getenv("EXAPT_CPU_AVX512");
+    if (v && strcmp(v, "0") == 0)
+        return false;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+#else
+    return false;
+#endif
+}
+
 static int thread_count(void)
 {
 #ifdef _OPENMP
@@ -281,6 +296,7 @@ ex_status ex__cpu_backend_create(int reference, const ex_backend_iface **iface, 
     }
     b->reference = reference;
     b->threads = reference ? 1 : thread_count();
+    b->avx512 = cpu_avx512();
     b->vnni = cpu_qgemm_vnni();
     memset(caps, 0, sizeof *caps);
     cpu_model(caps->device, sizeof caps->device);

@@ -23,8 +23,14 @@ typedef struct cpu_exec {
     size_t msg_len;
     bool (*fails)(void *user); /**< the context's allocation hook, or NULL */
     void *user;
-    bool vnni; /**< the int8 VNNI kernels run (cpu_qgemm_vnni(), asked once per backend) */
+    bool avx512; /**< exapt's own AVX-512 f32 kernels run (cpu_avx512(), asked once) */
+    bool vnni;   /**< the int8 VNNI kernels run (cpu_qgemm_vnni(), asked once per backend) */
 } cpu_exec;
+
+/** Whether this CPU runs exapt's own AVX-512 kernels (AVX-512 F, BW and VL), asked at run
+ *  time; false with EXAPT_CPU_AVX512=0 in the environment, which runs the portable paths
+ *  instead (their tests on an AVX-512 machine). The backend asks once, when it is made. */
+bool cpu_avx512(void);
 
 /** A kernel's scratch memory: malloc, counted by the allocation hook. Safe to call from
  *  OpenMP threads (the hook's count is not). */
@@ -152,6 +158,20 @@ CPU_OP(qmax_pool);
 CPU_OP(qavg_pool);
 CPU_OP(qglobal_avg_pool);
 
+/* sgemm512.c: f32 products of small matrices on AVX-512 */
+
+/** C_i [m, n] = A [m, k] B_i [k, n] for images i < images: A's element (r, j) at
+ *  a[r ars + j acs]; rows of B_i and C_i ldb and ldc apart, their columns dense;
+ *  B_i = b + i sb, C_i = c + i sc. */
+typedef struct cpu_sgemm {
+    const float *a, *b;
+    float *c;
+    int64_t m, n, k, ars, acs, ldb, ldc, sb, sc, images;
+} cpu_sgemm;
+
+/** Runs q on e's threads where e->avx512 holds, and returns whether it did. */
+bool cpu_sgemm512_run(const cpu_exec *e, const cpu_sgemm *q);
+
 /* qvnni.c: the int8 convolutions on AVX-512 VNNI */
 
 /** C_i [m, n] = bias + A [m, k] B_i [k, n] for images i < images; rows of A, B_i and C_i
@@ -169,8 +189,7 @@ typedef struct cpu_qgemm {
 } cpu_qgemm;
 
 /** Whether this CPU runs cpu_qgemm_run (AVX-512 with VNNI and VBMI), asked at run time;
- *  false with EXAPT_CPU_VNNI=0 in the environment. The backend asks once, when it is
- *  made (cpu_exec.vnni). */
+ *  false where cpu_avx512() is. The backend asks once, when it is made (cpu_exec.vnni). */
 bool cpu_qgemm_vnni(void);
 
 /** Runs q on threads threads; false when out of memory or cpu_qgemm_vnni() is false. */

@@ -32,13 +32,7 @@
 
 bool cpu_qgemm_vnni(void)
 {
-    /* EXAPT_CPU_VNNI=0 runs the other path instead (its tests on a VNNI machine) */
-    const char *v = getenv("EXAPT_CPU_VNNI");
-    if (v && strcmp(v, "0") == 0)
-        return false;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+    return cpu_avx512() && __builtin_cpu_supports("avx512vnni") &&
            __builtin_cpu_supports("avx512vbmi");
 }
 
