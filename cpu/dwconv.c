@@ -3,6 +3,8 @@
  * plane (no bounds tests), the filter gradient as float-lane dot products over whole
  * planes; strided columns, large filters and non-finite filters take general row loops.
  * The fused ReLU (ip6) is read as the forward planes are padded, elsewhere from a copy.
+ * Where the CPU has AVX-512 (cpu_exec.avx512) the padded-plane passes run 16 lanes wide
+ * instead of the build's 4 or 8, with the same sums bit for bit.
  * Every parallel loop gives each output to one thread with a fixed summation order, so
  * results do not depend on the thread count. */
 #include <math.h>
@@ -315,6 +317,7 @@ static inline void dw_kern(float *out, int64_t ocs, int64_t n, const dw_taps *t,
  *  all, the same for every plane of a node. */
 typedef struct dw_padg {
     int64_t pt, pl, hp, wp, to; /* to: rows of the stride-1 output stretch */
+    int wide;                   /* the 16-lane AVX-512 kernels run (cpu_exec.avx512) */
 } dw_padg;
 
 /** Source extent [*lo, *hi) that outputs o < n reach through offsets e = k * d - p (forward
@@ -360,7 +363,7 @@ static void dw_reach_bwd(int64_t k, int64_t s, int64_t p, int64_t d, int64_t n, 
     }
 }
 
-static dw_padg dw_padg_of(const conv_geom *g, int bwd)
+static dw_padg dw_padg_of(const conv_geom *g, int bwd, int wide)
 {
     int64_t rl, rh, cl, ch;
     if (bwd) {
@@ -370,8 +373,124 @@ static dw_padg dw_padg_of(const conv_geom *g, int bwd)
         dw_reach_fwd(g->kh, g->sh, g->ph, g->dh, g->h, g->ho, &rl, &rh);
         dw_reach_fwd(g->kw, g->sw, g->pw, g->dw, g->w, g->wo, &cl, &ch);
     }
-    return (dw_padg){-rl, -cl, rh - rl, ch - cl, bwd ? (g->h + g->sh - 1) / g->sh : g->ho};
+    return (dw_padg){-rl, -cl, rh - rl, ch - cl, bwd ? (g->h + g->sh - 1) / g->sh : g->ho, wide};
 }
+
+/* -- the same on 16 lanes, where the CPU has AVX-512 (chosen at run time, as the library
+ * is built for baseline x86-64 and dw_v has 4 lanes there). Each output is still its taps'
+ * products added in list order to +0 by separate multiplies and adds, so the results are
+ * those of the 4-lane kernels bit for bit; row ends are masked instead of overlapped. -- */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define DW_X16 1
+#define DW_T16 __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+/** The first n lanes (none for n <= 0, all for n >= 16). */
+static inline __mmask16 dw16_lanes(int64_t n)
+{
+    return n <= 0 ? 0 : n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+}
+
+/** Outputs [i, i + 16 * nv) of dw16_kern, the last vector's lanes limited to last (the
+ *  others neither read nor written); as dw_block. */
+DW_T16 DW_INLINE void dw16_block(float *out, int64_t i, int nv, __mmask16 last, const dw_taps *t)
+{
+    __m512 acc[DW_NV];
+    for (int v = 0; v < nv; v++)
+        acc[v] = _mm512_setzero_ps();
+    for (int k = 0; k < t->n; k++) {
+        const float *p = t->p[k] + i;
+        __m512 w = _mm512_set1_ps(t->w[k]);
+        for (int v = 0; v + 1 < nv; v++)
+            acc[v] = _mm512_add_ps(acc[v], _mm512_mul_ps(w, _mm512_loadu_ps(p + 16 * v)));
+        __m512 x = _mm512_maskz_loadu_ps(last, p + 16 * (nv - 1));
+        acc[nv - 1] = _mm512_add_ps(acc[nv - 1], _mm512_mul_ps(w, x));
+    }
+    for (int v = 0; v + 1 < nv; v++)
+        _mm512_storeu_ps(out + i + 16 * v, acc[v]);
+    _mm512_mask_storeu_ps(out + i + 16 * (nv - 1), last, acc[nv - 1]);
+}
+
+/** dw_kern with unit steps. The rest after the full blocks is one block, its vector count a
+ *  constant in each case so that its accumulators stay in registers. */
+DW_T16 static void dw16_kern(float *out, int64_t n, const dw_taps *t)
+{
+    int64_t i = 0;
+    for (; i + 16 * DW_NV <= n; i += 16 * DW_NV)
+        dw16_block(out, i, DW_NV, 0xFFFF, t);
+    __mmask16 m = dw16_lanes((n - i - 1) % 16 + 1); /* of the rest's last vector */
+    switch ((n - i + 15) / 16) {
+    case 0: break;
+    case 1: dw16_block(out, i, 1, m, t); break;
+    case 2: dw16_block(out, i, 2, m, t); break;
+    case 3: dw16_block(out, i, 3, m, t); break;
+    case 4: dw16_block(out, i, 4, m, t); break;
+    case 5: dw16_block(out, i, 5, m, t); break;
+    case 6: dw16_block(out, i, 6, m, t); break;
+    case 7: dw16_block(out, i, 7, m, t); break;
+    default: dw16_block(out, i, 8, m, t); break;
+    }
+}
+
+/** dst[i] = src[i] (or 0 where src is NULL), i < n; with relu as dw_copy_relu (src < 0 by
+ *  the same comparison, so a NaN and -0 stay). */
+DW_T16 static inline void dw16_copy(float *dst, const float *src, int64_t n, int relu)
+{
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = dw16_lanes(n - i);
+        __m512 z = _mm512_setzero_ps(), v = src ? _mm512_maskz_loadu_ps(m, src + i) : z;
+        if (relu)
+            v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, z, _CMP_LT_OQ), z);
+        _mm512_mask_storeu_ps(dst + i, m, v);
+    }
+}
+
+/** dw_pad_fill on 16 lanes. */
+DW_T16 static void dw16_pad_fill(float *pp, const dw_padg *pg, const float *src, int64_t srs,
+                                 int64_t h, int64_t w, int relu)
+{
+    int64_t wp = pg->wp;
+    dw16_copy(pp, NULL, pg->pt * wp + pg->pl, 0);
+    for (int64_t i = 0; i < h; i++) {
+        float *row = pp + (pg->pt + i) * wp + pg->pl;
+        if (relu) /* a constant in each call, so that the lane loop tests nothing */
+            dw16_copy(row, src + i * srs, w, 1);
+        else
+            dw16_copy(row, src + i * srs, w, 0);
+        dw16_copy(row + w, NULL, i + 1 < h ? wp - w : wp - w - pg->pl, 0);
+    }
+    dw16_copy(pp + (pg->pt + h) * wp, NULL, (pg->hp - pg->pt - h) * wp, 0);
+}
+
+/** dst[2 i] = src[i], i < n, dst[2 i + 1] untouched: a stride-2 data gradient's residue
+ *  class into its every other column, 8 a vector, where one by one cost more than the
+ *  correlation. */
+DW_T16 static inline void dw16_copy2(float *dst, const float *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 8) {
+        __m512 v = _mm512_maskz_loadu_ps(dw16_lanes(n - i < 8 ? n - i : 8), src + i);
+        __mmask16 m = 0x5555 & dw16_lanes(2 * (n - i) - 1);
+        _mm512_mask_storeu_ps(dst + 2 * i, m, _mm512_maskz_expand_ps(0x5555, v));
+    }
+}
+
+/** dw_pad_run on 16 lanes; columns at steps above 2 (the data gradient's only) are copied
+ *  out one by one, as there. */
+DW_T16 static void dw16_pad_run(const dw_taps *t, int64_t wp, float *tmp, float *out, int64_t ors,
+                                int64_t ocs, int64_t oh, int64_t ow)
+{
+    dw16_kern(tmp, (oh - 1) * wp + ow, t);
+    for (int64_t q = 0; q < oh; q++) {
+        if (ocs == 1)
+            dw16_copy(out + q * ors, tmp + q * wp, ow, 0);
+        else if (ocs == 2)
+            dw16_copy2(out + q * ors, tmp + q * wp, ow);
+        for (int64_t r = 0; ocs > 2 && r < ow; r++)
+            out[q * ors + r * ocs] = tmp[q * wp + r];
+    }
+}
+#endif
 
 /** dst[i] = src[i] or 0 (src NULL), i < n, by vector moves: rows here are short, and gcc
  *  would otherwise call memcpy and memset for each. */
@@ -396,6 +515,12 @@ static inline void dw_copy_relu(float *restrict dst, const float *restrict src, 
 static void dw_pad_fill(float *pp, const dw_padg *pg, const float *src, int64_t srs, int64_t h,
                         int64_t w, int relu)
 {
+#ifdef DW_X16
+    if (pg->wide) {
+        dw16_pad_fill(pp, pg, src, srs, h, w, relu);
+        return;
+    }
+#endif
     int64_t wp = pg->wp;
     dw_copy(pp, NULL, pg->pt * wp + pg->pl);
     for (int64_t i = 0; i < h; i++) {
@@ -441,6 +566,12 @@ static void dw_pad_run(const dw_taps *t, const dw_padg *pg, float *tmp, float *o
 {
     if (oh <= 0 || ow <= 0)
         return;
+#ifdef DW_X16
+    if (pg->wide) {
+        dw16_pad_run(t, pg->wp, tmp, out, ors, ocs, oh, ow);
+        return;
+    }
+#endif
     dw_kern(tmp, 1, (oh - 1) * pg->wp + ow, t, 1);
     dw_copy_out(tmp, pg->wp, out, ors, ocs, oh, ow);
 }
@@ -451,7 +582,10 @@ static void dw_fwd_pad(const conv_geom *g, const dw_padg *pg, const conv_t4 *x, 
     float *pp = scratch, *tmp = scratch + pg->hp * pg->wp;
     dw_pad_fill(pp, pg, conv_plane(x, nb, ch), x->st[2], g->h, g->w, g->relu);
     const float *wp = conv_plane(w, ch, 0);
-    dw_taps t = {.n = 0};
+    /* not cleared whole: only t.n taps are read, and clearing all DW_TMAX cost a 7x7 plane
+     * a tenth of its time */
+    dw_taps t;
+    t.n = 0;
     for (int64_t a = 0; a < g->kh; a++)
         for (int64_t b = 0; b < g->kw; b++) {
             t.p[t.n] = pp + (pg->pt + a * g->dh - g->ph) * pg->wp + pg->pl + b * g->dw - g->pw;
@@ -470,7 +604,8 @@ static void dw_bwd_class(const conv_geom *g, const dw_padg *pg, const float *pp,
     int th[DW_KMAX], tw[DW_KMAX];
     int nr = dw_class_taps(rh, g->sh, g->ph, g->kh, g->dh, eh, th);
     int nc = dw_class_taps(rw, g->sw, g->pw, g->kw, g->dw, ew, tw);
-    dw_taps t = {.n = 0};
+    dw_taps t;
+    t.n = 0;
     for (int a = 0; a < nr; a++)
         for (int b = 0; b < nc; b++) {
             t.p[t.n] = pp + (pg->pt + eh[a]) * pg->wp + pg->pl + ew[b];
@@ -752,7 +887,7 @@ static ex_status dw_fast_fwd(const cpu_exec *e, const conv_geom *g, const conv_t
 {
     int64_t planes = g->n * g->ci, per = 0;
     int fast = dw_fwd_padded(g, x, y);
-    dw_padg pg = dw_padg_of(g, 0);
+    dw_padg pg = dw_padg_of(g, 0, e->avx512);
     float *scratch = fast ? dw_scratch(e, &pg, &per) : NULL;
     if (fast && !scratch)
         return cpu_fail(e, EX_ERR_NOMEM, "dwconv2d: no memory for padded planes");
@@ -773,7 +908,7 @@ static ex_status dw_fast_bwd_data(const cpu_exec *e, const conv_geom *g, const c
 {
     int64_t planes = g->n * g->ci, per = 0;
     int fast = dw_fast_ok(g, dy, dx);
-    dw_padg pg = dw_padg_of(g, 1);
+    dw_padg pg = dw_padg_of(g, 1, e->avx512);
     float *scratch = fast ? dw_scratch(e, &pg, &per) : NULL;
     if (fast && !scratch)
         return cpu_fail(e, EX_ERR_NOMEM, "dwconv2d_bwd_data: no memory for padded planes");
