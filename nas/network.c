@@ -27,7 +27,7 @@ struct ex_network {
     ex_tensor **mom;
     ex_tensor *x, *y, *lr, *counter, *xe, *ye;
     ex_tensor *loss, *acc, *loss_e, *acc_e, *logits_e;
-    int32_t *no_labels; /* eval_batch zeros: ex_network_predict's labels */
+    int32_t *no_labels; /* eval_chunk zeros: ex_network_predict's labels */
     float drop_prob;
     bool inference;              /* only the evaluation stage: opened from a file */
     const ex_safetensors *qfile; /* int8 weights being built from (NULL: f32) */
@@ -127,7 +127,7 @@ static ex_status build(ex_network *n)
     ex_ctx_set_seed(ctx, n->cfg.seed);
     const ex_network_config *c = &n->cfg;
     int64_t xs[4] = {c->batch, c->in_channels, c->height, c->width}, ys = c->batch, one = 1,
-            two = 2, eb = c->eval_batch > 0 ? c->eval_batch : c->batch;
+            two = 2, eb = c->eval_chunk;
     int64_t xes[4] = {eb, c->in_channels, c->height, c->width};
     n->xe = ex_input(ctx, EX_F32, 4, xes, "eval_x");
     n->ye = ex_input(ctx, EX_I32, 1, &eb, "eval_y");
@@ -181,6 +181,19 @@ static void teardown(ex_network *n)
     n->ctx = NULL;
 }
 
+/** eval_chunk's default: see its documentation in exapt/network.h. */
+static int auto_chunk(ex_backend *be, int eval_batch)
+{
+    const ex_backend_caps *caps = ex_backend_get_caps(be);
+    if (strncmp(caps->name, "cpu", 3) != 0)
+        return eval_batch;
+    int most = 2 * (caps->threads > 0 ? caps->threads : 1),
+        d = most < eval_batch ? most : eval_batch;
+    while (eval_batch % d)
+        d--;
+    return d;
+}
+
 /* A network of genotype g and the caller's configuration c on be, weights from the seed,
  * or int8 from the quantized weights qfile. */
 static ex_status create(const ex_genotype *g, const ex_network_config *caller, ex_backend *be,
@@ -209,6 +222,14 @@ static ex_status create(const ex_genotype *g, const ex_network_config *caller, e
     }
     if (c->eval_batch <= 0)
         c->eval_batch = c->batch;
+    if (c->eval_chunk <= 0)
+        c->eval_chunk = auto_chunk(be, c->eval_batch);
+    if (c->eval_batch % c->eval_chunk) {
+        if (msg && msg_len)
+            snprintf(msg, msg_len, "network: eval_chunk %d does not divide eval_batch %d",
+                     c->eval_chunk, c->eval_batch);
+        return EX_ERR_ARG;
+    }
     ex_network *n = calloc(1, sizeof *n);
     if (!n)
         return EX_ERR_NOMEM;
@@ -367,21 +388,47 @@ ex_status ex_network_step(ex_network *n, const float *x, const int32_t *y, float
     return st;
 }
 
+/* Runs the evaluation pass on eval_chunk images x with labels y. */
+static ex_status eval_pass(ex_network *n, const float *x, const int32_t *y)
+{
+    ex_status st = write_batch(n, n->xe, x, n->ye, y);
+    if (st == EX_OK && (st = ex_plan_run_stage(n->plan, n->eval_stage)) != EX_OK)
+        return fail(n, st, "network: %s", ex_plan_error(n->plan));
+    return st;
+}
+
+/* Chunk i's first image in x. */
+static const float *chunk_images(const ex_network *n, const float *x, int i)
+{
+    const ex_network_config *c = &n->cfg;
+    return x + (size_t)i * (size_t)c->eval_chunk * (size_t)c->in_channels * (size_t)c->height *
+                   (size_t)c->width;
+}
+
 ex_status ex_network_eval(ex_network *n, const float *x, const int32_t *y, float *loss,
                           int *correct)
 {
     if (!n)
         return EX_ERR_ARG;
-    ex_status st = write_batch(n, n->xe, x, n->ye, y);
-    if (st == EX_OK && (st = ex_plan_run_stage(n->plan, n->eval_stage)) != EX_OK)
-        return fail(n, st, "network: %s", ex_plan_error(n->plan));
-    float l = 0, c = 0;
-    if (st == EX_OK)
-        st = read2(n, n->loss_e, &l, n->acc_e, &c);
+    if (!x || !y)
+        return fail(n, EX_ERR_ARG, "network: eval needs images and labels");
+    int chunks = n->cfg.eval_batch / n->cfg.eval_chunk;
+    double loss_sum = 0;
+    int64_t right = 0;
+    ex_status st = EX_OK;
+    for (int i = 0; st == EX_OK && i < chunks; i++) {
+        float l = 0, c = 0;
+        st = eval_pass(n, chunk_images(n, x, i), y + (size_t)i * (size_t)n->cfg.eval_chunk);
+        if (st == EX_OK && (st = read2(n, n->loss_e, &l, n->acc_e, &c)) == EX_OK) {
+            loss_sum += l;
+            right += (int64_t)c;
+        }
+    }
+    /* one chunk gives the pass's own f32 mean, bit for bit */
     if (st == EX_OK && loss)
-        *loss = l;
+        *loss = chunks == 1 ? (float)loss_sum : (float)(loss_sum / chunks);
     if (st == EX_OK && correct)
-        *correct = (int)c;
+        *correct = (int)right;
     return st;
 }
 
@@ -391,15 +438,17 @@ ex_status ex_network_predict(ex_network *n, const float *x, float *logits)
         return EX_ERR_ARG;
     if (!x || !logits)
         return fail(n, EX_ERR_ARG, "network: predict needs images and room for the logits");
-    int64_t eb = ex_tensor_dim(n->xe, 0);
+    int64_t eb = n->cfg.eval_chunk;
     if (!n->no_labels && !(n->no_labels = calloc((size_t)eb, sizeof *n->no_labels)))
         return fail(n, EX_ERR_NOMEM, "network: out of host memory");
-    ex_status st = write_batch(n, n->xe, x, n->ye, n->no_labels);
-    if (st == EX_OK && (st = ex_plan_run_stage(n->plan, n->eval_stage)) != EX_OK)
-        return fail(n, st, "network: %s", ex_plan_error(n->plan));
     size_t bytes = (size_t)ex_tensor_numel(n->logits_e) * sizeof *logits;
-    if (st == EX_OK && (st = ex_plan_read(n->plan, n->logits_e, logits, bytes)) != EX_OK)
-        return fail(n, st, "network: %s", ex_plan_error(n->plan));
+    ex_status st = EX_OK;
+    for (int i = 0; st == EX_OK && i < n->cfg.eval_batch / n->cfg.eval_chunk; i++) {
+        st = eval_pass(n, chunk_images(n, x, i), n->no_labels);
+        if (st == EX_OK &&
+            (st = ex_plan_read(n->plan, n->logits_e, (char *)logits + i * bytes, bytes)) != EX_OK)
+            return fail(n, st, "network: %s", ex_plan_error(n->plan));
+    }
     return st;
 }
 

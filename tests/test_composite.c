@@ -702,6 +702,68 @@ static void test_network_predict(void **state)
     ex_backend_close(be);
 }
 
+/* The evaluation pass in chunks (eval_chunk) gives every image the logits one pass of the
+ * whole batch gives (up to the last bits: a BLAS library may order a product's sums by its
+ * size), and the same count and loss; a chunk that does not divide the batch is refused. */
+static void test_network_chunks(void **state)
+{
+    (void)state;
+    enum { NB = 12, HW = 8, NK = 3 };
+    ex_network_config c;
+    ex_network_config_default(&c);
+    c.in_channels = 1;
+    c.height = c.width = HW;
+    c.classes = NK;
+    c.batch = NB;
+    c.channels = 4;
+    c.layers = 3;
+    c.auxiliary = false;
+    c.seed = 11;
+    ex_genotype g;
+    assert_int_equal(ex_genotype_builtin("DARTS_V2", &g), EX_OK);
+    ex_backend *be = open_cpu();
+    float x[NB * HW * HW], logits[2][NB * NK], loss[2];
+    int32_t y[NB];
+    int correct[2];
+    rng r = {9};
+    fill_uniform(&r, x, NB * HW * HW, -2.0f, 2.0f);
+    for (int i = 0; i < NB; i++)
+        y[i] = i % NK;
+    const int chunk[2] = {NB, 3};
+    for (int k = 0; k < 2; k++) {
+        ex_network *n = NULL;
+        char msg[512] = "";
+        c.eval_chunk = chunk[k];
+        check_ok(ex_network_new(&g, &c, be, &n, msg, sizeof msg), "ex_network_new", msg);
+        ex_network_config got;
+        ex_network_config_default(&got);
+        ex_network_get_config(n, &got);
+        assert_int_equal(got.eval_chunk, chunk[k]);
+        check_ok(ex_network_predict(n, x, logits[k]), "ex_network_predict", ex_network_error(n));
+        check_ok(ex_network_eval(n, x, y, &loss[k], &correct[k]), "ex_network_eval",
+                 ex_network_error(n));
+        ex_network_free(n);
+    }
+    for (int i = 0; i < NB * NK; i++)
+        assert_true(fabsf(logits[0][i] - logits[1][i]) <= 1e-5f * (1.0f + fabsf(logits[0][i])));
+    assert_int_equal(correct[0], correct[1]);
+    assert_true(fabsf(loss[0] - loss[1]) <= 1e-5f * fabsf(loss[0]));
+    ex_network *n = NULL;
+    char msg[512] = "";
+    c.eval_chunk = 5;
+    assert_int_equal(ex_network_new(&g, &c, be, &n, msg, sizeof msg), EX_ERR_ARG);
+    assert_null(n);
+    assert_non_null(strstr(msg, "eval_chunk 5 does not divide eval_batch 12"));
+    c.eval_chunk = 0; /* the backend's choice divides the batch */
+    check_ok(ex_network_new(&g, &c, be, &n, msg, sizeof msg), "ex_network_new", msg);
+    ex_network_config got;
+    ex_network_config_default(&got);
+    ex_network_get_config(n, &got);
+    assert_true(got.eval_chunk >= 1 && NB % got.eval_chunk == 0);
+    ex_network_free(n);
+    ex_backend_close(be);
+}
+
 enum opt_kind { OPT_SGD, OPT_ADAM };
 
 typedef struct mlp {
@@ -1113,10 +1175,15 @@ static void test_dwconv_relu_nonfinite(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sepconv_block),    cmocka_unit_test(test_xor_sgd),
-        cmocka_unit_test(test_xor_adam),         cmocka_unit_test(test_cnn_learns),
-        cmocka_unit_test(test_sgd_clip_bitwise), cmocka_unit_test(test_label_smoothing),
-        cmocka_unit_test(test_network_predict),  cmocka_unit_test(test_dwconv_relu_nonfinite),
+        cmocka_unit_test(test_sepconv_block),
+        cmocka_unit_test(test_xor_sgd),
+        cmocka_unit_test(test_xor_adam),
+        cmocka_unit_test(test_cnn_learns),
+        cmocka_unit_test(test_sgd_clip_bitwise),
+        cmocka_unit_test(test_label_smoothing),
+        cmocka_unit_test(test_network_predict),
+        cmocka_unit_test(test_network_chunks),
+        cmocka_unit_test(test_dwconv_relu_nonfinite),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -38,6 +38,13 @@ typedef struct ex_network_config {
                              (the loader's, ex_loader_opts_default()): saved with the weights
                              and applied by ex_network_classify(); ex_network_step, _eval and
                              _predict take inputs already normalized. Default: off */
+    int eval_chunk;     /**< images one evaluation pass takes: ex_network_eval() and _predict()
+                             run their eval_batch images in eval_batch / eval_chunk passes, which
+                             give each image the logits one pass of eval_batch would. It must
+                             divide eval_batch; 0 (default) lets the backend choose: on the CPU
+                             the largest divisor of eval_batch up to two images per thread (each
+                             pass's activations then stay in the cores' caches), elsewhere
+                             eval_batch. ex_network_get_config() tells the choice */
 } ex_network_config;
 
 /** Fills the first `size` bytes of c with DARTS's evaluation settings and sets c->size to
