@@ -85,10 +85,16 @@ static int make_weights(const args *a, ex_backend *be)
     return rc;
 }
 
-/* One profiled pass of n on x (batch b): milliseconds by op, largest first, a JSON line. */
+/* One profiled predict of n on x (batch b): milliseconds by op, largest first, a JSON
+ * line. The plan keeps the times of its last pass, one chunk of the batch (eval_chunk),
+ * which stand for the batch's passes multiplied by their number. */
 static int profile_ops(ex_network *n, int b, const float *x, float *logits)
 {
     ex_plan *plan = ex_network_plan(n);
+    ex_network_config c;
+    ex_network_config_default(&c);
+    ex_network_get_config(n, &c);
+    int passes = b / c.eval_chunk;
     double ms[EX_OP_COUNT] = {0};
     int count[EX_OP_COUNT] = {0};
     if (ex_plan_set_profile(plan, true) != EX_OK || ex_network_predict(n, x, logits) != EX_OK) {
@@ -102,7 +108,7 @@ static int profile_ops(ex_network *n, int b, const float *x, float *logits)
             count[info.op]++;
         }
     }
-    printf("{\"bench\":\"inference_profile\",\"batch\":%d,\"ops\":[", b);
+    printf("{\"bench\":\"inference_profile\",\"batch\":%d,\"chunk\":%d,\"ops\":[", b, c.eval_chunk);
     for (int first = 1;; first = 0) {
         int best = -1;
         for (int op = 0; op < EX_OP_COUNT; op++)
@@ -111,7 +117,7 @@ static int profile_ops(ex_network *n, int b, const float *x, float *logits)
         if (best < 0)
             break;
         printf("%s{\"op\":\"%s\",\"nodes\":%d,\"ms\":%.3f}", first ? "" : ",",
-               ex_op_name((ex_op)best), count[best], ms[best]);
+               ex_op_name((ex_op)best), count[best], ms[best] * passes);
         count[best] = 0;
     }
     printf("]}\n");

@@ -6,7 +6,7 @@ in and out (the copies included, as bench_inference times them). Each one's batc
 logits are compared with exapt's. Prints one JSON object per line and a table last.
 
   inference_torch.py --weights W.safetensors --onnx W.onnx --dump DIR --exapt A.json ...
-      [--threads N] [--seconds S]
+      [--threads N] [--seconds S] [--no-torch]
 
 Differences are ||logits - exapt cpu's|| / ||exapt cpu's|| over the batch of 256."""
 import argparse
@@ -63,6 +63,7 @@ def main():
     ap.add_argument("--exapt", nargs="+", default=[])
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--no-torch", action="store_true", help="onnxruntime's rows only")
     a = ap.parse_args()
     x = np.fromfile(f"{a.dump}/input-256.f32", dtype=np.float32).reshape(256, 1, 28, 28)
     ref = np.fromfile(f"{a.dump}/logits-cpu-256.f32", dtype=np.float32).reshape(256, -1)
@@ -79,7 +80,8 @@ def main():
     model.eval()
     # fp32 on CUDA twice: PyTorch's default, whose cuDNN convolutions may use TF32, and
     # strict fp32 (TF32 off), the arithmetic exapt does
-    for dev, tf32 in [("cuda", True), ("cuda", False), ("cpu", False)] if torch.cuda.is_available() else [("cpu", False)]:
+    devices = [("cuda", True), ("cuda", False), ("cpu", False)] if torch.cuda.is_available() else [("cpu", False)]
+    for dev, tf32 in [] if a.no_torch else devices:
         torch.backends.cudnn.allow_tf32 = tf32
         torch.backends.cuda.matmul.allow_tf32 = tf32
         m = model.to(dev)
