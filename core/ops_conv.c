@@ -1,4 +1,6 @@
 /* Builders of the convolutions and the GEMM-shaped ops. */
+#include <math.h>
+
 #include "core/engine.h"
 
 #define INERT(ctx) ((ctx) ? &(ctx)->inert : NULL)
@@ -182,6 +184,40 @@ static ex_tensor *pw_node(ex_ctx *ctx, ex_op op, const char *name, ex_tensor *x,
 ex_tensor *ex_pwconv(ex_ctx *ctx, ex_tensor *x, ex_tensor *w)
 {
     return pw_node(ctx, EX_OP_PWCONV, "pwconv", x, w, NULL, NULL, false);
+}
+
+ex_tensor *ex_pwconv_bn(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *running_mean,
+                        ex_tensor *running_var, ex_tensor *gamma, ex_tensor *beta, float eps,
+                        bool relu)
+{
+    if ((gamma == NULL) != (beta == NULL))
+        return ex__fail(ctx, EX_ERR_ARG, "pwconv_bn: gamma and beta come together");
+    ex_tensor *s[6] = {x, w, running_mean, running_var, gamma, beta};
+    int ns = gamma ? 6 : 4;
+    if (!ex__check(ctx, "pwconv_bn", ns, s))
+        return INERT(ctx);
+    if (!typed_nd(ctx, "pwconv_bn", "x", x, EX_F32, 4) ||
+        !typed_nd(ctx, "pwconv_bn", "w", w, EX_F32, 2))
+        return &ctx->inert;
+    static const char *const what[6] = {"", "", "running_mean", "running_var", "gamma", "beta"};
+    for (int i = 2; i < ns; i++)
+        if (!typed_nd(ctx, "pwconv_bn", what[i], s[i], EX_F32, 1))
+            return &ctx->inert;
+    for (int i = 2; i < ns; i++)
+        if (s[i]->ne[0] != w->ne[0] || w->ne[1] != x->ne[1]) {
+            char sx[64], sw[64], sv[64];
+            return ex__fail(ctx, EX_ERR_SHAPE, "pwconv_bn: x %s, w %s and %s %s do not fit",
+                            ex__shape(x, sx), ex__shape(w, sw), what[i], ex__shape(s[i], sv));
+        }
+    if (!(eps > 0.0f) || !isfinite(eps))
+        return ex__fail(ctx, EX_ERR_ARG, "pwconv_bn: eps %g must be finite and > 0", (double)eps);
+    int64_t ne[4] = {x->ne[0], w->ne[0], x->ne[2], x->ne[3]};
+    ex_tensor *y = ex__node(ctx, EX_OP_PWCONV_BN, EX_F32, 4, ne, ns, s);
+    if (!ex__is_inert(y)) {
+        y->ip[6] = relu;
+        y->fp[0] = eps;
+    }
+    return y;
 }
 
 ex_tensor *ex_matmul(ex_ctx *ctx, ex_tensor *a, ex_tensor *b)

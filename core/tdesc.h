@@ -3,6 +3,7 @@
  * backend) includes as it is. */
 #ifndef EXAPT_CORE_TDESC_H
 #define EXAPT_CORE_TDESC_H
+#include <float.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -185,6 +186,46 @@ static inline ex_status ex_td_sgd_check(const ex_node_exec *n, char *why, size_t
     }
     if (!(n->fp[2] > 0.0f)) {
         snprintf(why, len, "max_norm %g of the clip must be > 0", (double)n->fp[2]);
+        return EX_ERR_ARG;
+    }
+    return EX_OK;
+}
+
+/** PWCONV_BN's node form, as every backend checks it (docs/ops.md): x f32 [N, Ci, H, W],
+ *  w f32 [Co, Ci], the running mean and variance (and with 6 sources gamma and beta) f32
+ *  [Co], y f32 [N, Co, H, W]; fp0 (eps) finite and > 0; ip6 (the input's ReLU) 0 or 1.
+ *  EX_OK, or the status to return with what is wrong written into why (no op name). */
+static inline ex_status ex_td_pwconv_bn_check(const ex_node_exec *n, char *why, size_t len)
+{
+    if (n->nsrc != 4 && n->nsrc != 6) {
+        snprintf(why, len, "%d sources, expected 4 (6 with gamma and beta)", n->nsrc);
+        return EX_ERR_ARG;
+    }
+    const ex_tdesc *x = &n->src[0], *w = &n->src[1], *y = &n->dst;
+    bool ok = ex_td_valid(x, EX_F32) && x->ndim == 4 && ex_td_valid(w, EX_F32) && w->ndim == 2 &&
+              ex_td_valid(y, EX_F32) && y->ndim == 4;
+    for (int i = 2; ok && i < n->nsrc; i++)
+        ok = ex_td_valid(&n->src[i], EX_F32) && n->src[i].ndim == 1;
+    if (!ok) {
+        snprintf(why, len, "x, y must be 4-d, w 2-d, the statistics 1-d f32 tensors");
+        return EX_ERR_ARG;
+    }
+    ok = y->ne[0] == x->ne[0] && y->ne[2] == x->ne[2] && y->ne[3] == x->ne[3] &&
+         w->ne[0] == y->ne[1] && w->ne[1] == x->ne[1];
+    for (int i = 2; ok && i < n->nsrc; i++)
+        ok = n->src[i].ne[0] == y->ne[1];
+    if (!ok) {
+        snprintf(why, len,
+                 "x [%lld, %lld, %lld, %lld], w [%lld, %lld], y [%lld, %lld, %lld, "
+                 "%lld] and the [C] statistics do not fit",
+                 (long long)x->ne[0], (long long)x->ne[1], (long long)x->ne[2], (long long)x->ne[3],
+                 (long long)w->ne[0], (long long)w->ne[1], (long long)y->ne[0], (long long)y->ne[1],
+                 (long long)y->ne[2], (long long)y->ne[3]);
+        return EX_ERR_SHAPE;
+    }
+    if (!(n->fp[0] > 0.0f && n->fp[0] <= FLT_MAX) || (n->ip[6] != 0 && n->ip[6] != 1)) {
+        snprintf(why, len, "eps %g must be finite and > 0, ip6 (ReLU) %d 0 or 1", (double)n->fp[0],
+                 n->ip[6]);
         return EX_ERR_ARG;
     }
     return EX_OK;

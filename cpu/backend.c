@@ -51,6 +51,7 @@ static ex_status run_node(const cpu_exec *e, const ex_node_exec *n)
     case EX_OP_DWCONV2D_BWD_FILTER: return cpu_dwconv2d_bwd_filter(e, n);
     case EX_OP_PWCONV: return cpu_pwconv(e, n);
     case EX_OP_PWCONV_BWD_FILTER: return cpu_pwconv_bwd_filter(e, n);
+    case EX_OP_PWCONV_BN: return cpu_pwconv_bn(e, n);
     case EX_OP_MATMUL: return cpu_matmul(e, n);
     case EX_OP_LINEAR: return cpu_linear(e, n);
     case EX_OP_AVG_POOL: return cpu_avg_pool(e, n);

@@ -113,6 +113,7 @@ CPU_OP(dwconv2d_bwd_filter);
 /* gemm.c */
 CPU_OP(pwconv);
 CPU_OP(pwconv_bwd_filter);
+CPU_OP(pwconv_bn);
 CPU_OP(matmul);
 CPU_OP(linear);
 /* pool.c */
@@ -162,11 +163,14 @@ CPU_OP(qglobal_avg_pool);
 
 /** C_i [m, n] = A [m, k] B_i [k, n] for images i < images: A's element (r, j) at
  *  a[r ars + j acs]; rows of B_i and C_i ldb and ldc apart, their columns dense;
- *  B_i = b + i sb, C_i = c + i sc. */
+ *  B_i = b + i sb, C_i = c + i sc. With relu, B's negative elements count as 0; with
+ *  scale, row r of C is then sum * scale[r] + shift[r] (a multiply, then an add). */
 typedef struct cpu_sgemm {
     const float *a, *b;
     float *c;
     int64_t m, n, k, ars, acs, ldb, ldc, sb, sc, images;
+    const float *scale, *shift;
+    int relu;
 } cpu_sgemm;
 
 /** Runs q on e's threads where e->avx512 holds, and returns whether it did. */

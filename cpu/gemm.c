@@ -7,6 +7,7 @@
  * copy only when no such description exists (e.g. a stride-0 broadcast). */
 #include <cblas.h>
 #include <limits.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -257,16 +258,35 @@ static ex_status pw_check(const cpu_exec *e, const ex_node_exec *nd, const ex_td
     return EX_OK;
 }
 
-/** y = w x on the AVX-512 kernels, where the CPU has them and the pixels of each sample
- *  of x and y (xm, ym: sample 0) are dense. */
+/** y = w r(x) (r: the ReLU where relu is set), then with scale row c of y times scale[c]
+ *  plus shift[c], on the AVX-512 kernels where the CPU has them and the pixels of each
+ *  sample of x and y (xm, ym: sample 0) are dense. */
 static int pw_avx512(const cpu_exec *e, const gm_mat *wm, const ex_tdesc *x, const gm_mat *xm,
-                     const ex_tdesc *y, const gm_mat *ym)
+                     const ex_tdesc *y, const gm_mat *ym, int relu, const float *scale,
+                     const float *shift)
 {
     if (xm->sc != 1 || ym->sc != 1)
         return 0;
-    cpu_sgemm q = {wm->p,  xm->p,  ym->p,  ym->rows, ym->cols, xm->rows, wm->sr,
-                   wm->sc, xm->sr, ym->sr, x->st[0], y->st[0], y->ne[0]};
+    cpu_sgemm q = {wm->p,  xm->p,  ym->p,    ym->rows, ym->cols, xm->rows, wm->sr, wm->sc,
+                   xm->sr, ym->sr, x->st[0], y->st[0], y->ne[0], scale,    shift,  relu};
     return cpu_sgemm512_run(e, &q);
+}
+
+/** y = w x per sample through BLAS. */
+static ex_status pw_blas(const cpu_exec *e, const gm_mat *wm, const ex_tdesc *x, const ex_tdesc *y)
+{
+    /* one small GEMM per sample, the samples across threads: inside a parallel region the
+     * OpenMP build of OpenBLAS runs each call on its own thread, which beats threading
+     * every small call (measured 3x on two cores) */
+    int failed = 0;
+#pragma omp parallel for schedule(static) num_threads(gm_threads(e)) reduction(| : failed)
+    for (int64_t nb = 0; nb < x->ne[0]; nb++) {
+        gm_mat xs = {0}, ys = {0};
+        gm_sample(x, nb, &xs);
+        gm_sample(y, nb, &ys);
+        failed |= gm_gemm(e, wm, &xs, &ys, 0.0f) != EX_OK;
+    }
+    return failed ? cpu_fail(e, EX_ERR_NOMEM, "pwconv: out of memory for packing") : EX_OK;
 }
 
 CPU_OP(pwconv)
@@ -282,20 +302,103 @@ CPU_OP(pwconv)
         pw_ref(x, w, y);
         return EX_OK;
     }
-    if (pw_avx512(e, &wm, x, &xm, y, &ym))
+    if (pw_avx512(e, &wm, x, &xm, y, &ym, 0, NULL, NULL))
         return EX_OK;
-    /* one small GEMM per sample, the samples across threads: inside a parallel region the
-     * OpenMP build of OpenBLAS runs each call on its own thread, which beats threading
-     * every small call (measured 3x on two cores) */
-    int failed = 0;
-#pragma omp parallel for schedule(static) num_threads(gm_threads(e)) reduction(| : failed)
-    for (int64_t nb = 0; nb < x->ne[0]; nb++) {
-        gm_mat xs = {0}, ys = {0};
-        gm_sample(x, nb, &xs);
-        gm_sample(y, nb, &ys);
-        failed |= gm_gemm(e, &wm, &xs, &ys, 0.0f) != EX_OK;
+    return pw_blas(e, &wm, x, y);
+}
+
+/* ---- PWCONV_BN: batch norm in eval mode on the product, a ReLU on its input ---- */
+
+/** The batch norm per output channel as BN_STATS (eval) and BN_APPLY compute it:
+ *  y = s * a[c] + b[c], a = invstd * gamma, b = beta - mean * a. */
+static void pwbn_fold(const ex_node_exec *n, float *a, float *b)
+{
+    const ex_tdesc *rm = &n->src[2], *rv = &n->src[3];
+    for (int64_t c = 0; c < n->dst.ne[1]; c++) {
+        float mean = cpu_f32(rm)[c * rm->st[0]];
+        float inv = (float)(1.0 / sqrt((double)cpu_f32(rv)[c * rv->st[0]] + (double)n->fp[0]));
+        float gm = n->nsrc == 6 ? cpu_f32(&n->src[4])[c * n->src[4].st[0]] : 1.0f;
+        float bt = n->nsrc == 6 ? cpu_f32(&n->src[5])[c * n->src[5].st[0]] : 0.0f;
+        a[c] = inv * gm;
+        b[c] = bt - mean * a[c];
     }
-    return failed ? cpu_fail(e, EX_ERR_NOMEM, "pwconv: out of memory for packing") : EX_OK;
+}
+
+/** y = y * a[c] + b[c] over every plane of y. */
+static void pwbn_apply(const cpu_exec *e, const ex_tdesc *y, const float *a, const float *b)
+{
+    (void)e; /* read by the OpenMP pragma only */
+    const int64_t *ne = y->ne, *st = y->st;
+#pragma omp parallel for schedule(static) num_threads(gm_threads(e))
+    for (int64_t p = 0; p < ne[0] * ne[1]; p++) {
+        float *q = cpu_f32(y) + p / ne[1] * st[0] + p % ne[1] * st[1];
+        for (int64_t i = 0; i < ne[2]; i++)
+            for (int64_t j = 0; j < ne[3]; j++)
+                q[i * st[2] + j * st[3]] = q[i * st[2] + j * st[3]] * a[p % ne[1]] + b[p % ne[1]];
+    }
+}
+
+/** max(x, 0) (NaN kept) into a dense copy, described at *r. */
+static float *pwbn_relu_copy(const cpu_exec *e, const ex_tdesc *x, ex_tdesc *r)
+{
+    int64_t cnt = ex_td_numel(x);
+    float *p = cpu_alloc(e, (size_t)cnt * sizeof *p + 1);
+    if (!p)
+        return NULL;
+    *r = *x;
+    r->offset = 0;
+    r->st[3] = 1;
+    r->st[2] = x->ne[3];
+    r->st[1] = x->ne[2] * x->ne[3];
+    r->st[0] = x->ne[1] * r->st[1];
+    const int64_t *ne = x->ne, *st = x->st;
+    for (int64_t i = 0; i < cnt; i++) {
+        int64_t c3 = i % ne[3], c2 = i / ne[3] % ne[2], c1 = i / (ne[3] * ne[2]) % ne[1],
+                c0 = i / (ne[3] * ne[2] * ne[1]);
+        float v = cpu_f32(x)[c0 * st[0] + c1 * st[1] + c2 * st[2] + c3 * st[3]];
+        p[i] = v < 0.0f ? 0.0f : v;
+    }
+    return p;
+}
+
+CPU_OP(pwconv_bn)
+{
+    char why[256];
+    ex_status st = ex_td_pwconv_bn_check(n, why, sizeof why);
+    if (st != EX_OK)
+        return cpu_fail(e, st, "pwconv_bn: %s", why);
+    const ex_tdesc *x = &n->src[0], *w = &n->src[1], *y = &n->dst;
+    int64_t co = y->ne[1];
+    float *ab = cpu_alloc(e, (size_t)(2 * co) * sizeof *ab + 1);
+    if (!ab)
+        return cpu_fail(e, EX_ERR_NOMEM, "pwconv_bn: out of host memory");
+    pwbn_fold(n, ab, ab + co);
+    gm_mat xm, ym, wm = gm_mat2(w);
+    int fast = !e->reference && gm_sample(x, 0, &xm) && gm_sample(y, 0, &ym);
+    if (fast && pw_avx512(e, &wm, x, &xm, y, &ym, n->ip[6], ab, ab + co)) {
+        free(ab);
+        return EX_OK;
+    }
+    /* elsewhere the three steps one after the other */
+    ex_tdesc rx;
+    cpu_buffer rbuf = {0};
+    if (n->ip[6]) {
+        if (!(rbuf.data = pwbn_relu_copy(e, x, &rx))) {
+            free(ab);
+            return cpu_fail(e, EX_ERR_NOMEM, "pwconv_bn: out of host memory");
+        }
+        rx.buf = (ex_buffer *)&rbuf;
+        x = &rx;
+    }
+    if (fast && gm_sample(x, 0, &xm))
+        st = pw_blas(e, &wm, x, y);
+    else
+        pw_ref(x, w, y);
+    if (st == EX_OK)
+        pwbn_apply(e, y, ab, ab + co);
+    free(rbuf.data);
+    free(ab);
+    return st;
 }
 
 /** dw = sum over samples, in index order, of dy_n x_n^T (sgemm with beta 1). */

@@ -46,6 +46,14 @@ static __mmask16 sg_mask(int64_t left, int v)
     do {                                                                                           \
         if (r < rows) {                                                                            \
             float *cr = c + (r0 + r) * q->ldc;                                                     \
+            if (q->scale) {                                                                        \
+                __m512 sa = _mm512_set1_ps(q->scale[r0 + r]),                                      \
+                       sb = _mm512_set1_ps(q->shift[r0 + r]);                                      \
+                c##r##0 = _mm512_add_ps(_mm512_mul_ps(c##r##0, sa), sb);                           \
+                c##r##1 = _mm512_add_ps(_mm512_mul_ps(c##r##1, sa), sb);                           \
+                c##r##2 = _mm512_add_ps(_mm512_mul_ps(c##r##2, sa), sb);                           \
+                c##r##3 = _mm512_add_ps(_mm512_mul_ps(c##r##3, sa), sb);                           \
+            }                                                                                      \
             _mm512_mask_storeu_ps(cr, m0, c##r##0);                                                \
             if (V > 1)                                                                             \
                 _mm512_mask_storeu_ps(cr + 16, m1, c##r##1);                                       \
@@ -58,8 +66,15 @@ static __mmask16 sg_mask(int64_t left, int v)
 
 /* The block of C_i at rows r0.. and V vectors from pixel p0: rows past m repeat row m - 1
  * (their sums are made and dropped), lanes past n are neither read nor written. */
+/** v with its negative lanes 0 (by v < 0, so that a NaN stays, as the ReLU op's). */
+SG_TARGET static inline __m512 sg_relu(__m512 v)
+{
+    __m512 z = _mm512_setzero_ps();
+    return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, z, _CMP_LT_OQ), z);
+}
+
 SG_TARGET static inline __attribute__((always_inline)) void
-sg_block(const cpu_sgemm *q, int64_t i, int64_t r0, int64_t p0, const int V)
+sg_block(const cpu_sgemm *q, int64_t i, int64_t r0, int64_t p0, const int V, const int RELU)
 {
     const float *a[SG_ROWS];
     for (int r = 0; r < SG_ROWS; r++)
@@ -83,6 +98,12 @@ sg_block(const cpu_sgemm *q, int64_t i, int64_t r0, int64_t p0, const int V)
             x2 = _mm512_maskz_loadu_ps(m2, bk + 32);
         if (V > 3)
             x3 = _mm512_maskz_loadu_ps(m3, bk + 48);
+        if (RELU) {
+            x0 = sg_relu(x0);
+            x1 = sg_relu(x1);
+            x2 = sg_relu(x2);
+            x3 = sg_relu(x3);
+        }
         SG_ROW_FMA(0);
         SG_ROW_FMA(1);
         SG_ROW_FMA(2);
@@ -102,11 +123,15 @@ sg_block(const cpu_sgemm *q, int64_t i, int64_t r0, int64_t p0, const int V)
 
 SG_TARGET static void sg_block_of(const cpu_sgemm *q, int64_t i, int64_t r0, int64_t p0, int vecs)
 {
-    switch (vecs) {
-    case 1: sg_block(q, i, r0, p0, 1); break;
-    case 2: sg_block(q, i, r0, p0, 2); break;
-    case 3: sg_block(q, i, r0, p0, 3); break;
-    default: sg_block(q, i, r0, p0, 4); break;
+    switch (vecs + 4 * (q->relu != 0)) {
+    case 1: sg_block(q, i, r0, p0, 1, 0); break;
+    case 2: sg_block(q, i, r0, p0, 2, 0); break;
+    case 3: sg_block(q, i, r0, p0, 3, 0); break;
+    case 4: sg_block(q, i, r0, p0, 4, 0); break;
+    case 5: sg_block(q, i, r0, p0, 1, 1); break;
+    case 6: sg_block(q, i, r0, p0, 2, 1); break;
+    case 7: sg_block(q, i, r0, p0, 3, 1); break;
+    default: sg_block(q, i, r0, p0, 4, 1); break;
     }
 }
 

@@ -185,6 +185,7 @@ static ex_status run_node(cu_exec *e, const ex_node_exec *n)
     case EX_OP_DWCONV2D_BWD_FILTER: return cu_dwconv2d_bwd_filter(e, n);
     case EX_OP_PWCONV: return cu_pwconv(e, n);
     case EX_OP_PWCONV_BWD_FILTER: return cu_pwconv_bwd_filter(e, n);
+    case EX_OP_PWCONV_BN: return cu_pwconv_bn(e, n);
     case EX_OP_MATMUL: return cu_matmul(e, n);
     case EX_OP_LINEAR: return cu_linear(e, n);
     case EX_OP_AVG_POOL: return cu_avg_pool(e, n);
@@ -1202,7 +1203,7 @@ static ex_status device_runs_build(cu_backend *b, const cudaDeviceProp *prop)
 }
 
 ex_status ex__cuda_backend_create(int arg, const ex_backend_iface **iface, void **impl,
-                                 ex_backend_caps *caps, char *msg, size_t msg_len)
+                                  ex_backend_caps *caps, char *msg, size_t msg_len)
 {
     (void)arg; /* the device comes from EXAPT_CUDA_DEVICE */
     int count = 0;

@@ -189,7 +189,7 @@ __device__ void bn_stats_one(const bn_args &a, double s, double q, int64_t c)
         var = bn_get(a.rv, c);
     }
     bn_set(a.d0, c, (float)mean);
-    bn_set(a.d1, c, (float)(1.0 / sqrt(var + a.eps)));
+    bn_set(a.d1, c, cu_bn_invstd(var, a.eps));
     if (!a.train)
         return;
     double unbiased = var * (double)a.g.m / (double)(a.g.m - 1);
@@ -397,21 +397,22 @@ __global__ void bn_apply_kernel(bn_args a, const float *gate)
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; a.vec4 && i < total / 4;
          i += (int64_t)gridDim.x * blockDim.x) {
         int64_t c = i * 4 / hw % a.g.c;
-        float inv = bn_get(a.inv, c), gm = a.gamma.p ? bn_get(a.gamma, c) : 1.0f;
-        float bt = a.beta.p ? bn_get(a.beta, c) : 0.0f;
-        float k = inv * gm, b = bt - bn_get(a.mean, c) * k;
+        float gm = a.gamma.p ? bn_get(a.gamma, c) : 1.0f;
+        float bt = a.beta.p ? bn_get(a.beta, c) : 0.0f, k, b;
+        cu_bn_coefs(bn_get(a.mean, c), bn_get(a.inv, c), gm, bt, &k, &b);
         float4 x = bn_ld4(a.x, i);
-        ((float4 *)a.out.p)[i] = make_float4(x.x * k + b, x.y * k + b, x.z * k + b, x.w * k + b);
+        ((float4 *)a.out.p)[i] = make_float4(cu_bn_affine(x.x, k, b), cu_bn_affine(x.y, k, b),
+                                             cu_bn_affine(x.z, k, b), cu_bn_affine(x.w, k, b));
     }
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; !a.vec4 && i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = i % hw, c = i / hw % a.g.c, nb = i / (hw * a.g.c);
-        float inv = bn_get(a.inv, c), gm = a.gamma.p ? bn_get(a.gamma, c) : 1.0f;
-        float bt = a.beta.p ? bn_get(a.beta, c) : 0.0f;
-        float k = inv * gm, b = bt - bn_get(a.mean, c) * k;
+        float gm = a.gamma.p ? bn_get(a.gamma, c) : 1.0f;
+        float bt = a.beta.p ? bn_get(a.beta, c) : 0.0f, k, b;
+        cu_bn_coefs(bn_get(a.mean, c), bn_get(a.inv, c), gm, bt, &k, &b);
         float *y = (float *)a.out.p + nb * a.out.st[0] + c * a.out.st[1] + r / a.g.w * a.out.st[2] +
                    r % a.g.w * a.out.st[3];
-        *y = bn_px(a.x, nb, c, r, a.g.w) * k + b;
+        *y = cu_bn_affine(bn_px(a.x, nb, c, r, a.g.w), k, b);
     }
 }
 

@@ -390,6 +390,48 @@ __device__ inline int64_t cu_row_argmax(const float *x, int64_t s, int64_t k, in
     return bi;
 }
 
+/* ---- batch norm in eval mode, shared by BN_STATS/BN_APPLY and PWCONV_BN ----
+ * One definition of the arithmetic, so that PWCONV_BN's epilogue rounds exactly as the
+ * unfused PWCONV, BN_STATS (eval) and BN_APPLY do. */
+
+/** BN_STATS's invstd: computed in double, rounded to float once. */
+__device__ __forceinline__ float cu_bn_invstd(double var, double eps)
+{
+    return (float)(1.0 / sqrt(var + eps));
+}
+
+/** BN_APPLY's per-channel scale k and shift b from BN_STATS's mean and invstd. */
+__device__ __forceinline__ void cu_bn_coefs(float mean, float inv, float gm, float bt, float *k,
+                                            float *b)
+{
+    *k = inv * gm;
+    *b = bt - mean * *k;
+}
+
+/** BN_APPLY's output for x (one expression, so the compiler contracts it alike). */
+__device__ __forceinline__ float cu_bn_affine(float x, float k, float b)
+{
+    return x * k + b;
+}
+
+/** Batch norm in eval mode on C channels: the running statistics and, when gamma is not
+ *  NULL, gamma and beta; element c of each at p[c * s]. */
+typedef struct cu_bn_eval {
+    const float *mean, *var, *gamma, *beta;
+    int64_t mean_s, var_s, gamma_s, beta_s;
+    double eps;
+} cu_bn_eval;
+
+/** Channel c's k and b as BN_STATS (eval) then BN_APPLY compute them. */
+__device__ __forceinline__ void cu_bn_eval_coefs(const cu_bn_eval &bn, int64_t c, float *k,
+                                                 float *b)
+{
+    float inv = cu_bn_invstd((double)bn.var[c * bn.var_s], bn.eps);
+    float gm = bn.gamma ? bn.gamma[c * bn.gamma_s] : 1.0f;
+    float bt = bn.beta ? bn.beta[c * bn.beta_s] : 0.0f;
+    cu_bn_coefs(bn.mean[c * bn.mean_s], inv, gm, bt, k, b);
+}
+
 /* ---- one host function per op; backend.cu holds the switch ---- */
 #define CU_OP(name) ex_status cu_##name(cu_exec *e, const ex_node_exec *n)
 /* elementwise.cu */
@@ -426,6 +468,7 @@ CU_OP(dwconv2d_bwd_filter);
 /* gemm.cu */
 CU_OP(pwconv);
 CU_OP(pwconv_bwd_filter);
+CU_OP(pwconv_bn);
 CU_OP(matmul);
 CU_OP(linear);
 /* pool.cu */
@@ -489,7 +532,8 @@ int cu_dw_staged(cu_exec *e, int which, const cu_dw_args *a, const char *name, e
 
 /** A pointwise convolution for pointwise.cu: x [N, CI, H, W] and y [N, CO, H, W] whose H
  *  and W fold into one position stride (x_sp, y_sp), and the [CO, CI] filter with (co, ci)
- *  at w[co * w_sr + ci * w_sc]. */
+ *  at w[co * w_sr + ci * w_sc]. PWCONV_BN fuses its ReLU and batch norm into the kernel:
+ *  relu reads max(x, 0), and bn (bn.mean not NULL) applies the batch norm to the sums. */
 typedef struct cu_pw_args {
     cu_t4 x, y;
     int64_t x_sp, y_sp;
@@ -497,6 +541,8 @@ typedef struct cu_pw_args {
     int64_t w_sr, w_sc;
     int64_t n;
     int hw, ci, co;
+    int relu;
+    cu_bn_eval bn;
 } cu_pw_args;
 
 /** Whether pointwise.cu's kernels take a (channels up to 256, N up to 65535). */

@@ -1,4 +1,5 @@
-/* GEMM-shaped ops: pointwise convolution and its filter gradient, matmul and linear.
+/* GEMM-shaped ops: pointwise convolution (and PWCONV_BN, its fused inference form with a
+ * ReLU before and batch norm in eval mode after) and its filter gradient, matmul and linear.
  *
  * cuBLAS (column-major) runs every product whose operands it can describe: a matrix with
  * unit row stride is an untransposed operand with its column stride as leading dimension,
@@ -236,6 +237,7 @@ static int pw_args(const ex_tdesc *x, const ex_tdesc *w, const ex_tdesc *y, cu_p
     if (!gm_sample(x, &xm) || !gm_sample(y, &ym))
         return 0;
     const int big = 1 << 30; /* past every limit of cu_pw_small_fits */
+    *a = cu_pw_args{};       /* no ReLU, no batch norm: PWCONV_BN sets them */
     a->x = cu_t4_of(x);
     a->y = cu_t4_of(y);
     a->x_sp = xm.sc;
@@ -250,11 +252,15 @@ static int pw_args(const ex_tdesc *x, const ex_tdesc *w, const ex_tdesc *y, cu_p
     return 1;
 }
 
+static int pwbn_uses_blas(const ex_node_exec *n);
+
 int cu_node_uses_blas(const ex_node_exec *n)
 {
     cu_pw_args a;
     if (n->op == EX_OP_PWCONV)
         return pw_args(&n->src[0], &n->src[1], &n->dst, &a) && !cu_pw_small_fits(&a);
+    if (n->op == EX_OP_PWCONV_BN)
+        return pwbn_uses_blas(n);
     if (n->op == EX_OP_PWCONV_BWD_FILTER)
         return n->src[0].ne[0] > 0 && pw_args(&n->src[0], &n->dst, &n->src[1], &a);
     return n->op == EX_OP_MATMUL || n->op == EX_OP_LINEAR;
@@ -278,12 +284,11 @@ __global__ void pw_direct_kernel(cu_t4 x, gm_mat w, cu_t4 y, const float *gate)
     }
 }
 
-CU_OP(pwconv)
+/* y = w x per sample, the shapes checked: the direct kernel when H and W do not fold,
+ * pointwise.cu's kernel for few channels, cuBLAS (or the tiled kernel) otherwise. */
+static ex_status pw_forward(cu_exec *e, const ex_tdesc *x, const ex_tdesc *w, const ex_tdesc *y,
+                            const char *name)
 {
-    const ex_tdesc *x = &n->src[0], *w = &n->src[1], *y = &n->dst;
-    ex_status st = pw_check(e, n, x, w, y, "pwconv");
-    if (st != EX_OK)
-        return st;
     gm_mat xm, ym;
     if (!gm_sample(x, &xm) || !gm_sample(y, &ym)) {
         if (e->dry)
@@ -291,16 +296,191 @@ CU_OP(pwconv)
         int64_t total = ex_td_numel(y);
         cu_launch(e, pw_direct_kernel, cu_blocks(total, CU_THREADS), CU_THREADS, 0, cu_t4_of(x),
                   gm_mat2(w), cu_t4_of(y), e->gate);
-        return cu_launched(e, "pwconv");
+        return cu_launched(e, name);
     }
+    ex_status st = EX_OK;
     cu_pw_args pa;
-    if (pw_args(x, w, y, &pa) && cu_pw_small(e, &pa, "pwconv", &st))
+    if (pw_args(x, w, y, &pa) && cu_pw_small(e, &pa, name, &st))
         return st;
     gm_job j = gm_single(gm_mat2(w), xm, ym);
     j.batch = x->ne[0];
     j.sb = x->st[0];
     j.sc = y->st[0];
     return gm_run(e, &j);
+}
+
+CU_OP(pwconv)
+{
+    const ex_tdesc *x = &n->src[0], *w = &n->src[1], *y = &n->dst;
+    ex_status st = pw_check(e, n, x, w, y, "pwconv");
+    if (st != EX_OK)
+        return st;
+    return pw_forward(e, x, w, y, "pwconv");
+}
+
+/* ---- PWCONV_BN: ReLU, pointwise convolution and batch norm in eval mode, forward only ----
+ * With few channels pointwise.cu's kernel does all three in one launch (the ReLU on its
+ * loads, the batch norm on its sums). Otherwise the unfused ops' own steps: max(x, 0)
+ * into a dense copy in scratch (x is never written), pw_forward into y, and the batch norm
+ * in place on y. Either way the arithmetic is PWCONV's, BN_STATS's (eval) and BN_APPLY's
+ * (cu_bn_eval_coefs, cu_bn_affine), so fused and unfused agree. */
+
+static cu_bn_eval pwbn_eval(const ex_node_exec *n)
+{
+    cu_bn_eval bn = {};
+    bn.mean = cu_f32(&n->src[2]);
+    bn.mean_s = n->src[2].st[0];
+    bn.var = cu_f32(&n->src[3]);
+    bn.var_s = n->src[3].st[0];
+    if (n->nsrc == 6) {
+        bn.gamma = cu_f32(&n->src[4]);
+        bn.gamma_s = n->src[4].st[0];
+        bn.beta = cu_f32(&n->src[5]);
+        bn.beta_s = n->src[5].st[0];
+    }
+    bn.eps = (double)n->fp[0];
+    return bn;
+}
+
+/* Whether the one fused kernel takes the node: x and y fold, few channels. */
+static int pwbn_fused(const ex_node_exec *n, cu_pw_args *a)
+{
+    if (!pw_args(&n->src[0], &n->src[1], &n->dst, a) || !cu_pw_small_fits(a))
+        return 0;
+    a->relu = n->ip[6];
+    a->bn = pwbn_eval(n);
+    return 1;
+}
+
+/* x described as its dense ReLU copy at p (the unfused path's product input); rb holds p. */
+static ex_tdesc pwbn_relu_desc(const ex_tdesc *x, cu_buffer *rb, void *p)
+{
+    ex_tdesc r = *x;
+    rb->ptr = p;
+    rb->bytes = sizeof(float) * (uint64_t)ex_td_numel(x);
+    r.buf = (ex_buffer *)rb;
+    r.offset = 0;
+    r.st[3] = 1;
+    r.st[2] = x->ne[3];
+    r.st[1] = x->ne[2] * x->ne[3];
+    r.st[0] = x->ne[1] * r.st[1];
+    return r;
+}
+
+/* The unfused path calls cuBLAS where PWCONV would on its product input and y. The
+ * sizing pass asks about a node whose check failed too: such a node runs nothing. */
+static int pwbn_uses_blas(const ex_node_exec *n)
+{
+    char why[256];
+    cu_pw_args a;
+    if (ex_td_pwconv_bn_check(n, why, sizeof why) != EX_OK || pwbn_fused(n, &a))
+        return 0;
+    cu_buffer rb;
+    ex_tdesc rx = pwbn_relu_desc(&n->src[0], &rb, NULL);
+    const ex_tdesc *x = n->ip[6] ? &rx : &n->src[0];
+    return pw_args(x, &n->src[1], &n->dst, &a) && !cu_pw_small_fits(&a);
+}
+
+/* out[i] = max(x[i], 0) in x's row-major order, NaN kept (as RELU). */
+__global__ void pwbn_relu_kernel(cu_t4 x, float *out, int64_t total, const float *gate)
+{
+    if (cu_gated_off(gate))
+        return;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float v = ((const float *)x.p)[cu_off4(x.ne, x.st, i)];
+        out[i] = v < 0.0f ? 0.0f : v;
+    }
+}
+
+/* y = BN(y) in place, plane by plane: each plane's coefficients once, as BN_APPLY's. */
+__global__ void pwbn_apply_kernel(cu_t4 y, cu_bn_eval bn, const float *gate)
+{
+    if (cu_gated_off(gate))
+        return;
+    int64_t hw = y.ne[2] * y.ne[3];
+    CU_PLANE_LOOP(y.ne[0] * y.ne[1])
+    {
+        int64_t c = plane % y.ne[1];
+        float k, b;
+        cu_bn_eval_coefs(bn, c, &k, &b);
+        float *q = (float *)y.p + plane / y.ne[1] * y.st[0] + c * y.st[1];
+        for (int64_t p = blockIdx.y * (int64_t)blockDim.x + threadIdx.x; p < hw;
+             p += (int64_t)gridDim.y * blockDim.x) {
+            float *v = q + p / y.ne[3] * y.st[2] + p % y.ne[3] * y.st[3];
+            *v = cu_bn_affine(*v, k, b);
+        }
+    }
+}
+
+/* Bytes of the ReLU copy at a time: it lives in scratch, whose ring is several times the
+ * largest need, so a large batch is copied and multiplied a chunk of samples at a time. */
+#define PWBN_COPY_BYTES ((int64_t)64 << 20)
+
+/* Samples [n0, n0 + cnt) of a 4-d f32 tensor. */
+static ex_tdesc pwbn_samples(const ex_tdesc *t, int64_t n0, int64_t cnt)
+{
+    ex_tdesc s = *t;
+    s.ne[0] = cnt;
+    s.offset += (uint64_t)(n0 * t->st[0] * (int64_t)sizeof(float));
+    return s;
+}
+
+/* max(x, 0) into the dense copy at out. */
+static ex_status pwbn_relu(cu_exec *e, const ex_tdesc *x, float *out)
+{
+    int64_t total = ex_td_numel(x);
+    if (e->dry || total == 0)
+        return EX_OK;
+    cu_launch(e, pwbn_relu_kernel, cu_blocks(total, CU_THREADS), CU_THREADS, 0, cu_t4_of(x), out,
+              total, e->gate);
+    return cu_launched(e, "pwconv_bn");
+}
+
+/* With the ReLU (ip6): each chunk of samples' copy of max(x, 0), then its product. */
+static ex_status pwbn_relu_product(cu_exec *e, const ex_node_exec *n)
+{
+    const ex_tdesc *x = &n->src[0];
+    int64_t per = x->ne[1] * x->ne[2] * x->ne[3] * (int64_t)sizeof(float);
+    int64_t chunk = per > 0 && PWBN_COPY_BYTES / per < x->ne[0] ? PWBN_COPY_BYTES / per : x->ne[0];
+    chunk = chunk > 0 ? chunk : 1;
+    void *ws = NULL;
+    ex_status st = cu_scratch(e, (size_t)(chunk * per), &ws);
+    for (int64_t n0 = 0; st == EX_OK && n0 < x->ne[0]; n0 += chunk) {
+        int64_t cnt = chunk < x->ne[0] - n0 ? chunk : x->ne[0] - n0;
+        ex_tdesc xs = pwbn_samples(x, n0, cnt), ys = pwbn_samples(&n->dst, n0, cnt);
+        cu_buffer rb;
+        ex_tdesc rx = pwbn_relu_desc(&xs, &rb, ws);
+        st = pwbn_relu(e, &xs, (float *)ws);
+        if (st == EX_OK)
+            st = pw_forward(e, &rx, &n->src[1], &ys, "pwconv_bn");
+    }
+    return st;
+}
+
+/* The unfused path: the ReLU copy and the product, then the batch norm in place. */
+static ex_status pwbn_unfused(cu_exec *e, const ex_node_exec *n)
+{
+    const ex_tdesc *y = &n->dst;
+    ex_status st =
+        n->ip[6] ? pwbn_relu_product(e, n) : pw_forward(e, &n->src[0], &n->src[1], y, "pwconv_bn");
+    if (st != EX_OK || e->dry || ex_td_numel(y) == 0)
+        return st;
+    cu_launch(e, pwbn_apply_kernel, cu_plane_grid(y->ne[0] * y->ne[1], y->ne[2] * y->ne[3]),
+              CU_THREADS, 0, cu_t4_of(y), pwbn_eval(n), e->gate);
+    return cu_launched(e, "pwconv_bn");
+}
+
+CU_OP(pwconv_bn)
+{
+    char why[256];
+    ex_status st = ex_td_pwconv_bn_check(n, why, sizeof why);
+    if (st != EX_OK)
+        return cu_fail(e, st, "pwconv_bn: %s", why);
+    cu_pw_args a;
+    if (pwbn_fused(n, &a) && cu_pw_small(e, &a, "pwconv_bn", &st))
+        return st;
+    return pwbn_unfused(e, n);
 }
 
 /* dw[co, ci] = Σ_n part[n, co, ci], in sample order. */

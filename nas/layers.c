@@ -120,16 +120,26 @@ static ex_tensor *state(nas_net *n, const char *name, int64_t c, float init)
     return s->t;
 }
 
+/** A batch norm's tensors over c channels: gamma and beta (NULL unless affine), the
+ *  running mean and variance. */
+typedef struct bn_tensors {
+    ex_tensor *g, *b, *rm, *rv;
+} bn_tensors;
+
+static bn_tensors bn_named(nas_net *n, int64_t c, const char *name, bool affine)
+{
+    int len = nas_push(n, "%s", name);
+    bn_tensors t = {affine ? nas_weight(n, "weight", 1, &c, NAS_INIT_ONES, 0) : NULL,
+                    affine ? nas_weight(n, "bias", 1, &c, NAS_INIT_ZEROS, 0) : NULL,
+                    state(n, "running_mean", c, 0.0f), state(n, "running_var", c, 1.0f)};
+    nas_pop(n, len);
+    return t;
+}
+
 ex_tensor *nas_bn(nas_net *n, ex_tensor *x, const char *name, bool affine)
 {
-    int64_t c = ex_tensor_dim(x, 1);
-    int len = nas_push(n, "%s", name);
-    ex_tensor *g = affine ? nas_weight(n, "weight", 1, &c, NAS_INIT_ONES, 0) : NULL;
-    ex_tensor *b = affine ? nas_weight(n, "bias", 1, &c, NAS_INIT_ZEROS, 0) : NULL;
-    ex_tensor *rm = state(n, "running_mean", c, 0.0f);
-    ex_tensor *rv = state(n, "running_var", c, 1.0f);
-    nas_pop(n, len);
-    return ex_batch_norm(n->ctx, x, g, b, rm, rv, n->train, n->bn_eps, n->bn_momentum);
+    bn_tensors t = bn_named(n, ex_tensor_dim(x, 1), name, affine);
+    return ex_batch_norm(n->ctx, x, t.g, t.b, t.rm, t.rv, n->train, n->bn_eps, n->bn_momentum);
 }
 
 ex_tensor *nas_conv(nas_net *n, ex_tensor *x, const char *name, int64_t cout, int kh, int kw,
@@ -154,13 +164,29 @@ ex_tensor *nas_dwconv(nas_net *n, ex_tensor *x, const char *name, int k, int str
     return relu ? ex_dwconv2d_relu(n->ctx, x, w, &p) : ex_dwconv2d(n->ctx, x, w, &p);
 }
 
-ex_tensor *nas_pwconv(nas_net *n, ex_tensor *x, const char *name, int64_t cout)
+/* A pointwise convolution's weight [cout, cin, 1, 1] (PyTorch's) as the [cout, cin] matrix. */
+static ex_tensor *pw_weight(nas_net *n, ex_tensor *x, const char *name, int64_t cout)
 {
     int64_t cin = ex_tensor_dim(x, 1), ne[4] = {cout, cin, 1, 1}, ne2[2] = {cout, cin};
     int len = nas_push(n, "%s", name);
     ex_tensor *w = nas_weight(n, "weight", 4, ne, NAS_INIT_KAIMING, cin);
     nas_pop(n, len);
-    return ex_pwconv(n->ctx, x, ex_reshape(n->ctx, w, 2, ne2));
+    return ex_reshape(n->ctx, w, 2, ne2);
+}
+
+ex_tensor *nas_pwconv(nas_net *n, ex_tensor *x, const char *name, int64_t cout)
+{
+    return ex_pwconv(n->ctx, x, pw_weight(n, x, name, cout));
+}
+
+ex_tensor *nas_pwconv_bn(nas_net *n, ex_tensor *x, const char *pw, const char *bn, int64_t cout,
+                         bool affine, bool relu)
+{
+    if (n->train)
+        return nas_bn(n, nas_pwconv(n, relu ? ex_relu(n->ctx, x) : x, pw, cout), bn, affine);
+    ex_tensor *w = pw_weight(n, x, pw, cout);
+    bn_tensors t = bn_named(n, cout, bn, affine);
+    return ex_pwconv_bn(n->ctx, x, w, t.rm, t.rv, t.g, t.b, n->bn_eps, relu);
 }
 
 /* A 1x1 convolution as a GEMM; at stride 2 on a dense copy of every other pixel (a
@@ -186,11 +212,15 @@ ex_tensor *nas_relu_conv_bn(nas_net *n, ex_tensor *x, int64_t cout, int k, int s
                             bool affine)
 {
     int len = nas_push(n, "op");
-    ex_tensor *r = ex_relu(n->ctx, x);
-    ex_tensor *y = k == 1 && pad == 0
-                       ? conv1x1(n, r, "1", cout, stride)
-                       : nas_conv(n, r, "1", cout, k, k, stride, stride, pad, pad, 1);
-    y = nas_bn(n, y, "2", affine);
+    ex_tensor *y;
+    if (k == 1 && pad == 0 && stride == 1) {
+        y = nas_pwconv_bn(n, x, "1", "2", cout, affine, true);
+    } else {
+        ex_tensor *r = ex_relu(n->ctx, x);
+        y = k == 1 && pad == 0 ? conv1x1(n, r, "1", cout, stride)
+                               : nas_conv(n, r, "1", cout, k, k, stride, stride, pad, pad, 1);
+        y = nas_bn(n, y, "2", affine);
+    }
     nas_pop(n, len);
     return y;
 }
@@ -230,9 +260,9 @@ static ex_tensor *sep_conv(nas_net *n, ex_tensor *x, int k, int stride, bool aff
     /* PyTorch's ReLU, conv, conv, BN, ReLU, conv, conv, BN: the ReLUs (0 and 4) fused
      * into the depthwise convolutions, so the parameter names keep their indices */
     ex_tensor *y = nas_dwconv(n, x, "1", k, stride, k / 2, 1, true);
-    y = nas_bn(n, nas_pwconv(n, y, "2", c), "3", affine);
+    y = nas_pwconv_bn(n, y, "2", "3", c, affine, false);
     y = nas_dwconv(n, y, "5", k, 1, k / 2, 1, true);
-    y = nas_bn(n, nas_pwconv(n, y, "6", c), "7", affine);
+    y = nas_pwconv_bn(n, y, "6", "7", c, affine, false);
     nas_pop(n, len);
     return y;
 }
@@ -242,7 +272,7 @@ static ex_tensor *dil_conv(nas_net *n, ex_tensor *x, int k, int stride, bool aff
     int64_t c = ex_tensor_dim(x, 1);
     int len = nas_push(n, "op");
     ex_tensor *y = nas_dwconv(n, x, "1", k, stride, k - 1, 2, true); /* ReLU (0) fused */
-    y = nas_bn(n, nas_pwconv(n, y, "2", c), "3", affine);
+    y = nas_pwconv_bn(n, y, "2", "3", c, affine, false);
     nas_pop(n, len);
     return y;
 }

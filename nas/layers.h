@@ -74,6 +74,12 @@ ex_tensor *nas_dwconv(nas_net *n, ex_tensor *x, const char *name, int k, int str
 /** Pointwise convolution (weight `prefix.name.weight`, [cout, cin, 1, 1] as PyTorch). */
 ex_tensor *nas_pwconv(nas_net *n, ex_tensor *x, const char *name, int64_t cout);
 
+/** Pointwise convolution (weight `prefix.pw.weight`), then batch norm (`prefix.bn`), of
+ *  max(x, 0) with relu: in training two nodes (three with relu), in evaluation
+ *  (n->train false) one fused ex_pwconv_bn with the same parameters. */
+ex_tensor *nas_pwconv_bn(nas_net *n, ex_tensor *x, const char *pw, const char *bn, int64_t cout,
+                         bool affine, bool relu);
+
 /** DARTS's ReLUConvBN: ReLU, k x k convolution, batch norm (`op.1`, `op.2`). */
 ex_tensor *nas_relu_conv_bn(nas_net *n, ex_tensor *x, int64_t cout, int k, int stride, int pad,
                             bool affine);

@@ -461,6 +461,31 @@ static void r_pwconv(const env *e, double *y)
     ref_pwconv(e->od[0], e->one[0], e->od[1], e->one[1][0], y);
 }
 
+/* pwconv_bn: roots x, w, running mean, running var [, gamma, beta]; ip6 = ReLU on x,
+ * fp0 = eps */
+static ex_tensor *b_pwconv_bn(env *e, ex_tensor *const *x)
+{
+    bool affine = e->c->nr > 4;
+    return ex_pwconv_bn(e->ctx, x[0], x[1], x[2], x[3], affine ? x[4] : NULL, affine ? x[5] : NULL,
+                        (float)e->c->fp[0], e->c->ip[6] != 0);
+}
+static void r_pwconv_bn(const env *e, double *y)
+{
+    const int64_t *xne = e->one[0], co = e->one[1][0], hw = xne[2] * xne[3];
+    size_t nx = (size_t)(xne[0] * xne[1] * hw);
+    double *x = xcalloc(nx, sizeof *x);
+    for (size_t i = 0; i < nx; i++)
+        x[i] = e->c->ip[6] && e->od[0][i] < 0 ? 0.0 : e->od[0][i];
+    ref_pwconv(x, xne, e->od[1], co, y);
+    double eps = (double)(float)e->c->fp[0];
+    for (int64_t i = 0; i < xne[0] * co * hw; i++) {
+        int64_t c = i / hw % co;
+        double g = e->c->nr > 4 ? e->od[4][c] : 1.0, b = e->c->nr > 4 ? e->od[5][c] : 0.0;
+        y[i] = (y[i] - e->od[2][c]) / sqrt(e->od[3][c] + eps) * g + b;
+    }
+    free(x);
+}
+
 static ex_tensor *b_matmul(env *e, ex_tensor *const *x)
 {
     return ex_matmul(e->ctx, x[0], x[1]);
@@ -479,6 +504,20 @@ static void r_linear(const env *e, double *y)
     ref_linear(e->od[0], e->od[1], e->c->nr > 2 ? e->od[2] : NULL, e->one[0][0], e->one[0][1],
                e->one[1][0], y);
 }
+
+#define UNPAREN(...) __VA_ARGS__
+/* x's and w's fields in parentheses; co output channels */
+#define PWBN(nm, relu, nr, xspec, wspec, co)                                                       \
+    {                                                                                              \
+        CASE(nm, EX_OP_PWCONV_BN, b_pwconv_bn, r_pwconv_bn, nr),                                   \
+            .r = {{IN("x"), UNPAREN xspec},                                                        \
+                  {IN("w"), UNPAREN wspec},                                                        \
+                  {STATE("running_mean"), SHAPE(co), UNI(-0.5, 0.5)},                              \
+                  {STATE("running_var"), SHAPE(co), UNI(0.5, 2)},                                  \
+                  {IN("gamma"), SHAPE(co), UNI(0.5, 1.5)},                                         \
+                  {IN("beta"), SHAPE(co), UNI(-0.5, 0.5)}},                                        \
+            .ip = {[6] = (relu)}, .fp = {1e-5}, .bwd = B_NONE                                      \
+    }
 
 static const tcase gemm_cases[] = {
     {CASE("pwconv", EX_OP_PWCONV, b_pwconv, r_pwconv, 2),
@@ -536,6 +575,26 @@ static const tcase gemm_cases[] = {
     {CASE("pwconv 64 -> 16, 8x64x32x32", EX_OP_PWCONV, b_pwconv, r_pwconv, 2),
      .r = {{GIN("x"), SHAPE(8, 64, 32, 32), UNI(-1, 1)}, {PAR("w"), SHAPE(16, 64), UNI(-1, 1)}},
      .bwd = B_FD},
+    /* the fused inference form; rows of 6 and pixel blocks of 64 in the CPU's AVX-512
+     * kernel, so 17 channels and 30, 49 and 784 pixels leave tails */
+    PWBN("pwconv_bn affine", 0, 6, (SHAPE(3, 5, 7, 9), UNI(-1, 1)), (SHAPE(4, 5), UNI(-1, 1)), 4),
+    PWBN("pwconv_bn with ReLU, no affine", 1, 4, (SHAPE(3, 5, 7, 9), UNI(-1, 1)),
+         (SHAPE(4, 5), UNI(-1, 1)), 4),
+    PWBN("pwconv_bn with ReLU of a channel slice, transposed w", 1, 6,
+         (SHAPE(3, 8, 7, 9), UNI(-1, 1), SLICE(1, 1, 5)), (SHAPE(5, 4), UNI(-1, 1), TRANS(0, 1)),
+         4),
+    PWBN("pwconv_bn 20 -> 17 of a transposed view", 0, 6,
+         (SHAPE(2, 20, 6, 5), UNI(-1, 1), TRANS(2, 3)), (SHAPE(17, 20), UNI(-1, 1)), 17),
+    PWBN("pwconv_bn with ReLU 36 -> 36, 2x36x28x28", 1, 6, (SHAPE(2, 36, 28, 28), UNI(-1, 1)),
+         (SHAPE(36, 36), UNI(-1, 1)), 36),
+    PWBN("pwconv_bn 144 -> 72, 3x144x7x7", 0, 6, (SHAPE(3, 144, 7, 7), UNI(-1, 1)),
+         (SHAPE(72, 144), UNI(-1, 1)), 72),
+    /* the ReLU on a copy of x where a GPU's fused kernel does not apply: many input
+     * channels, a view whose planes do not fold */
+    PWBN("pwconv_bn with ReLU 300 -> 20", 1, 6, (SHAPE(2, 300, 3, 5), UNI(-1, 1)),
+         (SHAPE(20, 300), UNI(-1, 1)), 20),
+    PWBN("pwconv_bn with ReLU of a transposed view", 1, 4,
+         (SHAPE(3, 6, 9, 10), UNI(-1, 1), TRANS(2, 3)), (SHAPE(5, 6), UNI(-1, 1)), 5),
     {CASE("matmul", EX_OP_MATMUL, b_matmul, r_matmul, 2),
      .r = {{GIN("a"), SHAPE(13, 17), UNI(-1, 1)}, {GIN("b"), SHAPE(17, 11), UNI(-1, 1)}},
      .bwd = B_FD},
@@ -805,7 +864,6 @@ static void a_bn(env *e)
     {                                                                                              \
         PAR("beta"), SHAPE(5), UNI(-0.5, 0.5)                                                      \
     }
-#define UNPAREN(...) __VA_ARGS__
 /* x's fields in parentheses, then the affine operands if any */
 #define BN(nm, train, nr, xspec, ...)                                                              \
     {                                                                                              \

@@ -697,6 +697,21 @@ CASE(qpwconv_rq_dtype)
     return ex_qpwconv_rq(ctx, q8(ctx, 4, 2, 3, 5, 5), q8(ctx, 2, 4, 3, 0, 0),
                          mk(ctx, EX_I32, 1, 4, 0, 0, 0), mk(ctx, EX_I32, 1, 4, 0, 0, 0), false);
 }
+CASE(pwconv_bn_stats)
+{
+    return ex_pwconv_bn(ctx, t4(ctx, 2, 3, 5, 5), t2(ctx, 4, 3), t1(ctx, 5), t1(ctx, 4), NULL, NULL,
+                        1e-5f, false);
+}
+CASE(pwconv_bn_eps)
+{
+    return ex_pwconv_bn(ctx, t4(ctx, 2, 3, 5, 5), t2(ctx, 4, 3), t1(ctx, 4), t1(ctx, 4), NULL, NULL,
+                        0.0f, true);
+}
+CASE(pwconv_bn_gamma_alone)
+{
+    return ex_pwconv_bn(ctx, t4(ctx, 2, 3, 5, 5), t2(ctx, 4, 3), t1(ctx, 4), t1(ctx, 4), t1(ctx, 4),
+                        NULL, 1e-5f, false);
+}
 CASE(qlinear_bias_dtype)
 {
     return ex_qlinear(ctx, q8(ctx, 2, 5, 7, 0, 0), q8(ctx, 2, 3, 7, 0, 0), t1(ctx, 3));
@@ -832,6 +847,9 @@ static const err_case cases[] = {
     C(qconv2d_rq_multiplier, SHP, EX_OK, "qconv2d_rq", "multiplier", "3"),
     C(qdwconv2d_rq_null, ARG, EX_OK, "qdwconv2d_rq", "multiplier"),
     C(qpwconv_rq_dtype, ARG, EX_OK, "qpwconv_rq", "multiplier", "i32"),
+    C(pwconv_bn_stats, SHP, EX_OK, "pwconv_bn", "running_mean", "5"),
+    C(pwconv_bn_eps, ARG, EX_OK, "pwconv_bn", "eps"),
+    C(pwconv_bn_gamma_alone, ARG, EX_OK, "pwconv_bn", "gamma and beta"),
     C(qlinear_bias_dtype, ARG, EX_OK, "qlinear", "bias"),
     C(qrelu_dtype, ARG, EX_OK, "qrelu", "f32"),
     C(qmax_pool_dtype, ARG, EX_OK, "qmax_pool", "f32"),
@@ -1047,6 +1065,7 @@ static void test_null_ctx(void **state)
         ex_qdwconv2d_rq(NULL, NULL, NULL, NULL, &cp, NULL, false),
         ex_qpwconv_rq(NULL, NULL, NULL, NULL, NULL, false),
         ex_qlinear(NULL, NULL, NULL, NULL),
+        ex_pwconv_bn(NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1e-5f, false),
         ex_qrelu(NULL, NULL),
         ex_qmax_pool(NULL, NULL, &pp),
         ex_qavg_pool(NULL, NULL, &pp),

@@ -79,6 +79,7 @@ ex_status vk_run_node(vk_exec *e, const ex_node_exec *n)
     case EX_OP_DWCONV2D_BWD_DATA:
     case EX_OP_DWCONV2D_BWD_FILTER: return vk_run_conv(e, n);
     case EX_OP_PWCONV:
+    case EX_OP_PWCONV_BN:
     case EX_OP_PWCONV_BWD_FILTER:
     case EX_OP_MATMUL:
     case EX_OP_LINEAR: return vk_run_gemm(e, n);

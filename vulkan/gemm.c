@@ -2,9 +2,10 @@
  * (gemm/gemm.comp) sized to the portable limits: each says how its tensors map onto
  * C[i][j] = sum_k A[i][k] B[k][j] by strides, so transposed views need no copy. The 1x1
  * convolutions of a search have few channels and many positions, so they have shaders of
- * their own that stream the positions: PWCONV (gemm/pw.comp) and PWCONV_BWD_FILTER
- * (gemm/wgrad.comp, partial sums over ranges of positions, then their ordered sum). Every
- * operand keeps its own strides. Checks mirror the CPU backend's. */
+ * their own that stream the positions: PWCONV (gemm/pw.comp; PWCONV_BN, the inference
+ * form with the eval batch norm and an input ReLU fused, is a variant of it) and
+ * PWCONV_BWD_FILTER (gemm/wgrad.comp, partial sums over ranges of positions, then their
+ * ordered sum). Every operand keeps its own strides. Checks mirror the CPU backend's. */
 #include <string.h>
 
 #include "shaders/gemm/variants.h"
@@ -188,6 +189,9 @@ typedef struct pw_pc {
     uint32_t npos, hw, wd, ci;
     uint32_t co, blocks, swo, swi;
     uint32_t sx[4], sy[4];
+    uint32_t m, v, g, b; /* PW_BN: running mean, running var, gamma, beta */
+    uint32_t sm, sv, sg, sb;
+    float eps;
 } pw_pc;
 
 /* Mirrors wgrad.comp's push constants. */
@@ -215,38 +219,136 @@ static int pw_fits(const ex_tdesc *t, uint32_t out[4])
     return 1;
 }
 
-/* y [N, Co, H, W] = w [Co, Ci] x [N, Ci, H, W] through pw.comp: one invocation per
- * position, a block of 16 or 32 output channels per workgroup row (grid y). */
-static ex_status pwconv(vk_exec *e, const ex_node_exec *n)
+/* y [N, Co, H, W] = w [Co, Ci] x [N, Ci, H, W] through pw.comp (x, w and y checked): one
+ * invocation per position, a block of 16 or 32 output channels per workgroup row (grid
+ * y). Binds x, w and y; variant adds PW_BN and PW_RELU, whose operands pc holds already. */
+static ex_status pw_run(vk_exec *e, const ex_node_exec *n, pw_pc *pc, int variant)
 {
-    if (n->nsrc != 2 || n->src == NULL)
-        return vk_fail(e, EX_ERR_ARG, "expected 2 sources, got %d", n->nsrc);
     const ex_tdesc *x = &n->src[0], *w = &n->src[1], *y = &n->dst;
-    ex_status st = pw_check(e, n, x, w, y);
-    if (st != EX_OK)
-        return st;
-    pw_pc pc;
-    memset(&pc, 0, sizeof pc);
     int64_t npos = x->ne[0] * x->ne[2] * x->ne[3], co = y->ne[1];
-    if (!pw_fits(x, pc.sx) || !pw_fits(y, pc.sy) || !pw_fits(w, NULL) || npos > INT32_MAX - 128)
+    if (!pw_fits(x, pc->sx) || !pw_fits(y, pc->sy) || !pw_fits(w, NULL) || npos > INT32_MAX - 128)
         return vk_fail(e, EX_ERR_UNSUPPORTED, "operands beyond 32-bit indexing");
     int wide = co > 16;
     int64_t blocks = (npos + 127) / 128, tiles = (co + (wide ? 31 : 15)) / (wide ? 32 : 16);
     if (tiles > VK_MAX_GROUPS)
         return vk_fail(e, EX_ERR_UNSUPPORTED, "%lld output channels", (long long)co);
-    pc.x = vk_ref(e, x);
-    pc.w = vk_ref(e, w);
-    pc.y = vk_ref(e, y);
-    pc.npos = (uint32_t)npos;
-    pc.hw = (uint32_t)(x->ne[2] * x->ne[3]);
-    pc.wd = (uint32_t)x->ne[3];
-    pc.ci = (uint32_t)x->ne[1];
-    pc.co = (uint32_t)co;
-    pc.blocks = (uint32_t)blocks;
-    pc.swo = (uint32_t)w->st[0];
-    pc.swi = (uint32_t)w->st[1];
-    return vk_dispatch(e, VK_SH_gemm_pw, wide ? PW_CT32 : 0, &pc, sizeof pc, vk_groups(npos, 128),
-                       (uint32_t)tiles, 1);
+    pc->x = vk_ref(e, x);
+    pc->w = vk_ref(e, w);
+    pc->y = vk_ref(e, y);
+    pc->npos = (uint32_t)npos;
+    pc->hw = (uint32_t)(x->ne[2] * x->ne[3]);
+    pc->wd = (uint32_t)x->ne[3];
+    pc->ci = (uint32_t)x->ne[1];
+    pc->co = (uint32_t)co;
+    pc->blocks = (uint32_t)blocks;
+    pc->swo = (uint32_t)w->st[0];
+    pc->swi = (uint32_t)w->st[1];
+    return vk_dispatch(e, VK_SH_gemm_pw, variant | (wide ? PW_CT32 : 0), pc, sizeof *pc,
+                       vk_groups(npos, 128), (uint32_t)tiles, 1);
+}
+
+static ex_status pwconv(vk_exec *e, const ex_node_exec *n)
+{
+    if (n->nsrc != 2 || n->src == NULL)
+        return vk_fail(e, EX_ERR_ARG, "expected 2 sources, got %d", n->nsrc);
+    ex_status st = pw_check(e, n, &n->src[0], &n->src[1], &n->dst);
+    if (st != EX_OK)
+        return st;
+    pw_pc pc;
+    memset(&pc, 0, sizeof pc);
+    pc.m = pc.v = pc.g = pc.b = VK_NOREF;
+    return pw_run(e, n, &pc, 0);
+}
+
+/* Source i of PWCONV_BN (a [Co] statistic, or gamma or beta; VK_NOREF where absent) as a
+ * small operand (a uniform buffer where it fits), its stride into *stride; 0 when its
+ * stride is beyond 32 bits. */
+static int pwbn_ref(vk_exec *e, const ex_node_exec *n, int i, uint32_t *ref, uint32_t *stride)
+{
+    *ref = VK_NOREF;
+    *stride = 0;
+    if (i >= n->nsrc)
+        return 1;
+    uint32_t st[4];
+    if (!pw_fits(&n->src[i], st))
+        return 0;
+    *ref = vk_ref_small(e, &n->src[i]);
+    *stride = st[3];
+    return 1;
+}
+
+/* One folding pass of pwbn_folded over the Co channels, after the bindings are freed. */
+static ex_status pwbn_fold(vk_exec *e, pw_pc *f, int variant)
+{
+    ex_status st =
+        vk_dispatch(e, VK_SH_gemm_pw, variant, f, sizeof *f, vk_groups(f->co, 128), 1, 1);
+    vk_barrier(e);
+    vk_bind_reset(e);
+    f->x = f->w = f->y = f->m = f->v = f->g = f->b = VK_NOREF;
+    return st;
+}
+
+/* PWCONV_BN where the [Co] vectors do not fit one dispatch's bindings with x, w and y (they
+ * are beyond a uniform buffer's 16 KB): a = invstd gamma (PW_FOLD_A), then b = beta - mean a
+ * (PW_FOLD_B) into 2 Co floats of scratch, then the product reads them (PW_FOLDED), with
+ * the arithmetic of the one-dispatch form. No pass binds more than four storage ranges. */
+static ex_status pwbn_folded(vk_exec *e, const ex_node_exec *n, pw_pc *pc, int variant)
+{
+    uint64_t co = (uint64_t)n->dst.ne[1], at = e->scratch_at, bytes = 4 * co;
+    uint32_t all;
+    pw_pc f = *pc; /* the strides and eps; every reference is taken anew */
+    f.co = (uint32_t)co;
+    vk_bind_reset(e);
+    ex_status st = vk_scratch(e, 2 * bytes, &all);
+    vk_bind_reset(e);
+    f.x = f.w = f.m = f.b = VK_NOREF;
+    f.y = vk_scratch_ref(e, at, bytes, VK_WRITE);
+    f.v = vk_ref_small(e, &n->src[3]);
+    f.g = n->nsrc == 6 ? vk_ref_small(e, &n->src[4]) : VK_NOREF;
+    if (st == EX_OK)
+        st = pwbn_fold(e, &f, PW_FOLD_A);
+    f.x = vk_scratch_ref(e, at, bytes, VK_READ);
+    f.y = vk_scratch_ref(e, at + bytes, bytes, VK_WRITE);
+    f.m = vk_ref_small(e, &n->src[2]);
+    f.b = n->nsrc == 6 ? vk_ref_small(e, &n->src[5]) : VK_NOREF;
+    if (st == EX_OK)
+        st = pwbn_fold(e, &f, PW_FOLD_B);
+    if (st != EX_OK)
+        return st;
+    all = vk_scratch_ref(e, at, 2 * bytes, VK_READ_SMALL);
+    pc->m = pc->v = VK_NOREF;
+    pc->g = all;
+    pc->b = all == VK_NOREF ? VK_NOREF : all + (uint32_t)co;
+    pc->sg = pc->sb = 1;
+    return pw_run(e, n, pc, variant | PW_FOLDED);
+}
+
+/* PWCONV followed by BN_STATS (eval) and BN_APPLY, in one dispatch of pw.comp (PW_BN):
+ * each output channel's scale and shift are folded once per workgroup from the running
+ * statistics (and gamma, beta), and applied as y is stored; with ip6 the ReLU is applied to
+ * x as it is loaded (PW_RELU). x, w and y take three storage bindings, the four [Co]
+ * vectors uniform buffers while they fit 16 KB (the gate takes one too, so then beta falls
+ * back to the fourth storage binding); beyond that pwbn_folded. */
+static ex_status pwconv_bn(vk_exec *e, const ex_node_exec *n)
+{
+    char why[256];
+    ex_status st = ex_td_pwconv_bn_check(n, why, sizeof why);
+    if (st != EX_OK)
+        return vk_fail(e, st, "%s", why);
+    if (!ex_td_dst_ok(n->dst.ne, n->dst.st))
+        return vk_fail(e, EX_ERR_ARG, "dst broadcasts (stride 0)");
+    pw_pc pc;
+    memset(&pc, 0, sizeof pc);
+    pc.eps = n->fp[0];
+    int ok = pwbn_ref(e, n, 2, &pc.m, &pc.sm) && pwbn_ref(e, n, 3, &pc.v, &pc.sv) &&
+             pwbn_ref(e, n, 4, &pc.g, &pc.sg) && pwbn_ref(e, n, 5, &pc.b, &pc.sb);
+    if (!ok)
+        return vk_fail(e, EX_ERR_UNSUPPORTED, "statistics beyond 32-bit indexing");
+    int variant = PW_BN | (n->ip[6] ? PW_RELU : 0);
+    const ex_tdesc *xwy[3] = {&n->src[0], &n->src[1], &n->dst};
+    if (e->ref_error || !vk_room(e, xwy, 3))
+        return pwbn_folded(e, n, &pc, variant);
+    return pw_run(e, n, &pc, variant);
 }
 
 /* Ranges the filter gradient's positions are split into: enough workgroups to fill a GPU,
@@ -330,6 +432,7 @@ ex_status vk_run_gemm(vk_exec *e, const ex_node_exec *n)
     case EX_OP_MATMUL: return matmul(e, n);
     case EX_OP_LINEAR: return linear(e, n);
     case EX_OP_PWCONV: return pwconv(e, n);
+    case EX_OP_PWCONV_BN: return pwconv_bn(e, n);
     case EX_OP_PWCONV_BWD_FILTER: return pwconv_bwd_filter(e, n);
     default: return vk_fail(e, EX_ERR_UNSUPPORTED, "not a GEMM-shaped op");
     }

@@ -207,7 +207,7 @@ ex_status vk_reduce_flat(vk_exec *e, uint32_t src, uint32_t n, uint32_t stride, 
 ex_status vk_reduce_all(vk_exec *e, const ex_tdesc *x, uint32_t xref, uint32_t dst, int variant);
 /* softmax.c: SOFTMAX(_BWD) LOG_SOFTMAX(_BWD) CROSS_ENTROPY(_BWD) ACCURACY */
 ex_status vk_run_softmax(vk_exec *e, const ex_node_exec *n);
-/* gemm.c: PWCONV PWCONV_BWD_FILTER MATMUL LINEAR */
+/* gemm.c: PWCONV PWCONV_BN PWCONV_BWD_FILTER MATMUL LINEAR */
 ex_status vk_run_gemm(vk_exec *e, const ex_node_exec *n);
 /* optim.c: SGD ADAM GRAD_NORM CLIP */
 ex_status vk_run_optim(vk_exec *e, const ex_node_exec *n);

@@ -95,6 +95,8 @@ typedef enum ex_op {
     EX_OP_QMAX_POOL,
     EX_OP_QAVG_POOL,
     EX_OP_QGLOBAL_AVG_POOL,
+    /* fused inference forms (forward only) */
+    EX_OP_PWCONV_BN,
     EX_OP_COUNT
 } ex_op;
 
@@ -189,6 +191,16 @@ ex_tensor *ex_dwconv2d(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, const ex_conv_pa
 ex_tensor *ex_dwconv2d_relu(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, const ex_conv_params *p);
 /** Pointwise (1x1) convolution as a GEMM: x [N, Ci, H, W], w [Co, Ci]. */
 ex_tensor *ex_pwconv(ex_ctx *ctx, ex_tensor *x, ex_tensor *w);
+/** Inference's ReLU, pointwise convolution and batch norm in eval mode as one node: per
+ *  output channel y = (w · r(x) − running_mean) · invstd · gamma + beta, where
+ *  invstd = 1 / sqrt(running_var + eps), r is the ReLU when relu is set and the identity
+ *  otherwise, running_mean and running_var are f32 [Co], and gamma and beta (f32 [Co])
+ *  come together or are both NULL (1 and 0). The values of
+ *  ex_batch_norm(ex_pwconv(r(x), w), gamma, beta, running_mean, running_var, false, eps, m)
+ *  without their intermediate tensors; no gradient. */
+ex_tensor *ex_pwconv_bn(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *running_mean,
+                        ex_tensor *running_var, ex_tensor *gamma, ex_tensor *beta, float eps,
+                        bool relu);
 /** Matrix product a [M, K] x b [K, N]. */
 ex_tensor *ex_matmul(ex_ctx *ctx, ex_tensor *a, ex_tensor *b);
 /** x [N, K] w^T + b, w [M, K], b [M] (b may be NULL). */
