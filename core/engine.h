@@ -113,6 +113,13 @@ ex_tensor *ex__node(ex_ctx *ctx, ex_op op, ex_dtype dtype, int ndim, const int64
                     ex_tensor *const *src);
 /** A compute node of op that writes into dst's storage with dst's geometry. */
 ex_tensor *ex__node_into(ex_ctx *ctx, ex_op op, ex_tensor *dst, int nsrc, ex_tensor *const *src);
+/** A FILL node with ip0 = 1, which writes nothing: the storage of a tensor whose every
+ *  element nodes written into it (ex__add_into, ex_copy_into) give a value before any is
+ *  read, e.g. a concatenation written in place. */
+ex_tensor *ex__unwritten(ex_ctx *ctx, int ndim, const int64_t *ne);
+/** a + b (one shape) written into dst (a view of another tensor's storage), as
+ *  ex_copy_into writes x; returns the written tensor. No gradient flows through it. */
+ex_tensor *ex__add_into(ex_ctx *ctx, ex_tensor *a, ex_tensor *b, ex_tensor *dst);
 /** The next Philox key of the context, stored into ip[0], ip[1]. */
 void ex__random_key(ex_ctx *ctx, ex_tensor *node);
 /** Same shape (dims and sizes). */

@@ -99,6 +99,31 @@ ex_tensor *ex_fill(ex_ctx *ctx, int ndim, const int64_t *ne, float value)
     return r;
 }
 
+ex_tensor *ex__unwritten(ex_ctx *ctx, int ndim, const int64_t *ne)
+{
+    ex_tensor *r = ex_fill(ctx, ndim, ne, 0.0f);
+    if (!ex__is_inert(r))
+        r->ip[0] = 1;
+    return r;
+}
+
+ex_tensor *ex__add_into(ex_ctx *ctx, ex_tensor *a, ex_tensor *b, ex_tensor *dst)
+{
+    ex_tensor *s[3] = {a, b, dst};
+    if (!ex__check(ctx, "add_into", 3, s))
+        return INERT(ctx);
+    if (!ex__same_shape(a, b) || !ex__same_shape(a, dst) || a->dtype != EX_F32 ||
+        b->dtype != EX_F32 || dst->dtype != EX_F32) {
+        char sa[64], sb[64], sd[64];
+        return ex__fail(ctx, EX_ERR_SHAPE, "add_into: a %s, b %s into dst %s (f32, one shape)",
+                        ex__shape(a, sa), ex__shape(b, sb), ex__shape(dst, sd));
+    }
+    for (int d = 0; d < dst->ndim; d++)
+        if (dst->st[d] == 0 && dst->ne[d] > 1)
+            return ex__fail(ctx, EX_ERR_ARG, "add_into: dst is a broadcast view");
+    return ex__node_into(ctx, EX_OP_ADD, dst, 2, s);
+}
+
 ex_tensor *ex_copy(ex_ctx *ctx, ex_tensor *x)
 {
     if (!ex__check(ctx, "copy", 1, &x))

@@ -191,6 +191,13 @@ static inline ex_status ex_td_sgd_check(const ex_node_exec *n, char *why, size_t
     return EX_OK;
 }
 
+/** FILL's ip0 (docs/ops.md): 0 writes the value, 1 writes nothing (a buffer that the nodes
+ *  written into it fill), -1 anything else. */
+static inline int ex_td_fill_unwritten(const ex_node_exec *n)
+{
+    return n->ip[0] == 0 || n->ip[0] == 1 ? n->ip[0] : -1;
+}
+
 /** PWCONV_BN's node form, as every backend checks it (docs/ops.md): x f32 [N, Ci, H, W],
  *  w f32 [Co, Ci], the running mean and variance (and with 6 sources gamma and beta) f32
  *  [Co], y f32 [N, Co, H, W]; fp0 (eps) finite and > 0; ip6 (the input's ReLU) 0 or 1.

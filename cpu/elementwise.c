@@ -297,6 +297,10 @@ CPU_OP(fill)
     ex_status st = ew_setup(e, n, "fill", 0, 0, &o);
     if (st != EX_OK)
         return st;
+    int unwritten = ex_td_fill_unwritten(n);
+    if (unwritten)
+        return unwritten < 0 ? cpu_fail(e, EX_ERR_ARG, "fill: ip0 %d, expected 0 or 1", n->ip[0])
+                             : EX_OK;
     uint32_t bits;
     if (n->dst.dtype == EX_F32) {
         memcpy(&bits, &n->fp[0], 4);

@@ -257,6 +257,10 @@ CU_OP(fill)
     ex_status st = ew_setup(e, n, "fill", 0, 0, &o);
     if (st != EX_OK)
         return st;
+    int unwritten = ex_td_fill_unwritten(n);
+    if (unwritten)
+        return unwritten < 0 ? cu_fail(e, EX_ERR_ARG, "fill: ip0 %d, expected 0 or 1", n->ip[0])
+                             : EX_OK;
     if (n->dst.dtype == EX_F32) {
         memcpy(&o.bits, &n->fp[0], 4);
     } else if (n->dst.dtype == EX_I32) {

@@ -1,6 +1,7 @@
 /* The derived network: DARTS's evaluation network built from a genotype. */
 #include <stdio.h>
 
+#include "core/engine.h"
 #include "nas/derived.h"
 #include "nas/supernet.h"
 
@@ -10,13 +11,48 @@ typedef struct derived_io {
     bool reduction, reduction_prev;
 } derived_io;
 
+/* The first position of state s in the cell's concatenation, or -1 (evaluation only: in
+ * training the states are concatenated by copies, through which gradients flow). */
+static int concat_slot(const nas_net *n, const int *concat, int nconcat, int s)
+{
+    for (int i = 0; !n->train && i < nconcat; i++)
+        if (concat[i] == s)
+            return i;
+    return -1;
+}
+
+/* The concatenation's tensor in evaluation: nconcat parts shaped like h, their storage
+ * unwritten until the states are added into it. */
+static ex_tensor *concat_buffer(nas_net *n, ex_tensor *h, int nconcat)
+{
+    int64_t ne[4];
+    for (int d = 0; d < 4; d++)
+        ne[d] = ex_tensor_dim(h, d);
+    ne[1] *= nconcat;
+    return ex__unwritten(n->ctx, 4, ne);
+}
+
+/* Copies the parts of the concatenation not added into it in place (evaluation). */
+static ex_tensor *concat_rest(nas_net *n, ex_tensor *cat, const int *concat, int nconcat,
+                              ex_tensor *const *states)
+{
+    for (int i = 0; i < nconcat; i++) {
+        int s = concat[i];
+        if (s >= 2 && concat_slot(n, concat, nconcat, s) == i)
+            continue;
+        int64_t c = ex_tensor_dim(states[s], 1);
+        ex_copy_into(n->ctx, states[s], ex_slice(n->ctx, cat, 1, i * c, c));
+    }
+    return cat;
+}
+
 static ex_tensor *cell(nas_net *n, const ex_genotype *g, const derived_io *io, ex_tensor *counter,
                        float keep)
 {
     const ex_genotype_edge *edges = io->reduction ? g->reduce : g->normal;
     const int *concat = io->reduction ? g->reduce_concat : g->normal_concat;
     int nconcat = io->reduction ? g->n_reduce_concat : g->n_normal_concat;
-    ex_tensor *states[2 + EX_MAX_STEPS];
+    ex_tensor *states[2 + EX_MAX_STEPS], *cat = NULL;
     int len = nas_push(n, "preprocess0");
     states[0] = io->reduction_prev ? nas_factorized_reduce(n, io->s0, io->c, true)
                                    : nas_relu_conv_bn(n, io->s0, io->c, 1, 1, 0, true);
@@ -41,9 +77,18 @@ static ex_tensor *cell(nas_net *n, const ex_genotype *g, const derived_io *io, e
             ex_ctx_set_error(n->ctx, EX_ERR_ARG, "derived: `none` cannot be a cell operation");
             return ex_relu(n->ctx, NULL);
         }
-        states[2 + i] = ex_add(n->ctx, h[0], h[1]);
+        /* in evaluation a state the concatenation takes is summed straight into it */
+        int slot = concat_slot(n, concat, nconcat, 2 + i);
+        if (slot >= 0 && !cat)
+            cat = concat_buffer(n, h[0], nconcat);
+        int64_t c = ex_tensor_dim(h[0], 1);
+        states[2 + i] =
+            slot < 0 ? ex_add(n->ctx, h[0], h[1])
+                     : ex__add_into(n->ctx, h[0], h[1], ex_slice(n->ctx, cat, 1, slot * c, c));
     }
     ex_ctx_set_tag(n->ctx, n->cell, -1, -1);
+    if (cat)
+        return concat_rest(n, cat, concat, nconcat, states);
     ex_tensor *parts[2 + EX_MAX_STEPS];
     for (int i = 0; i < nconcat; i++)
         parts[i] = states[concat[i]];

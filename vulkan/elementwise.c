@@ -121,6 +121,9 @@ static ex_status fill(vk_exec *e, const ex_node_exec *n)
     ex_status st = setup(e, n, 0, 0, &pc);
     if (st != EX_OK)
         return st;
+    int unwritten = ex_td_fill_unwritten(n);
+    if (unwritten)
+        return unwritten < 0 ? vk_fail(e, EX_ERR_ARG, "ip0 %d, expected 0 or 1", n->ip[0]) : EX_OK;
     if (n->dst.dtype == EX_F32) {
         memcpy(&pc.bits, &n->fp[0], 4);
     } else if (n->dst.dtype == EX_I32) {
