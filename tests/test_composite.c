@@ -646,6 +646,21 @@ static void test_label_smoothing(void **state)
     ex_ctx_free(ctx);
 }
 
+/* DARTS_V2 at 4 channels on nb single-channel hw x hw images of nk classes, layers cells,
+ * no auxiliary head. */
+static void small_network(ex_network_config *c, ex_genotype *g, int nb, int hw, int nk, int layers)
+{
+    ex_network_config_default(c);
+    c->in_channels = 1;
+    c->height = c->width = hw;
+    c->classes = nk;
+    c->batch = nb;
+    c->channels = 4;
+    c->layers = layers;
+    c->auxiliary = false;
+    assert_int_equal(ex_genotype_builtin("DARTS_V2", g), EX_OK);
+}
+
 /* A derived network trained with label smoothing: it learns, and ex_network_predict's
  * logits give exactly the loss and count that ex_network_eval reports. */
 static void test_network_predict(void **state)
@@ -653,17 +668,9 @@ static void test_network_predict(void **state)
     (void)state;
     enum { NB = 8, HW = 8, NK = 2 };
     ex_network_config c;
-    ex_network_config_default(&c);
-    c.in_channels = 1;
-    c.height = c.width = HW;
-    c.classes = NK;
-    c.batch = NB;
-    c.channels = 4;
-    c.layers = 2;
-    c.auxiliary = false;
-    c.label_smoothing = 0.1f;
     ex_genotype g;
-    assert_int_equal(ex_genotype_builtin("DARTS_V2", &g), EX_OK);
+    small_network(&c, &g, NB, HW, NK, 2);
+    c.label_smoothing = 0.1f;
     ex_backend *be = open_cpu();
     ex_network *n = NULL;
     char msg[512] = "";
@@ -710,17 +717,9 @@ static void test_network_chunks(void **state)
     (void)state;
     enum { NB = 12, HW = 8, NK = 3 };
     ex_network_config c;
-    ex_network_config_default(&c);
-    c.in_channels = 1;
-    c.height = c.width = HW;
-    c.classes = NK;
-    c.batch = NB;
-    c.channels = 4;
-    c.layers = 3;
-    c.auxiliary = false;
-    c.seed = 11;
     ex_genotype g;
-    assert_int_equal(ex_genotype_builtin("DARTS_V2", &g), EX_OK);
+    small_network(&c, &g, NB, HW, NK, 3);
+    c.seed = 11;
     ex_backend *be = open_cpu();
     float x[NB * HW * HW], logits[2][NB * NK], loss[2];
     int32_t y[NB];
