@@ -338,27 +338,26 @@ static void pwbn_apply(const cpu_exec *e, const ex_tdesc *y, const float *a, con
     }
 }
 
-/** max(x, 0) (NaN kept) into a dense copy, described at *r. */
-static float *pwbn_relu_copy(const cpu_exec *e, const ex_tdesc *x, ex_tdesc *r)
+/** max(x, 0) into a dense copy described at *r, by the RELU op's own kernel; the copy's
+ *  memory (to free) or NULL. */
+static float *pwbn_relu_copy(const cpu_exec *e, const ex_tdesc *x, ex_tdesc *r, cpu_buffer *buf)
 {
-    int64_t cnt = ex_td_numel(x);
-    float *p = cpu_alloc(e, (size_t)cnt * sizeof *p + 1);
-    if (!p)
+    buf->bytes = (uint64_t)ex_td_numel(x) * sizeof(float);
+    if (!(buf->data = cpu_alloc(e, (size_t)buf->bytes + 1)))
         return NULL;
     *r = *x;
+    r->buf = (ex_buffer *)buf;
     r->offset = 0;
     r->st[3] = 1;
     r->st[2] = x->ne[3];
     r->st[1] = x->ne[2] * x->ne[3];
     r->st[0] = x->ne[1] * r->st[1];
-    const int64_t *ne = x->ne, *st = x->st;
-    for (int64_t i = 0; i < cnt; i++) {
-        int64_t c3 = i % ne[3], c2 = i / ne[3] % ne[2], c1 = i / (ne[3] * ne[2]) % ne[1],
-                c0 = i / (ne[3] * ne[2] * ne[1]);
-        float v = cpu_f32(x)[c0 * st[0] + c1 * st[1] + c2 * st[2] + c3 * st[3]];
-        p[i] = v < 0.0f ? 0.0f : v;
+    ex_node_exec relu = {.op = EX_OP_RELU, .nsrc = 1, .src = x, .dst = *r};
+    if (cpu_relu(e, &relu) != EX_OK) {
+        free(buf->data);
+        return buf->data = NULL;
     }
-    return p;
+    return buf->data;
 }
 
 CPU_OP(pwconv_bn)
@@ -383,11 +382,10 @@ CPU_OP(pwconv_bn)
     ex_tdesc rx;
     cpu_buffer rbuf = {0};
     if (n->ip[6]) {
-        if (!(rbuf.data = pwbn_relu_copy(e, x, &rx))) {
+        if (!pwbn_relu_copy(e, x, &rx, &rbuf)) {
             free(ab);
             return cpu_fail(e, EX_ERR_NOMEM, "pwconv_bn: out of host memory");
         }
-        rx.buf = (ex_buffer *)&rbuf;
         x = &rx;
     }
     if (fast && gm_sample(x, 0, &xm))

@@ -15,7 +15,9 @@ typedef struct derived_io {
  * training the states are concatenated by copies, through which gradients flow). */
 static int concat_slot(const nas_net *n, const int *concat, int nconcat, int s)
 {
-    for (int i = 0; !n->train && i < nconcat; i++)
+    if (n->train)
+        return -1;
+    for (int i = 0; i < nconcat; i++)
         if (concat[i] == s)
             return i;
     return -1;
