@@ -127,6 +127,28 @@ bool ex__same_shape(const ex_tensor *a, const ex_tensor *b);
 /** Broadcast shape of a and b (right-aligned); false if they do not broadcast. */
 bool ex__broadcast_shape(const ex_tensor *a, const ex_tensor *b, int *ndim, int64_t *ne);
 
+/* ---- synchronized (data-parallel) batch norm: the node forms (docs/ops.md) ----
+ * The engine's data-parallel graph is built from these; the all-reduces between them are
+ * not nodes of a backend. Each records the first error in ctx as every builder does. */
+/** BN_STATS, ip1 = 1: dst [2, C] = the local mean and mean of squares of x [N, C, H, W]
+ *  (the running statistics, f32 [C] state tensors, are sources but neither read nor
+ *  written). */
+ex_tensor *ex__bn_moments(ex_ctx *ctx, ex_tensor *x, ex_tensor *running_mean,
+                          ex_tensor *running_var);
+/** BN_STATS, ip1 = 2: dst [2, C] = mean and invstd from moments [2, C] (averaged over the
+ *  ranks) and count, the global number of values per channel (>= 2); moves the running
+ *  statistics as the training form does. */
+ex_tensor *ex__bn_finish(ex_ctx *ctx, ex_tensor *moments, ex_tensor *running_mean,
+                         ex_tensor *running_var, int64_t count, float eps, float momentum);
+/** BN_BWD_REDUCE in training: dst [2, C] = sums of dy * x-hat and of dy over the local
+ *  batch; xs is x, or x-hat itself when xhat is set (ip1). */
+ex_tensor *ex__bn_bwd_reduce(ex_ctx *ctx, ex_tensor *xs, ex_tensor *stats, ex_tensor *dy,
+                             bool xhat);
+/** BN_BWD_DATA in training with ip2 = ranks: dx of the local batch, red [2, C] holding the
+ *  sums over all ranks, so the statistics count ranks * N*H*W values; gamma may be NULL. */
+ex_tensor *ex__bn_bwd_data(ex_ctx *ctx, ex_tensor *xs, ex_tensor *stats, ex_tensor *dy,
+                           ex_tensor *red, ex_tensor *gamma, bool xhat, int ranks);
+
 /* ---- the op table ---- */
 typedef struct ex_op_info {
     const char *name;

@@ -216,7 +216,7 @@ void ex__node_traffic(const ex_tensor *n, uint64_t *read, uint64_t *written, uin
         w += ex__bytes_distinct(n->src[2]);
     else if (n->op == EX_OP_ADAM)
         w += ex__bytes_distinct(n->src[2]) + ex__bytes_distinct(n->src[3]);
-    else if (n->op == EX_OP_BN_STATS && n->ip[0])
+    else if (n->op == EX_OP_BN_STATS && n->ip[0] && n->ip[1] != 1) /* not the moments */
         w += ex__bytes_distinct(n->src[1]) + ex__bytes_distinct(n->src[2]);
     *read = r;
     *written = w;

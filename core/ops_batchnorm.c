@@ -1,4 +1,5 @@
-/* Builder of batch norm: a statistics node, then an apply node. */
+/* Builders of batch norm: a statistics node, then an apply node; and the node forms of a
+ * synchronized (data-parallel) batch norm, which the engine assembles around its all-reduces. */
 #include "core/engine.h"
 
 #define INERT(ctx) ((ctx) ? &(ctx)->inert : NULL)
@@ -59,4 +60,133 @@ ex_tensor *ex_batch_norm(ex_ctx *ctx, ex_tensor *x, ex_tensor *gamma, ex_tensor 
     if (!ex__is_inert(y))
         y->ip[0] = train;
     return y;
+}
+
+/* ---- synchronized (data-parallel) batch norm's node forms ---- */
+
+/* t is f32 [rows, C] (rows 2) or [C] (rows 1); names what for the message of op. */
+static bool bn_rows(ex_ctx *ctx, const char *op, ex_tensor *t, int rows, int64_t c,
+                    const char *what)
+{
+    if (t->dtype == EX_F32 && (rows == 1 ? t->ndim == 1 && t->ne[0] == c
+                                         : t->ndim == 2 && t->ne[0] == rows && t->ne[1] == c))
+        return true;
+    char st[64];
+    ex__fail(ctx, t->dtype == EX_F32 ? EX_ERR_SHAPE : EX_ERR_ARG,
+             "%s: %s %s (%s) must be f32 [%s%lld]", op, what, ex__shape(t, st),
+             ex_dtype_name(t->dtype), rows == 1 ? "" : "2, ", (long long)c);
+    return false;
+}
+
+/* t is a 4-d f32 tensor (shaped like `like` when given). */
+static bool bn_4d(ex_ctx *ctx, const char *op, ex_tensor *t, const ex_tensor *like,
+                  const char *what)
+{
+    if (t->dtype == EX_F32 && t->ndim == 4 && (!like || ex__same_shape(t, like)))
+        return true;
+    char st[64];
+    ex__fail(ctx, t->dtype == EX_F32 ? EX_ERR_SHAPE : EX_ERR_ARG,
+             "%s: %s %s (%s) must be f32 [N, C, H, W]%s", op, what, ex__shape(t, st),
+             ex_dtype_name(t->dtype), like ? " shaped like x" : "");
+    return false;
+}
+
+/* The running statistics of a statistics node: f32 [C] state tensors. */
+static bool bn_running(ex_ctx *ctx, const char *op, ex_tensor *rm, ex_tensor *rv, int64_t c)
+{
+    if (!bn_rows(ctx, op, rm, 1, c, "running_mean") || !bn_rows(ctx, op, rv, 1, c, "running_var"))
+        return false;
+    if (rm->kind == EX_K_STATE && rv->kind == EX_K_STATE)
+        return true;
+    ex__fail(ctx, EX_ERR_ARG, "%s: running statistics must be ex_state tensors", op);
+    return false;
+}
+
+ex_tensor *ex__bn_moments(ex_ctx *ctx, ex_tensor *x, ex_tensor *running_mean,
+                          ex_tensor *running_var)
+{
+    ex_tensor *s[3] = {x, running_mean, running_var};
+    if (!ex__check(ctx, "bn_moments", 3, s))
+        return INERT(ctx);
+    if (!bn_4d(ctx, "bn_moments", x, NULL, "x") ||
+        !bn_running(ctx, "bn_moments", running_mean, running_var, x->ne[1]))
+        return &ctx->inert;
+    int64_t ne[2] = {2, x->ne[1]};
+    ex_tensor *r = ex__node(ctx, EX_OP_BN_STATS, EX_F32, 2, ne, 3, s);
+    if (!ex__is_inert(r)) {
+        r->ip[0] = 1;
+        r->ip[1] = 1;
+    }
+    return r;
+}
+
+ex_tensor *ex__bn_finish(ex_ctx *ctx, ex_tensor *moments, ex_tensor *running_mean,
+                         ex_tensor *running_var, int64_t count, float eps, float momentum)
+{
+    ex_tensor *s[3] = {moments, running_mean, running_var};
+    if (!ex__check(ctx, "bn_finish", 3, s))
+        return INERT(ctx);
+    int64_t c = moments->ndim == 2 ? moments->ne[1] : 0;
+    if (!bn_rows(ctx, "bn_finish", moments, 2, c, "moments") ||
+        !bn_running(ctx, "bn_finish", running_mean, running_var, c))
+        return &ctx->inert;
+    if (count < 2 || count > INT32_MAX)
+        return ex__fail(ctx, EX_ERR_ARG, "bn_finish: the global count %lld must be in [2, 2^31)",
+                        (long long)count);
+    if (!(eps > 0.0f) || !(momentum >= 0.0f && momentum <= 1.0f))
+        return ex__fail(ctx, EX_ERR_ARG, "bn_finish: eps %g must be > 0, momentum %g in [0, 1]",
+                        (double)eps, (double)momentum);
+    int64_t ne[2] = {2, c};
+    ex_tensor *r = ex__node(ctx, EX_OP_BN_STATS, EX_F32, 2, ne, 3, s);
+    if (!ex__is_inert(r)) {
+        r->ip[0] = 1;
+        r->ip[1] = 2;
+        r->ip[2] = (int32_t)count;
+        r->fp[0] = eps;
+        r->fp[1] = momentum;
+    }
+    return r;
+}
+
+ex_tensor *ex__bn_bwd_reduce(ex_ctx *ctx, ex_tensor *xs, ex_tensor *stats, ex_tensor *dy, bool xhat)
+{
+    ex_tensor *s[3] = {xs, stats, dy};
+    if (!ex__check(ctx, "bn_bwd_reduce", 3, s))
+        return INERT(ctx);
+    if (!bn_4d(ctx, "bn_bwd_reduce", xs, NULL, "x") ||
+        !bn_rows(ctx, "bn_bwd_reduce", stats, 2, xs->ne[1], "stats") ||
+        !bn_4d(ctx, "bn_bwd_reduce", dy, xs, "dy"))
+        return &ctx->inert;
+    int64_t ne[2] = {2, xs->ne[1]};
+    ex_tensor *r = ex__node(ctx, EX_OP_BN_BWD_REDUCE, EX_F32, 2, ne, 3, s);
+    if (!ex__is_inert(r)) {
+        r->ip[0] = 1;
+        r->ip[1] = xhat;
+    }
+    return r;
+}
+
+ex_tensor *ex__bn_bwd_data(ex_ctx *ctx, ex_tensor *xs, ex_tensor *stats, ex_tensor *dy,
+                           ex_tensor *red, ex_tensor *gamma, bool xhat, int ranks)
+{
+    ex_tensor *s[5] = {xs, stats, dy, red, gamma};
+    int ns = gamma ? 5 : 4;
+    if (!ex__check(ctx, "bn_bwd_data", ns, s))
+        return INERT(ctx);
+    int64_t c = xs->ndim == 4 ? xs->ne[1] : 0;
+    if (!bn_4d(ctx, "bn_bwd_data", xs, NULL, "x") ||
+        !bn_rows(ctx, "bn_bwd_data", stats, 2, c, "stats") ||
+        !bn_4d(ctx, "bn_bwd_data", dy, xs, "dy") ||
+        !bn_rows(ctx, "bn_bwd_data", red, 2, c, "red") ||
+        (gamma && !bn_rows(ctx, "bn_bwd_data", gamma, 1, c, "gamma")))
+        return &ctx->inert;
+    if (ranks < 1)
+        return ex__fail(ctx, EX_ERR_ARG, "bn_bwd_data: ranks %d must be >= 1", ranks);
+    ex_tensor *r = ex__node(ctx, EX_OP_BN_BWD_DATA, EX_F32, 4, xs->ne, ns, s);
+    if (!ex__is_inert(r)) {
+        r->ip[0] = 1;
+        r->ip[1] = xhat;
+        r->ip[2] = ranks;
+    }
+    return r;
 }

@@ -169,6 +169,94 @@ static inline int ex_td_bn_xhat(const ex_node_exec *n)
 /** The message for a node ex_td_bn_xhat() refuses; its argument is ip1. */
 #define EX_TD_BN_XHAT_MSG "ip1 (source 0 is x-hat) is %d; expected 0 (x) or 1 (x-hat)"
 
+/** BN_STATS's forms (ip1, docs/ops.md). */
+enum {
+    EX_BN_STATS_PLAIN = 0,   /**< training (ip0 = 1) or eval (ip0 = 0) statistics */
+    EX_BN_STATS_MOMENTS = 1, /**< a synchronized batch norm's local mean and E[x^2] */
+    EX_BN_STATS_FINISH = 2   /**< its statistics from the moments averaged over ranks */
+};
+
+/** Whether t is an f32 [C] tensor (rows 1) or [2, C] one in a buffer. */
+static inline bool ex_td_bn_vec_ok(const ex_tdesc *t, int rows, int64_t c)
+{
+    return ex_td_valid(t, EX_F32) && (rows == 1 ? t->ndim == 1 && t->ne[0] == c
+                                                : t->ndim == 2 && t->ne[0] == 2 && t->ne[1] == c);
+}
+
+/** BN_STATS's node form, as every backend checks it (docs/ops.md): 3 sources; ip1 the form
+ *  (EX_BN_STATS_*), the synchronized ones (1, 2) in training only (ip0 = 1); source 0 x, a
+ *  4-d f32 tensor (forms 0 and 1), or the moments, f32 [2, C] (form 2); the running
+ *  statistics f32 [C] and dst f32 [2, C]; more than one value per channel in training (form
+ *  0: N*H*W >= 2; form 2: ip2, the global count, >= 2), at least one in form 1. EX_OK with
+ *  the form in *form and C in *c, or the status to return with what is wrong written into
+ *  why (no op name). */
+static inline ex_status ex_td_bn_stats_check(const ex_node_exec *n, int *form, int64_t *c,
+                                             char *why, size_t len)
+{
+    int f = n->ip[1];
+    if (n->nsrc != 3 || n->src == NULL) {
+        snprintf(why, len, "%d sources, expected 3", n->nsrc);
+        return EX_ERR_ARG;
+    }
+    if (f < EX_BN_STATS_PLAIN || f > EX_BN_STATS_FINISH) {
+        snprintf(why, len, "ip1 (form) is %d; expected 0 (plain), 1 (moments) or 2 (finish)", f);
+        return EX_ERR_ARG;
+    }
+    if (f != EX_BN_STATS_PLAIN && n->ip[0] != 1) {
+        snprintf(why, len,
+                 "ip0 (train) is %d; the synchronized forms (ip1 = %d) are training only (ip0 = 1)",
+                 n->ip[0], f);
+        return EX_ERR_ARG;
+    }
+    const ex_tdesc *x = &n->src[0];
+    if (f == EX_BN_STATS_FINISH ? !ex_td_valid(x, EX_F32) || x->ndim != 2 || x->ne[0] != 2
+                                : !ex_td_valid(x, EX_F32) || x->ndim != 4) {
+        snprintf(why, len,
+                 f == EX_BN_STATS_FINISH ? "the moments must be an f32 [2, C] tensor"
+                                         : "x must be a 4-d f32 tensor");
+        return EX_ERR_ARG;
+    }
+    *c = x->ne[1];
+    const char *bad = !ex_td_bn_vec_ok(&n->src[1], 1, *c)   ? "running_mean"
+                      : !ex_td_bn_vec_ok(&n->src[2], 1, *c) ? "running_var"
+                      : !ex_td_bn_vec_ok(&n->dst, 2, *c)    ? "dst"
+                                                            : NULL;
+    if (bad) {
+        snprintf(why, len, "%s must be an f32 [%s%lld] tensor", bad, bad[0] == 'd' ? "2, " : "",
+                 (long long)*c);
+        return EX_ERR_SHAPE;
+    }
+    if (f == EX_BN_STATS_FINISH && n->ip[2] < 2) {
+        snprintf(why, len, "ip2 (the global count of values per channel) is %d; expected >= 2",
+                 n->ip[2]);
+        return EX_ERR_ARG;
+    }
+    int64_t m = f == EX_BN_STATS_FINISH ? 0 : x->ne[0] * x->ne[2] * x->ne[3];
+    if (f == EX_BN_STATS_MOMENTS && m < 1) {
+        snprintf(why, len, "the moments need at least one value per channel (N*H*W = %lld)",
+                 (long long)m);
+        return EX_ERR_SHAPE;
+    }
+    if (f == EX_BN_STATS_PLAIN && n->ip[0] && m < 2) {
+        snprintf(why, len, "training needs more than one value per channel (N*H*W = %lld)",
+                 (long long)m);
+        return EX_ERR_SHAPE;
+    }
+    *form = f;
+    return EX_OK;
+}
+
+/** BN_BWD_DATA's count multiplier R (ip2, docs/ops.md): the statistics count M*R values per
+ *  channel, red holding sums over R ranks (a synchronized batch norm); 0 and 1 mean 1. -1
+ *  when ip2 is negative. */
+static inline int ex_td_bn_ranks(const ex_node_exec *n)
+{
+    return n->ip[2] < 0 ? -1 : n->ip[2] < 2 ? 1 : n->ip[2];
+}
+
+/** The message for a node ex_td_bn_ranks() refuses; its argument is ip2. */
+#define EX_TD_BN_RANKS_MSG "ip2 (ranks, the count multiplier) is %d; expected >= 0"
+
 /** SGD's node form, as every backend checks it: 4 sources, or 5 with a gradient clip
  *  folded in (source 4 the norm, one f32 element; fp[2] its max_norm, > 0). EX_OK, or the
  *  status to return with what is wrong written into why (no op name). */
