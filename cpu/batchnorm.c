@@ -1,5 +1,7 @@
 /* Batch norm 2d on the CPU: statistics (with the running-statistics update), apply, and the
- * two backward passes.
+ * two backward passes; and the forms of a synchronized batch norm (docs/ops.md): the local
+ * moments (BN_STATS, ip1 = 1) from the same sums as the statistics, their finish (ip1 = 2),
+ * and backward-data over R ranks' count (ip2).
  *
  * Per-channel sums end in double. The fast path computes one partial sum per (n, c) plane
  * in parallel, as float vector lanes over fixed chunks of a plane's contiguous runs added
@@ -227,18 +229,24 @@ static void bn_plane_moments(const bn_plane *x, int64_t h, int64_t w, double *s1
     *s2 = r2 + ((b[0] + b[1]) + (b[2] + b[3]));
 }
 
-/** Writes channel c's stats and, in training, moves the running statistics towards the
- *  batch's (the variance unbiased, PyTorch's convention). */
-static void bn_finish(const ex_node_exec *nd, const bn_geom *g, int64_t c, double mean, double var)
+/** Writes channel c's result from its mean and biased variance over m values: the moments
+ *  (ip1 = 1: mean and E[x^2] = var + mean^2, nothing else), or mean and invstd and, in
+ *  training, the running statistics moved towards the batch's (the variance unbiased,
+ *  PyTorch's convention). */
+static void bn_finish(const ex_node_exec *nd, int64_t m, int64_t c, double mean, double var)
 {
     int train = nd->ip[0] != 0;
     double eps = nd->fp[0], mom = nd->fp[1];
     bn_set(bn_row(&nd->dst, 0), c, (float)mean);
+    if (nd->ip[1] == EX_BN_STATS_MOMENTS) {
+        bn_set(bn_row(&nd->dst, 1), c, (float)(var + mean * mean));
+        return;
+    }
     bn_set(bn_row(&nd->dst, 1), c, (float)(1.0 / sqrt(var + eps)));
     if (!train)
         return;
     bn_vec rm = bn_vec_of(&nd->src[1]), rv = bn_vec_of(&nd->src[2]);
-    double unbiased = var * (double)g->m / (double)(g->m - 1);
+    double unbiased = var * (double)m / (double)(m - 1);
     bn_set(rm, c, (float)((1.0 - mom) * bn_get(rm, c) + mom * mean));
     bn_set(rv, c, (float)((1.0 - mom) * bn_get(rv, c) + mom * unbiased));
 }
@@ -262,7 +270,7 @@ static void bn_stats_ref(const ex_node_exec *nd, const bn_geom *g)
                     q += d * d;
                 }
         }
-        bn_finish(nd, g, c, mean, q / (double)g->m);
+        bn_finish(nd, g->m, c, mean, q / (double)g->m);
     }
 }
 
@@ -327,7 +335,7 @@ static void bn_stats_combine(const ex_node_exec *nd, const bn_geom *g, const dou
             q += pp[2] + 2.0 * dd * pp[1] + hw * dd * dd;
         }
         /* rounding may take q below 0; a NaN passes, as in the reference */
-        bn_finish(nd, g, c, mean, q < 0.0 ? 0.0 : q / m);
+        bn_finish(nd, g->m, c, mean, q < 0.0 ? 0.0 : q / m);
     }
 }
 
@@ -347,29 +355,40 @@ static ex_status bn_stats_fast(const cpu_exec *e, const ex_node_exec *nd, const 
     return EX_OK;
 }
 
+/** The finish of a synchronized batch norm (ip1 = 2): each channel's statistics from the
+ *  moments averaged over the ranks, var = E[x^2] - mean^2 in double (0 where rounding takes
+ *  it below; a NaN passes), over ip2 values. A pass over C values, the same on both paths. */
+static void bn_stats_from_moments(const ex_node_exec *nd, int64_t c)
+{
+    bn_vec m0 = bn_row(&nd->src[0], 0), m1 = bn_row(&nd->src[0], 1);
+    for (int64_t k = 0; k < c; k++) {
+        double mean = bn_get(m0, k), var = (double)bn_get(m1, k) - mean * mean;
+        bn_finish(nd, nd->ip[2], k, mean, var < 0.0 ? 0.0 : var);
+    }
+}
+
 CPU_OP(bn_stats)
 {
+    char why[256];
+    int form;
+    int64_t c;
+    ex_status st = ex_td_bn_stats_check(n, &form, &c, why, sizeof why);
+    if (st != EX_OK)
+        return cpu_fail(e, st, "bn_stats: %s", why);
+    if (form == EX_BN_STATS_FINISH) {
+        bn_stats_from_moments(n, c);
+        return EX_OK;
+    }
     bn_geom g;
-    ex_status st = bn_begin(e, n, 3, 3, "bn_stats", &g);
-    if (st == EX_OK)
-        st = bn_check_c(e, &n->src[1], 1, g.c, "bn_stats", "running_mean");
-    if (st == EX_OK)
-        st = bn_check_c(e, &n->src[2], 1, g.c, "bn_stats", "running_var");
-    if (st == EX_OK)
-        st = bn_check_c(e, &n->dst, 2, g.c, "bn_stats", "dst");
+    st = bn_begin(e, n, 3, 3, "bn_stats", &g);
     if (st != EX_OK)
         return st;
     if (!n->ip[0]) {
         bn_vec rm = bn_vec_of(&n->src[1]), rv = bn_vec_of(&n->src[2]);
-        for (int64_t c = 0; c < g.c; c++)
-            bn_finish(n, &g, c, bn_get(rm, c), bn_get(rv, c));
+        for (int64_t k = 0; k < g.c; k++)
+            bn_finish(n, g.m, k, bn_get(rm, k), bn_get(rv, k));
         return EX_OK;
     }
-    if (g.m < 2)
-        return cpu_fail(e, EX_ERR_SHAPE,
-                        "bn_stats: training needs more than one value per "
-                        "channel (N*H*W = %lld)",
-                        (long long)g.m);
     if (!e->reference)
         return bn_stats_fast(e, n, &g);
     bn_stats_ref(n, &g);
@@ -682,8 +701,13 @@ CPU_OP(bn_bwd_data)
         st = bn_check_4d(e, &n->dst, &n->src[0], "bn_bwd_data", "dst");
     if (st == EX_OK && ex_td_bn_xhat(n) < 0)
         st = cpu_fail(e, EX_ERR_ARG, "bn_bwd_data: " EX_TD_BN_XHAT_MSG, n->ip[1]);
+    if (st == EX_OK && ex_td_bn_ranks(n) < 0)
+        st = cpu_fail(e, EX_ERR_ARG, "bn_bwd_data: " EX_TD_BN_RANKS_MSG, n->ip[2]);
     if (st != EX_OK)
         return st;
+    /* red holds sums over every rank's batch (ip2 = R): the statistics count R times the
+     * local values */
+    g.m *= ex_td_bn_ranks(n);
     if (e->reference) {
         bn_bwd_data_ref(n, &g);
         return EX_OK;
