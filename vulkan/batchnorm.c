@@ -1,13 +1,16 @@
 /* Batch norm 2d: BN_STATS (with the running-statistics update), BN_APPLY, BN_BWD_REDUCE and
- * BN_BWD_DATA. The per-channel sums go through batchnorm/channel.comp: one workgroup per
- * segment of a channel (a fixed-order sum), then the channel's segments merged in order
- * (no float atomics, repeatable). In one dispatch where the partials fit a zone slot
- * (vk_zone) and the operands four bindings: the last segment of a channel to finish
- * merges them, so a node's sums take one round of a step, not two (a DARTS step has
- * about 3,600 of them). Otherwise in two: the partials into scratch, then a workgroup per
- * channel merging them. Apply and backward-data are element-wise through
- * batchnorm/pointwise.comp. Checks mirror the CPU backend's, so a bad node fails with the
- * same status before anything is submitted. */
+ * BN_BWD_DATA, and a synchronized batch norm's forms of them (docs/ops.md): BN_STATS's
+ * moments (ip1 = 1) take the statistics' passes, its finish (ip1 = 2) a pass over the
+ * channels like eval's, BN_BWD_DATA's count over R ranks (ip2) a push-constant factor.
+ * The per-channel sums go through batchnorm/channel.comp: one workgroup per segment of a
+ * channel (a fixed-order sum), then the channel's segments merged in order (no float
+ * atomics, repeatable). In one dispatch where the partials fit a zone slot (vk_zone) and
+ * the operands four bindings: the last segment of a channel to finish merges them, so a
+ * node's sums take one round of a step, not two (a DARTS step has about 3,600 of them).
+ * Otherwise in two: the partials into scratch, then a workgroup per channel merging them.
+ * Apply and backward-data are element-wise through batchnorm/pointwise.comp. Checks mirror
+ * the CPU backend's, so a bad node fails with the same status before anything is
+ * submitted. */
 #include <string.h>
 
 #include "shaders/batchnorm/variants.h"
@@ -19,7 +22,7 @@ typedef struct bn_red_pc {
     uint32_t a, b, m, c;
     uint32_t part, nseg, r0, r1;
     float eps, mom;
-    uint32_t xhat, tick;
+    uint32_t flag, tick; /* BN_SEG_RED: x-hat source; statistics: the moments only */
     uint32_t ne[4], sx[4], sy[4];
     uint32_t sv[4];
 } bn_red_pc;
@@ -113,7 +116,7 @@ static int one_pass_bind(vk_exec *e, const ex_node_exec *n, int64_t items, bn_re
         return 0;
     uint32_t run[2] = {VK_NOREF, VK_NOREF};
     vk_bind_reset(e);
-    if (!red && !vk_ref_pair(e, &n->src[1], &n->src[2], run))
+    if (!red && !pc->flag && !vk_ref_pair(e, &n->src[1], &n->src[2], run))
         return 0;
     pc->a = red ? vk_ref_small(e, &n->src[1]) : run[0];
     pc->b = run[1];
@@ -151,7 +154,7 @@ static ex_status channels(vk_exec *e, const ex_node_exec *n, int seg, int fin, b
         return st;
     vk_barrier(e);
     vk_bind_reset(e);
-    int run = fin == BN_FIN_STATS;
+    int run = fin == BN_FIN_STATS && !pc->flag; /* not the moments */
     pc->part = vk_ref_rebind_read(e, pc->part, 0);
     pc->x = pc->y = VK_NOREF;
     pc->d = vk_ref(e, &n->dst);
@@ -160,10 +163,32 @@ static ex_status channels(vk_exec *e, const ex_node_exec *n, int seg, int fin, b
     return vk_dispatch(e, VK_SH_batchnorm_channel, fin, pc, sizeof *pc, vk_groups(pc->c, 1), 1, 1);
 }
 
+/* The finish of a synchronized batch norm (BN_FINISH): one invocation a channel, the
+ * moments read where the eval form reads the running statistics' pair. */
+static ex_status bn_finish(vk_exec *e, const ex_node_exec *n, bn_red_pc *pc)
+{
+    const ex_tdesc *mo = &n->src[0];
+    pc->m = (uint32_t)n->ip[2];
+    pc->sy[0] = (uint32_t)mo->st[0];
+    pc->sy[1] = (uint32_t)mo->st[1];
+    pc->d = vk_ref(e, &n->dst);
+    pc->a = vk_ref(e, &n->src[1]);
+    pc->b = vk_ref(e, &n->src[2]);
+    pc->x = vk_ref_small(e, mo);
+    return vk_dispatch(e, VK_SH_batchnorm_channel, BN_FINISH, pc, sizeof *pc, vk_groups(pc->c, 128),
+                       1, 1);
+}
+
 static ex_status bn_stats(vk_exec *e, const ex_node_exec *n)
 {
-    ex_status st = begin(e, n, 3, 3);
-    int64_t c = st == EX_OK ? n->src[0].ne[1] : 0;
+    char why[256];
+    int form;
+    int64_t c;
+    ex_status st = ex_td_bn_stats_check(n, &form, &c, why, sizeof why);
+    if (st != EX_OK)
+        return vk_fail(e, st, "%s", why);
+    st =
+        form == EX_BN_STATS_FINISH ? check_c(e, &n->src[0], 2, c, "moments", 0) : begin(e, n, 3, 3);
     if (st == EX_OK)
         st = check_c(e, &n->src[1], 1, c, "running_mean", 1);
     if (st == EX_OK)
@@ -173,26 +198,23 @@ static ex_status bn_stats(vk_exec *e, const ex_node_exec *n)
     if (st != EX_OK)
         return st;
     const ex_tdesc *x = &n->src[0];
-    int64_t m = x->ne[0] * x->ne[2] * x->ne[3];
-    int train = n->ip[0] != 0;
-    if (train && m < 2)
-        return vk_fail(e, EX_ERR_SHAPE,
-                       "training needs more than one value per channel (N*H*W = %lld)",
-                       (long long)m);
     bn_red_pc pc;
     memset(&pc, 0, sizeof pc);
-    pc.m = (uint32_t)m;
     pc.c = (uint32_t)c;
     pc.eps = n->fp[0];
     pc.mom = n->fp[1];
-    put4(pc.ne, x->ne);
-    put4(pc.sx, x->st);
-    pc.r0 = dense_rows(x);
     pc.sv[0] = (uint32_t)n->dst.st[0];
     pc.sv[1] = (uint32_t)n->dst.st[1];
     pc.sv[2] = col_st(&n->src[1]);
     pc.sv[3] = col_st(&n->src[2]);
-    if (train)
+    if (form == EX_BN_STATS_FINISH)
+        return bn_finish(e, n, &pc);
+    pc.m = (uint32_t)(x->ne[0] * x->ne[2] * x->ne[3]);
+    pc.flag = form == EX_BN_STATS_MOMENTS;
+    put4(pc.ne, x->ne);
+    put4(pc.sx, x->st);
+    pc.r0 = dense_rows(x);
+    if (n->ip[0])
         return channels(e, n, BN_SEG_STATS, BN_FIN_STATS, &pc);
     pc.d = vk_ref(e, &n->dst);
     pc.a = vk_ref_small(e, &n->src[1]);
@@ -218,7 +240,7 @@ static ex_status bn_bwd_reduce(vk_exec *e, const ex_node_exec *n)
     const ex_tdesc *x = &n->src[0], *s = &n->src[1];
     bn_red_pc pc;
     memset(&pc, 0, sizeof pc);
-    pc.xhat = (uint32_t)n->ip[1];
+    pc.flag = (uint32_t)n->ip[1];
     pc.m = (uint32_t)(x->ne[0] * x->ne[2] * x->ne[3]);
     pc.c = (uint32_t)c;
     put4(pc.ne, x->ne);
@@ -312,6 +334,14 @@ static ex_status bn_bwd_data(vk_exec *e, const ex_node_exec *n)
         st = check_4d(e, &n->dst, &n->src[0], "dst", 1);
     if (st == EX_OK && ex_td_bn_xhat(n) < 0)
         st = vk_fail(e, EX_ERR_ARG, EX_TD_BN_XHAT_MSG, n->ip[1]);
+    int ranks = ex_td_bn_ranks(n);
+    if (st == EX_OK && ranks < 0)
+        st = vk_fail(e, EX_ERR_ARG, EX_TD_BN_RANKS_MSG, n->ip[2]);
+    const ex_tdesc *x = &n->src[0];
+    if (st == EX_OK && ((uint64_t)ranks >= 1u << (32 - BN_RANKS) ||
+                        (uint64_t)ranks * (uint64_t)(x->ne[0] * x->ne[2] * x->ne[3]) > UINT32_MAX))
+        st = vk_fail(e, EX_ERR_UNSUPPORTED, "%d ranks of N*H*W %lld are beyond 32-bit counts",
+                     ranks, (long long)(x->ne[0] * x->ne[2] * x->ne[3]));
     if (st != EX_OK)
         return st;
     bn_pw_pc pc;
@@ -325,7 +355,8 @@ static ex_status bn_bwd_data(vk_exec *e, const ex_node_exec *n)
         pc.g = vk_ref_small(e, &n->src[4]);
         pc.gs = col_st(&n->src[4]);
     }
-    pc.flags = (n->ip[0] != 0 ? BN_TRAIN : 0u) | (n->ip[1] ? BN_XHAT : 0u);
+    pc.flags =
+        (n->ip[0] != 0 ? BN_TRAIN : 0u) | (n->ip[1] ? BN_XHAT : 0u) | (uint32_t)ranks << BN_RANKS;
     return pointwise(e, BN_DATA, &pc);
 }
 

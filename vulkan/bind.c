@@ -60,7 +60,9 @@ unsigned vk_updated_sources(const ex_node_exec *n)
     switch (n->op) {
     case EX_OP_SGD: return 1u | 1u << 2;
     case EX_OP_ADAM: return 1u | 1u << 2 | 1u << 3;
-    case EX_OP_BN_STATS: return n->ip[0] ? 1u << 1 | 1u << 2 : 0u;
+    /* training statistics and the finish move the running statistics; the moments (ip1 =
+     * 1) only read x */
+    case EX_OP_BN_STATS: return n->ip[0] && n->ip[1] != 1 ? 1u << 1 | 1u << 2 : 0u;
     default: return 0u;
     }
 }

@@ -12,6 +12,9 @@
 // the segments' partials go to a zone slot instead of scratch, and the workgroup whose
 // segment of a channel comes last (the channel's ticket counts them) finishes that channel
 // as the finishing pass would: the same sums in the same order, one dispatch, no barrier.
+// A synchronized batch norm's moments (BN_STATS ip1 = 1, pc.flag) take the statistics'
+// passes and store mean and E[x^2] = var + mean^2 instead; its finish (BN_FINISH) is a pass
+// over the channels, as eval's.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
@@ -27,8 +30,10 @@ layout(push_constant) uniform PC
     uint part, nseg, r0, r1; // scratch: 2 words per (channel, segment); segments per channel;
                              // whether x's (r0) and dy's (r1) planes have dense rows
     float eps, mom;
-    uint xhat, tick; // BN_SEG_RED: x is xhat itself (ip1 of BN_BWD_REDUCE); BN_ONE_*: tickets
-    uvec4 ne, sx, sy; // x's shape [N, C, H, W]; strides of x and dy
+    uint flag, tick; // BN_SEG_RED: x is xhat itself (ip1 of BN_BWD_REDUCE); the statistics:
+                     // the moments only (BN_STATS ip1 = 1); BN_ONE_*: tickets
+    uvec4 ne, sx, sy; // x's shape [N, C, H, W]; strides of x and dy (BN_FINISH: x is the
+                      // moments [2, C], sy.x and sy.y their row and column strides)
     uvec4 sv;         // dst's row and column strides; a's and b's (BN_SEG_RED: stats' rows, columns)
 } pc;
 
@@ -119,7 +124,7 @@ void seg_red(uint ch, uint sg)
     load(pc.x, ox, xv);
     load(pc.y, oy, gv);
     float mean = 0.0, inv = 1.0;
-    if (pc.xhat == 0u) {
+    if (pc.flag == 0u) {
         mean = ldfu(pc.a, ch * pc.sv.w);
         inv = ldfu(pc.a, pc.sv.z + ch * pc.sv.w);
     }
@@ -132,6 +137,22 @@ void seg_red(uint ch, uint sg)
         stf(pc.part, 2u * (ch * pc.nseg + sg), s.x);
         stf(pc.part, 2u * (ch * pc.nseg + sg) + 1u, s.y);
     }
+}
+
+// Channel ch's statistics from its mean and biased variance over pc.m values: the moments
+// (pc.flag), or mean and invstd with the running statistics moved (the variance unbiased).
+void stats_out(uint ch, float mean, float var)
+{
+    stf(pc.d, ch * pc.sv.y, mean);
+    if (pc.flag != 0u) {
+        stf(pc.d, pc.sv.x + ch * pc.sv.y, var + mean * mean);
+        return;
+    }
+    stf(pc.d, pc.sv.x + ch * pc.sv.y, 1.0 / sqrt(var + pc.eps));
+    uint om = ch * pc.sv.z, ov = ch * pc.sv.w;
+    float unbiased = var * (float(pc.m) / float(pc.m - 1u));
+    stf(pc.a, om, (1.0 - pc.mom) * ldf(pc.a, om) + pc.mom * mean);
+    stf(pc.b, ov, (1.0 - pc.mom) * ldf(pc.b, ov) + pc.mom * unbiased);
 }
 
 // Channel ch's segment partials, 128 at a time into sh (in parallel), merged in order by
@@ -168,13 +189,24 @@ void finish(uint ch, bool red)
         stf(pc.d, pc.sv.x + ch * pc.sv.y, sum.y);
         return;
     }
-    float var = m2 / float(pc.m);
-    stf(pc.d, ch * pc.sv.y, mean);
-    stf(pc.d, pc.sv.x + ch * pc.sv.y, 1.0 / sqrt(var + pc.eps));
-    uint om = ch * pc.sv.z, ov = ch * pc.sv.w;
-    float unbiased = var * (float(pc.m) / float(pc.m - 1u));
-    stf(pc.a, om, (1.0 - pc.mom) * ldf(pc.a, om) + pc.mom * mean);
-    stf(pc.b, ov, (1.0 - pc.mom) * ldf(pc.b, ov) + pc.mom * unbiased);
+    stats_out(ch, mean, m2 / float(pc.m));
+}
+
+// A synchronized batch norm's finish: channel ch's statistics from its mean and E[x^2]
+// averaged over the ranks, var = E[x^2] - mean^2 (0 where below; a NaN passes), over pc.m
+// values. mean^2 is taken exactly as p + q (Dekker's product by Veltkamp's split; precise:
+// each operation rounded on its own, none fused or reassociated), so that a mean far above
+// the standard deviation does not round the variance away in f32.
+void finish_moments(uint ch)
+{
+    float mean = ldfu(pc.x, ch * pc.sy.y), ex2 = ldfu(pc.x, pc.sy.x + ch * pc.sy.y);
+    precise float t = 4097.0 * mean;
+    precise float hi = t - (t - mean);
+    precise float lo = mean - hi;
+    precise float p = mean * mean;
+    precise float q = (((hi * hi - p) + hi * lo) + hi * lo) + lo * lo;
+    precise float v = (ex2 - p) - q;
+    stats_out(ch, mean, v < 0.0 ? 0.0 : v);
 }
 
 void eval(uint ch)
@@ -201,6 +233,9 @@ void main()
     } else if (VARIANT == BN_FIN_STATS || VARIANT == BN_FIN_RED) {
         for (uint ch = gl_WorkGroupID.x; ch < pc.c; ch += gl_NumWorkGroups.x)
             finish(ch, red);
+    } else if (VARIANT == BN_FINISH) {
+        for (uint ch = gl_GlobalInvocationID.x; ch < pc.c; ch += gl_NumWorkGroups.x * 128u)
+            finish_moments(ch);
     } else {
         for (uint ch = gl_GlobalInvocationID.x; ch < pc.c; ch += gl_NumWorkGroups.x * 128u)
             eval(ch);

@@ -16,7 +16,8 @@ layout(push_constant) uniform PC
     uint y, r, g, b;    // dy, red [2, C] (BN_DATA); gamma, beta (NOREF: absent)
     uvec4 ne, sx, sd, sy; // x's shape; strides of x, dst, dy
     uvec4 sv;             // stats' row and column strides; red's
-    uint gs, bs, flags, n; // gamma's and beta's strides; BN_TRAIN, BN_XHAT, BN_QUAD; elements
+    uint gs, bs, flags, n; // gamma's and beta's strides; BN_TRAIN, BN_XHAT, BN_QUAD and
+                           // R << BN_RANKS; elements
 } pc;
 
 // Channel ch's constants: apply, v = x k.x + k.y; data, v = k.x (dy - k.y - xhat k.z) with
@@ -32,7 +33,8 @@ vec4 channel_consts(uint ch, out float inv)
     }
     float c1 = 0.0, c2 = 0.0;
     if ((pc.flags & BN_TRAIN) != 0u) {
-        float m = float(pc.ne.x * pc.ne.z * pc.ne.w);
+        // the statistics' count: N*H*W of every rank (R >= 1 from bit BN_RANKS)
+        float m = float(pc.ne.x * pc.ne.z * pc.ne.w * (pc.flags >> BN_RANKS));
         c1 = ldfu(pc.r, pc.sv.z + ch * pc.sv.w) / m;
         c2 = ldfu(pc.r, ch * pc.sv.w) / m;
     }
