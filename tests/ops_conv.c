@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "core/backend_iface.h"
+#include "core/engine.h"
 #include "ops_harness.h"
 #include "ref.h"
 
@@ -447,6 +448,131 @@ void bn_flag_errors(void **state)
     f->buffer_free(im, buf);
     if (failed)
         fail_msg("%d batch-norm backward nodes were handled wrongly on %s", failed,
+                 s->backend_name);
+}
+
+/* A synchronized batch norm's node forms given to the backend directly, well formed and
+ * not: BN_STATS (ip0, ip1, ip2) on x of fl_desc's layout (the moments, source 0 of the
+ * finish, at FL_W), running statistics [3] at FL_WD and FL_WD + 8, dst at FL_DW; and
+ * BN_BWD_DATA (ip2) as bf_run lays it out. Each refused node names the parameter. */
+typedef struct sf_case {
+    ex_op op;
+    int ip[3];
+    ex_status want; /* on a backend that implements the forms */
+    const char *what;
+} sf_case;
+
+static ex_tdesc sf_vec(ex_buffer *buf, int64_t at, int64_t c)
+{
+    return (ex_tdesc){
+        .dtype = EX_F32, .ndim = 1, .ne = {c}, .st = {1}, .buf = buf, .offset = (uint64_t)at * 4};
+}
+
+static ex_status sf_run(const suite *s, ex_buffer *buf, const sf_case *c)
+{
+    ex_node_exec n = {.op = c->op,
+                      .ip = {c->ip[0], c->ip[1], c->ip[2]},
+                      .fp = {1e-5f, 0.1f},
+                      .tag = {-1, -1, -1}};
+    ex_tdesc src[4];
+    if (c->op == EX_OP_BN_STATS) {
+        src[0] = c->ip[1] == 2 ? bf_desc(buf, FL_W, true) : bf_desc(buf, 0, false);
+        src[1] = sf_vec(buf, FL_WD, 3);
+        src[2] = sf_vec(buf, FL_WD + 8, 3);
+        n.nsrc = 3;
+        n.dst = bf_desc(buf, FL_DW, true);
+    } else {
+        src[0] = bf_desc(buf, 0, false);
+        src[1] = bf_desc(buf, FL_W, true);
+        src[2] = bf_desc(buf, FL_PLANE, false);
+        src[3] = bf_desc(buf, FL_DW, true);
+        n.nsrc = 4;
+        n.dst = bf_desc(buf, 2 * FL_PLANE, false);
+    }
+    n.src = src;
+    return fl_compute(s, &n);
+}
+
+/* The builders of the forms refuse what their nodes may not hold (sticky errors). */
+static int sf_builder_errors(void)
+{
+    int failed = 0;
+    for (int k = 0; k < 6; k++) {
+        ex_ctx *ctx = ex_ctx_new();
+        assert_non_null(ctx);
+        int64_t xne[4] = {2, 3, 4, 4}, cne[1] = {3}, mne[2] = {2, 3}, bad[2] = {3, 2};
+        ex_tensor *x = ex_input(ctx, EX_F32, 4, xne, "x");
+        ex_tensor *rm = ex_state(ctx, EX_F32, 1, cne, "rm"),
+                  *rv = ex_state(ctx, EX_F32, 1, cne, "rv");
+        ex_tensor *mo = ex_input(ctx, EX_F32, 2, mne, "moments");
+        static const char *const what[] = {"count", "moments", "ex_state",
+                                           "ranks", "x",       "momentum"};
+        switch (k) {
+        case 0: ex__bn_finish(ctx, mo, rm, rv, 1, 1e-5f, 0.1f); break;
+        case 1:
+            ex__bn_finish(ctx, ex_input(ctx, EX_F32, 2, bad, "m"), rm, rv, 8, 1e-5f, 0.1f);
+            break;
+        case 2: ex__bn_moments(ctx, x, ex_input(ctx, EX_F32, 1, cne, "m"), rv); break;
+        case 3: ex__bn_bwd_data(ctx, x, mo, x, mo, NULL, false, 0); break;
+        case 4: ex__bn_moments(ctx, mo, rm, rv); break;
+        default: ex__bn_finish(ctx, mo, rm, rv, 8, 1e-5f, 2.0f); break;
+        }
+        if (ex_ctx_status(ctx) == EX_OK || !strstr(ex_ctx_error(ctx), what[k])) {
+            print_error("FAIL synchronized batch-norm builder case %d: %s (%s), expected an "
+                        "error naming %s\n",
+                        k, ex_status_str(ex_ctx_status(ctx)), ex_ctx_error(ctx), what[k]);
+            failed++;
+        }
+        ex_ctx_free(ctx);
+    }
+    return failed;
+}
+
+void bn_sync_flag_errors(void **state)
+{
+    suite *s = *state;
+    const ex_backend_iface *f = ex__backend_iface_of(s->be);
+    void *im = ex__backend_impl_of(s->be);
+    ex_buffer *buf = fl_buffer(s);
+    static const sf_case cases[] = {
+        {EX_OP_BN_STATS, {1, 0, 0}, EX_OK, NULL},
+        {EX_OP_BN_STATS, {1, 1, 0}, EX_OK, NULL},
+        {EX_OP_BN_STATS, {1, 2, 384}, EX_OK, NULL},
+        {EX_OP_BN_STATS, {1, 3, 0}, EX_ERR_ARG, "ip1"},
+        {EX_OP_BN_STATS, {1, -1, 0}, EX_ERR_ARG, "ip1"},
+        {EX_OP_BN_STATS, {0, 1, 0}, EX_ERR_ARG, "ip0"},
+        {EX_OP_BN_STATS, {0, 2, 384}, EX_ERR_ARG, "ip0"},
+        {EX_OP_BN_STATS, {2, 1, 0}, EX_ERR_ARG, "ip0"},
+        {EX_OP_BN_STATS, {1, 2, 1}, EX_ERR_ARG, "ip2"},
+        {EX_OP_BN_STATS, {1, 2, 0}, EX_ERR_ARG, "ip2"},
+        {EX_OP_BN_STATS, {1, 0, 0}, EX_OK, NULL},
+        {EX_OP_BN_BWD_DATA, {1, 0, 0}, EX_OK, NULL},
+        {EX_OP_BN_BWD_DATA, {1, 0, 1}, EX_OK, NULL},
+        {EX_OP_BN_BWD_DATA, {1, 0, 2}, EX_OK, NULL},
+        {EX_OP_BN_BWD_DATA, {1, 0, -1}, EX_ERR_ARG, "ip2"},
+        {EX_OP_BN_BWD_DATA, {1, 0, 0}, EX_OK, NULL},
+    };
+    bool cuda = strcmp(s->backend_name, "cuda") == 0;
+    int failed = sf_builder_errors();
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const sf_case *c = &cases[i];
+        /* CUDA refuses the well-formed synchronized forms (docs/cuda.md) */
+        bool sync = c->op == EX_OP_BN_STATS ? c->ip[1] != 0 : c->ip[2] >= 2;
+        ex_status want = cuda && sync && c->want == EX_OK ? EX_ERR_UNSUPPORTED : c->want;
+        const char *what = want == EX_ERR_UNSUPPORTED ? "not implemented on CUDA" : c->what;
+        ex_status st = sf_run(s, buf, c);
+        const char *msg = f->error(im);
+        if (st != want || (want != EX_OK && !(msg && strstr(msg, what)))) {
+            print_error("FAIL [%s] %s with ip0 %d, ip1 %d, ip2 %d: %s (%s), expected %s (%s)\n",
+                        s->backend_name, ex_op_name(c->op), c->ip[0], c->ip[1], c->ip[2],
+                        ex_status_str(st), msg ? msg : "no message", ex_status_str(want),
+                        what ? what : "");
+            failed++;
+        }
+    }
+    f->buffer_free(im, buf);
+    if (failed)
+        fail_msg("%d synchronized batch-norm nodes were handled wrongly on %s", failed,
                  s->backend_name);
 }
 
@@ -924,7 +1050,297 @@ static const tcase bn_cases[] = {
      .ip = {1}, .fp = {1e-5, 0.1}, .bwd = B_FD, .after = a_bn},
 };
 
+/* ---- synchronized (data-parallel) batch norm: the node forms (BN_STATS ip1 = 1 and 2,
+ * BN_BWD_DATA ip2 = R) alone against their references, and assembled as the engine
+ * assembles them over R ranks (slices of x along N, the all-reduces as sums of the ranks'
+ * nodes) against batch norm over the whole batch. F_SYNC_BN: CUDA refuses them. ---- */
+
+/* The statistics' eps and momentum of a case, as the nodes hold them (f32). */
+static double bn_eps(const env *e)
+{
+    return (double)(float)e->c->fp[0];
+}
+
+/* roots x, running mean, running var: the moments */
+static ex_tensor *b_bn_moments(env *e, ex_tensor *const *x)
+{
+    return ex__bn_moments(e->ctx, x[0], x[1], x[2]);
+}
+static void r_bn_moments(const env *e, double *y)
+{
+    ref_bn_moments(e->od[0], e->one[0], y);
+}
+
+/* The running statistics (roots 1 and 2) as they were written. */
+static void a_bn_untouched(env *e)
+{
+    int64_t c = e->on[1];
+    for (int k = 1; k <= 2; k++) {
+        double *got = xcalloc((size_t)c, sizeof *got);
+        read_f(e, e->root[k], got, c);
+        if (memcmp(got, e->od[k], (size_t)c * sizeof *got) != 0)
+            case_fail(e, "the moments changed %s", e->c->r[k].name);
+        free(got);
+    }
+}
+
+/* roots moments [2, C], running mean, running var; ip2 = the global count, ip3 = 1: one
+ * channel's E[x^2] below mean^2 (rounding over ranks can do that; its variance is 0) */
+static ex_tensor *b_bn_finish(env *e, ex_tensor *const *x)
+{
+    return ex__bn_finish(e->ctx, x[0], x[1], x[2], e->c->ip[2], (float)e->c->fp[0],
+                         (float)e->c->fp[1]);
+}
+
+/* Row 1 of the moments made a mean of squares: mean^2 plus a variance in [0.2, 2), through
+ * the operand's view. */
+static void i_bn_finish(env *e)
+{
+    int64_t c = e->one[0][1];
+    gather_root(e, 0);
+    for (int64_t k = 0; k < c; k++) {
+        double m = e->od[0][k], v = rng_uniform(&e->rng, 0.2, 2);
+        e->od[0][c + k] = (double)(float)(m * m + (k == 0 && e->c->ip[3] ? -0.01 : v));
+    }
+    scatter_root(e, 0);
+}
+
+static void r_bn_finish(const env *e, double *y)
+{
+    int64_t c = e->one[0][1];
+    double *var = xcalloc((size_t)c, sizeof *var);
+    ref_bn_finish(e->od[0], c, bn_eps(e), y, var);
+    free(var);
+}
+
+/* invstd (row 1 of the output) on its own, and the running statistics moved with the
+ * finish's variance over the global count. */
+static void a_bn_finish(env *e)
+{
+    int64_t c = e->one[0][1];
+    double *var = xcalloc((size_t)c, sizeof *var),
+           *stats = xcalloc((size_t)(2 * c), sizeof(double));
+    double *want[2] = {xcalloc((size_t)c, sizeof(double)), xcalloc((size_t)c, sizeof(double))};
+    double *got = xcalloc((size_t)c, sizeof *got);
+    ref_bn_finish(e->od[0], c, bn_eps(e), stats, var);
+    /* invstd alone: next to a large mean, the forward NMSE would hide its error */
+    check_nmse(e, "invstd", e->yv + c, stats + c, c, ex_op_tolerance(EX_OP_BN_STATS));
+    memcpy(want[0], e->od[1], (size_t)c * sizeof(double));
+    memcpy(want[1], e->od[2], (size_t)c * sizeof(double));
+    ref_bn_running_update(stats, var, c, e->c->ip[2], (double)(float)e->c->fp[1], want[0], want[1]);
+    for (int k = 0; k < 2; k++) {
+        read_f(e, e->root[1 + k], got, c);
+        check_nmse(e, k ? "running var" : "running mean", got, want[k], c,
+                   ex_op_tolerance(EX_OP_BN_STATS));
+    }
+    free(var);
+    free(stats);
+    free(want[0]);
+    free(want[1]);
+    free(got);
+}
+
+/* roots x (or x-hat), stats [2, C], dy, red [2, C] [, gamma]; ip1 = x-hat, ip2 = R */
+static ex_tensor *b_bn_bwd_data_r(env *e, ex_tensor *const *x)
+{
+    return ex__bn_bwd_data(e->ctx, x[0], x[1], x[2], x[3], e->c->nr > 4 ? x[4] : NULL,
+                           e->c->ip[1] != 0, e->c->ip[2]);
+}
+static void r_bn_bwd_data_r(const env *e, double *y)
+{
+    const int64_t *ne = e->one[0];
+    double m = (double)(e->c->ip[2] * ne[0] * ne[2] * ne[3]);
+    ref_bn_bwd_data(e->od[0], ne, e->od[1], e->od[2], e->od[3], e->c->nr > 4 ? e->od[4] : NULL,
+                    e->c->ip[1], m, y);
+}
+
+/* Rank r's samples of t [N, ...] among `ranks`: [r N/R, (r + 1) N/R). */
+static ex_tensor *rank_part(env *e, ex_tensor *t, int r, int ranks)
+{
+    int64_t per = ex_tensor_dim(t, 0) / ranks;
+    return ex_slice(e->ctx, t, 0, r * per, per);
+}
+
+/* The ranks' moments of x averaged (the all-reduce), then their finish over x's count. */
+static ex_tensor *sync_stats(env *e, ex_tensor *x, ex_tensor *rm, ex_tensor *rv, int ranks)
+{
+    ex_tensor *sum = NULL;
+    for (int r = 0; r < ranks; r++) {
+        ex_tensor *m = ex__bn_moments(e->ctx, rank_part(e, x, r, ranks), rm, rv);
+        sum = sum ? ex_add(e->ctx, sum, m) : m;
+    }
+    ex_tensor *avg = ranks > 1 ? ex_scale(e->ctx, sum, 1.0f / (float)ranks) : sum;
+    return ex__bn_finish(e->ctx, avg, rm, rv, ex_tensor_numel(x) / ex_tensor_dim(x, 1),
+                         (float)e->c->fp[0], (float)e->c->fp[1]);
+}
+
+/* BN_APPLY of x with stats (and gamma, beta when given), as ex_batch_norm builds it. */
+static ex_tensor *bn_apply_node(env *e, ex_tensor *x, ex_tensor *stats, ex_tensor *gamma,
+                                ex_tensor *beta)
+{
+    ex_tensor *a[4] = {x, stats, gamma, beta};
+    ex_tensor *y = ex__node(e->ctx, EX_OP_BN_APPLY, EX_F32, 4, x->ne, gamma ? 4 : 2, a);
+    if (!ex__is_inert(y))
+        y->ip[0] = 1;
+    return y;
+}
+
+/* The ranks' parts of a tensor shaped like x, written into one. */
+static ex_tensor *gather_ranks(env *e, ex_tensor *x, ex_tensor *const *part, int ranks)
+{
+    ex_tensor *out = ex__unwritten(e->ctx, 4, x->ne);
+    for (int r = 0; r < ranks; r++)
+        ex_copy_into(e->ctx, part[r], rank_part(e, out, r, ranks));
+    return out;
+}
+
+#define MAX_RANKS 4
+
+/* roots as batch norm's (x, running mean, running var [, gamma, beta]); ip2 = R: each
+ * rank's part of x normalized with the statistics of the whole batch */
+static ex_tensor *b_sync_bn(env *e, ex_tensor *const *x)
+{
+    int ranks = e->c->ip[2];
+    bool affine = e->c->nr > 3;
+    ex_tensor *stats = sync_stats(e, x[0], x[1], x[2], ranks), *y[MAX_RANKS];
+    for (int r = 0; r < ranks; r++)
+        y[r] = bn_apply_node(e, rank_part(e, x[0], r, ranks), stats, affine ? x[3] : NULL,
+                             affine ? x[4] : NULL);
+    return gather_ranks(e, x[0], y, ranks);
+}
+
+/* roots x, running mean, running var, dy [, gamma]; ip1 = the backward reads x-hat (the
+ * output of an affine-free apply) instead of x; ip2 = R: each rank's dx from its own
+ * BN_BWD_REDUCE summed over the ranks (the all-reduce) and BN_BWD_DATA over R ranks */
+static ex_tensor *b_sync_bn_bwd(env *e, ex_tensor *const *x)
+{
+    int ranks = e->c->ip[2];
+    bool xhat = e->c->ip[1] != 0;
+    ex_tensor *gamma = e->c->nr > 4 ? x[4] : NULL;
+    ex_tensor *stats = sync_stats(e, x[0], x[1], x[2], ranks), *xs[MAX_RANKS], *dy[MAX_RANKS];
+    ex_tensor *red = NULL, *dx[MAX_RANKS];
+    for (int r = 0; r < ranks; r++) {
+        ex_tensor *xr = rank_part(e, x[0], r, ranks);
+        xs[r] = xhat ? bn_apply_node(e, xr, stats, NULL, NULL) : xr;
+        dy[r] = rank_part(e, x[3], r, ranks);
+        ex_tensor *p = ex__bn_bwd_reduce(e->ctx, xs[r], stats, dy[r], xhat);
+        red = red ? ex_add(e->ctx, red, p) : p;
+    }
+    for (int r = 0; r < ranks; r++)
+        dx[r] = ex__bn_bwd_data(e->ctx, xs[r], stats, dy[r], red, gamma, xhat, ranks);
+    return gather_ranks(e, x[0], dx, ranks);
+}
+static void r_sync_bn_bwd(const env *e, double *y)
+{
+    ref_bn_grad(e->od[0], e->one[0], e->c->nr > 4 ? e->od[4] : NULL, e->od[3], bn_eps(e), y);
+}
+
+#define MOMENTS(nm, xspec, ...)                                                                    \
+    {                                                                                              \
+        CASE(nm, EX_OP_BN_STATS, b_bn_moments, r_bn_moments, 3),                                   \
+            .r = {{IN("x"), UNPAREN xspec}, __VA_ARGS__}, .after = a_bn_untouched,                 \
+            .flags = F_SYNC_BN                                                                     \
+    }
+#define RSTATS_C(c)                                                                                \
+    {STATE("running_mean"), SHAPE(c), UNI(-0.5, 0.5)},                                             \
+    {                                                                                              \
+        STATE("running_var"), SHAPE(c), UNI(0.5, 2)                                                \
+    }
+/* the moments' fields in parentheses; count; whether channel 0's variance is below 0 */
+#define FINISH(nm, mspec, c, count, neg)                                                           \
+    {                                                                                              \
+        CASE(nm, EX_OP_BN_STATS, b_bn_finish, r_bn_finish, 3),                                     \
+            .r = {{IN("moments"), UNPAREN mspec}, RSTATS_C(c)}, .ip = {0, 0, count, neg},          \
+            .fp = {1e-5, 0.1}, .init = i_bn_finish, .after = a_bn_finish, .flags = F_SYNC_BN       \
+    }
+/* x's and dy's fields in parentheses (one shape, C = 5), x-hat, R, then gamma if any */
+#define BWD_R(nm, xhat, ranks, nr, xspec, dyspec, ...)                                             \
+    {                                                                                              \
+        CASE(nm, EX_OP_BN_BWD_DATA, b_bn_bwd_data_r, r_bn_bwd_data_r, nr),                         \
+            .r = {{IN("x"), UNPAREN xspec},                                                        \
+                  {IN("stats"), SHAPE(2, 5), UNI(0.5, 1.5)},                                       \
+                  {IN("dy"), UNPAREN dyspec},                                                      \
+                  {IN("red"), SHAPE(2, 5), UNI(-30, 30)},                                          \
+                  __VA_ARGS__},                                                                    \
+            .ip = {1, xhat, ranks}, .flags = F_SYNC_BN                                             \
+    }
+#define GAMMA5                                                                                     \
+    {                                                                                              \
+        IN("gamma"), SHAPE(5), UNI(0.5, 1.5)                                                       \
+    }
+#define SYNC(nm, ranks, nr, xspec, ...)                                                            \
+    {                                                                                              \
+        CASE(nm, EX_OP_BN_STATS, b_sync_bn, r_bn, nr),                                             \
+            .r = {{IN("x"), UNPAREN xspec}, RSTATS, __VA_ARGS__}, .ip = {1, 0, ranks},             \
+            .fp = {1e-5, 0.1}, .after = a_bn, .flags = F_SYNC_BN                                   \
+    }
+#define SYNC_BWD(nm, xhat, ranks, nr, xspec, dyspec, ...)                                          \
+    {                                                                                              \
+        CASE(nm, EX_OP_BN_BWD_DATA, b_sync_bn_bwd, r_sync_bn_bwd, nr),                             \
+            .r = {{IN("x"), UNPAREN xspec}, RSTATS, {IN("dy"), UNPAREN dyspec}, __VA_ARGS__},      \
+            .ip = {1, xhat, ranks}, .fp = {1e-5, 0.1}, .flags = F_SYNC_BN                          \
+    }
+
+static const tcase sync_bn_cases[] = {
+    MOMENTS("bn moments", X3579, RSTATS),
+    MOMENTS("bn moments of a channel slice", (SHAPE(3, 8, 7, 9), UNI(-1, 3), SLICE(1, 2, 5)),
+            RSTATS),
+    MOMENTS("bn moments of a transposed view", (SHAPE(3, 5, 11, 7), UNI(-1, 3), TRANS(2, 3)),
+            RSTATS),
+    /* one value per channel: its variance is 0, its mean of squares the value squared */
+    MOMENTS("bn moments, M = 1", (SHAPE(1, 5, 1, 1), UNI(-1, 3)), RSTATS),
+    /* a mean far from 0 against a unit variance: the variance is the careful one */
+    MOMENTS("bn moments, mean 40", (SHAPE(3, 5, 7, 9), UNI(39, 41)), RSTATS),
+    /* several segments of a channel (Vulkan: 2048 each), and more than 128 of them */
+    MOMENTS("bn moments, M = 4608", (SHAPE(2, 5, 48, 48), UNI(-1, 3)), RSTATS),
+    MOMENTS("bn moments, M = 270336", (SHAPE(64, 1, 64, 66), UNI(-1, 3)), RSTATS_C(1)),
+    /* more channels than Vulkan's one-pass tickets (two dispatches) */
+    MOMENTS("bn moments, 300 channels", (SHAPE(2, 300, 3, 3), UNI(-1, 3)), RSTATS_C(300)),
+    FINISH("bn finish", (SHAPE(2, 5), UNI(-1, 3)), 5, 189, 0),
+    FINISH("bn finish of a transposed view, a variance below 0",
+           (SHAPE(7, 2), UNI(-1, 3), TRANS(0, 1)), 7, 2, 1),
+    FINISH("bn finish of a row slice, M = 100000", (SHAPE(3, 9), UNI(-1, 3), SLICE(0, 1, 2)), 9,
+           100000, 0),
+    /* mean^2 far above the variance: E[x^2] - mean^2 must not lose it (f32 shaders) */
+    FINISH("bn finish, mean 200", (SHAPE(2, 5), UNI(150, 250)), 5, 4000, 0),
+    FINISH("bn finish, 300 channels", (SHAPE(2, 300), UNI(-1, 3)), 300, 18, 1),
+    BWD_R("bn_bwd_data over 3 ranks, affine", 0, 3, 5, X3579, (SHAPE(3, 5, 7, 9), UNI(-1, 1)),
+          GAMMA5),
+    BWD_R("bn_bwd_data of x-hat over 2 ranks", 1, 2, 4, X3579, (SHAPE(3, 5, 7, 9), UNI(-1, 1)),
+          {0}),
+    BWD_R("bn_bwd_data over 1 rank", 0, 1, 4, X3579, (SHAPE(3, 5, 7, 9), UNI(-1, 1)), {0}),
+    BWD_R("bn_bwd_data over 4 ranks, transposed views", 0, 4, 5,
+          (SHAPE(3, 5, 11, 7), UNI(-1, 3), TRANS(2, 3)),
+          (SHAPE(3, 5, 11, 7), UNI(-1, 1), TRANS(2, 3)), GAMMA5),
+    BWD_R("bn_bwd_data of x-hat over 8 ranks, channel slices", 1, 8, 4,
+          (SHAPE(3, 8, 6, 10), UNI(-1, 3), SLICE(1, 2, 5)),
+          (SHAPE(3, 9, 6, 10), UNI(-1, 1), SLICE(1, 4, 5)), {0}),
+    BWD_R("bn_bwd_data over 2 ranks, 14x14 planes", 0, 2, 5, (SHAPE(4, 5, 14, 14), UNI(-1, 3)),
+          (SHAPE(4, 5, 14, 14), UNI(-1, 1)), GAMMA5),
+    /* the forms assembled: R = 1 is batch norm's training form; R = 3 ranks of 2 samples
+     * normalize as batch norm over the 6 */
+    SYNC("sync batch norm, 1 rank, affine", 1, 5, X3579, AFFINE),
+    SYNC("sync batch norm, 3 ranks", 3, 3, (SHAPE(6, 5, 7, 9), UNI(-1, 3)), {0}),
+    SYNC("sync batch norm, 2 ranks of a channel slice, affine", 2, 5,
+         (SHAPE(4, 8, 7, 9), UNI(-1, 3), SLICE(1, 2, 5)), AFFINE),
+    SYNC("sync batch norm, 4 ranks of a transposed view", 4, 3,
+         (SHAPE(4, 5, 11, 7), UNI(-1, 3), TRANS(2, 3)), {0}),
+    SYNC("sync batch norm, 2 ranks, M = 4608", 2, 3, (SHAPE(2, 5, 48, 48), UNI(-1, 3)), {0}),
+    SYNC_BWD("sync batch norm backward, 3 ranks, affine", 0, 3, 5, (SHAPE(6, 5, 7, 9), UNI(-1, 3)),
+             (SHAPE(6, 5, 7, 9), UNI(-1, 1)), GAMMA5),
+    SYNC_BWD("sync batch norm backward of x-hat, 2 ranks", 1, 2, 4, (SHAPE(4, 5, 7, 9), UNI(-1, 3)),
+             (SHAPE(4, 5, 7, 9), UNI(-1, 1)), {0}),
+    SYNC_BWD("sync batch norm backward, 4 ranks of transposed views", 0, 4, 4,
+             (SHAPE(4, 5, 11, 7), UNI(-1, 3), TRANS(2, 3)),
+             (SHAPE(4, 5, 11, 7), UNI(-1, 1), TRANS(2, 3)), {0}),
+};
+
 void family_batchnorm(void **state)
 {
     run_table(*state, bn_cases, sizeof bn_cases / sizeof *bn_cases);
+}
+
+void family_sync_batchnorm(void **state)
+{
+    run_table(*state, sync_bn_cases, sizeof sync_bn_cases / sizeof *sync_bn_cases);
 }

@@ -140,7 +140,10 @@ struct tcase {
 /** tcase.flags */
 enum {
     F_NORERUN = 1, /* a second run legitimately differs (optimizer steps): skip that check */
-    F_PROFILE = 2  /* profiled runs: GPU backends launch node by node, so no node pairs */
+    F_PROFILE = 2, /* profiled runs: GPU backends launch node by node, so no node pairs */
+    F_SYNC_BN = 4  /* a synchronized batch norm's node forms, which CUDA does not implement
+                      yet: there the case must be refused with EX_ERR_UNSUPPORTED and a
+                      message saying so (docs/cuda.md), and nothing else */
 };
 
 /** A running case. */
@@ -217,6 +220,8 @@ void family_conv(void **state);
 void family_gemm(void **state);
 void family_pool(void **state);
 void family_batchnorm(void **state);
+/** A synchronized batch norm's node forms, alone and assembled over ranks (CUDA: refused). */
+void family_sync_batchnorm(void **state);
 void family_nas(void **state);
 void family_random(void **state);
 /** The quantized inference ops, bit for bit against an integer reference. */
@@ -228,6 +233,9 @@ void family_optim(void **state);
 void conv_flag_errors(void **state);
 /** Batch norm's backward nodes with a bad ip1 (x-hat flag) fail alone, with a message. */
 void bn_flag_errors(void **state);
+/** A synchronized batch norm's node forms (BN_STATS ip1, BN_BWD_DATA ip2), well formed and
+ *  malformed, given to the backend directly (CUDA: the well-formed ones refused). */
+void bn_sync_flag_errors(void **state);
 /** Clipped and plain SGD nodes, well formed and malformed, given to the backend directly. */
 void sgd_clip_node_errors(void **state);
 

@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "core/philox.h"
 
@@ -364,6 +365,63 @@ void ref_bn_running_update(const double *mean, const double *var, int64_t c, int
         run_var[ch] =
             (1 - momentum) * run_var[ch] + momentum * var[ch] * (double)m / (double)(m - 1);
     }
+}
+
+void ref_bn_moments(const double *x, const int64_t xne[4], double *out)
+{
+    int64_t c = xne[1];
+    for (int64_t ch = 0; ch < c; ch++) {
+        double mean, var;
+        channel_stats(x, xne, ch, &mean, &var);
+        out[ch] = mean;
+        out[c + ch] = var + mean * mean;
+    }
+}
+
+void ref_bn_finish(const double *moments, int64_t c, double eps, double *out, double *var)
+{
+    for (int64_t ch = 0; ch < c; ch++) {
+        double mean = moments[ch], v = moments[c + ch] - mean * mean;
+        var[ch] = v > 0 ? v : 0;
+        out[ch] = mean;
+        out[c + ch] = 1 / sqrt(var[ch] + eps);
+    }
+}
+
+void ref_bn_bwd_data(const double *xs, const int64_t xne[4], const double *stats, const double *dy,
+                     const double *red, const double *gamma, int xhat, double m, double *dx)
+{
+    int64_t n = xne[0], c = xne[1], hw = xne[2] * xne[3];
+    for (int64_t ch = 0; ch < c; ch++) {
+        double mean = stats[ch], inv = stats[c + ch], g = gamma ? gamma[ch] : 1;
+        for (int64_t b = 0; b < n; b++)
+            for (int64_t k = 0; k < hw; k++) {
+                int64_t i = (b * c + ch) * hw + k;
+                double xh = xhat ? xs[i] : (xs[i] - mean) * inv;
+                dx[i] = g * inv * (dy[i] - red[c + ch] / m - xh * red[ch] / m);
+            }
+    }
+}
+
+void ref_bn_grad(const double *x, const int64_t xne[4], const double *gamma, const double *dy,
+                 double eps, double *dx)
+{
+    int64_t n = xne[0], c = xne[1], hw = xne[2] * xne[3];
+    double *stats = calloc((size_t)(4 * c), sizeof *stats), *red = stats + 2 * c;
+    for (int64_t ch = 0; ch < c; ch++) {
+        double mean, var;
+        channel_stats(x, xne, ch, &mean, &var);
+        stats[ch] = mean;
+        stats[c + ch] = 1 / sqrt(var + eps);
+        for (int64_t b = 0; b < n; b++)
+            for (int64_t k = 0; k < hw; k++) {
+                int64_t i = (b * c + ch) * hw + k;
+                red[ch] += dy[i] * (x[i] - mean) * stats[c + ch];
+                red[c + ch] += dy[i];
+            }
+    }
+    ref_bn_bwd_data(x, xne, stats, dy, red, gamma, 0, (double)(n * hw), dx);
+    free(stats);
 }
 
 /* ---- NAS ---- */

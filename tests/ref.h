@@ -91,6 +91,22 @@ void ref_batch_norm(const double *x, const int64_t xne[4], const double *gamma, 
 void ref_bn_running_update(const double *mean, const double *var, int64_t c, int64_t m,
                            double momentum, double *run_mean, double *run_var);
 
+/** A synchronized batch norm's local moments (BN_STATS, ip1 = 1): out [2, C], row 0 the
+ *  batch mean of each channel, row 1 its mean of squares (biased variance + mean^2). */
+void ref_bn_moments(const double *x, const int64_t xne[4], double *out);
+/** Its finish (BN_STATS, ip1 = 2) from moments [2, C]: out [2, C], row 0 the mean, row 1
+ *  1 / sqrt(var + eps) with var = max(E[x^2] - mean^2, 0), which var ([C]) returns. */
+void ref_bn_finish(const double *moments, int64_t c, double eps, double *out, double *var);
+/** BN_BWD_DATA in training over a count of m values per channel: dx = g invstd (dy -
+ *  red1 / m - xhat red0 / m), xhat = xs (xhat set) or (xs - mean) invstd; gamma may be
+ *  NULL. stats and red are [2, C]. */
+void ref_bn_bwd_data(const double *xs, const int64_t xne[4], const double *stats, const double *dy,
+                     const double *red, const double *gamma, int xhat, double m, double *dx);
+/** The gradient of a training batch norm over the whole batch x: dx for the output
+ *  gradient dy (gamma may be NULL). */
+void ref_bn_grad(const double *x, const int64_t xne[4], const double *gamma, const double *dy,
+                 double eps, double *dx);
+
 /* ---- NAS ---- */
 
 /** y = sum_j [mask[idx j] != 0] w[idx j] x_j over numel elements; inactive x_j are never
