@@ -351,8 +351,18 @@ __global__ void bn_stats_eval_kernel(bn_args a, const float *gate)
 
 CU_OP(bn_stats)
 {
+    char why[256];
+    int form;
+    int64_t c;
+    ex_status st = ex_td_bn_stats_check(n, &form, &c, why, sizeof why);
+    if (st != EX_OK)
+        return cu_fail(e, st, "bn_stats: %s", why);
+    if (form != EX_BN_STATS_PLAIN)
+        return cu_fail(e, EX_ERR_UNSUPPORTED,
+                       "bn_stats: the synchronized (data-parallel) forms ip1 = 1/2 are not "
+                       "implemented on CUDA yet");
     bn_geom g = {};
-    ex_status st = bn_begin(e, n, 3, 3, "bn_stats", &g);
+    st = bn_begin(e, n, 3, 3, "bn_stats", &g);
     if (st == EX_OK)
         st = bn_check_c(e, &n->src[1], 1, g.c, "bn_stats", "running_mean");
     if (st == EX_OK)
@@ -362,10 +372,6 @@ CU_OP(bn_stats)
     if (st != EX_OK)
         return st;
     int train = n->ip[0] != 0;
-    if (train && g.m < 2)
-        return cu_fail(e, EX_ERR_SHAPE,
-                       "bn_stats: training needs more than one value per channel (N*H*W = %lld)",
-                       (long long)g.m);
     bn_args a = {};
     a.g = g;
     a.x = cu_t4_of(&n->src[0]);
@@ -525,6 +531,13 @@ CU_OP(bn_bwd_data)
         st = bn_check_4d(e, &n->dst, &n->src[0], "bn_bwd_data", "dst");
     if (st == EX_OK && ex_td_bn_xhat(n) < 0)
         st = cu_fail(e, EX_ERR_ARG, "bn_bwd_data: " EX_TD_BN_XHAT_MSG, n->ip[1]);
+    if (st == EX_OK && ex_td_bn_ranks(n) < 0)
+        st = cu_fail(e, EX_ERR_ARG, "bn_bwd_data: " EX_TD_BN_RANKS_MSG, n->ip[2]);
+    if (st == EX_OK && ex_td_bn_ranks(n) > 1)
+        st = cu_fail(e, EX_ERR_UNSUPPORTED,
+                     "bn_bwd_data: ip2 = %d >= 2 (the count of a synchronized, data-parallel "
+                     "batch norm over R ranks) is not implemented on CUDA yet",
+                     n->ip[2]);
     if (st != EX_OK || e->dry)
         return st;
     bn_args a = {};

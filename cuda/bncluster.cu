@@ -458,10 +458,12 @@ static int bnc_fits(const ex_tdesc *x, int cc_major)
            x->ne[0] * x->ne[2] * x->ne[3] >= 2;
 }
 
-/* Whether a is a training BN_STATS node of the usual form (3 sources). */
+/* Whether a is a training BN_STATS node of the usual form (3 sources; not a synchronized
+ * batch norm's moments or finish, ip1, which batchnorm.cu refuses). */
 static int bnc_stats_node(const ex_node_exec *a)
 {
-    return a->op == EX_OP_BN_STATS && a->nsrc == 3 && a->ip[0] != 0;
+    return a->op == EX_OP_BN_STATS && a->nsrc == 3 && a->ip[0] != 0 &&
+           a->ip[1] == EX_BN_STATS_PLAIN;
 }
 
 int cu_bn_pair(const ex_node_exec *a, const ex_node_exec *b, int cc_major)
@@ -474,7 +476,7 @@ int cu_bn_pair(const ex_node_exec *a, const ex_node_exec *b, int cc_major)
                same_desc(&b->src[1], &a->dst);
     if (a->op == EX_OP_BN_BWD_REDUCE && b->op == EX_OP_BN_BWD_DATA)
         return a->nsrc == 3 && (b->nsrc == 4 || b->nsrc == 5) && a->ip[1] == b->ip[1] &&
-               ex_td_bn_xhat(a) >= 0 && same_desc(&b->src[0], x) &&
+               ex_td_bn_xhat(a) >= 0 && ex_td_bn_ranks(b) == 1 && same_desc(&b->src[0], x) &&
                same_desc(&b->src[1], &a->src[1]) && same_desc(&b->src[2], &a->src[2]) &&
                same_desc(&b->src[3], &a->dst);
     return 0;
