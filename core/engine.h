@@ -129,15 +129,19 @@ bool ex__broadcast_shape(const ex_tensor *a, const ex_tensor *b, int *ndim, int6
 
 /* ---- synchronized (data-parallel) batch norm: the node forms (docs/ops.md) ----
  * The engine's data-parallel graph is built from these; the all-reduces between them are
- * not nodes of a backend. Each records the first error in ctx as every builder does. */
-/** BN_STATS, ip1 = 1: dst [2, C] = the local mean and mean of squares of x [N, C, H, W]
+ * not nodes of a backend. Mean and biased variance travel, not E[x^2], so that a mean far
+ * above the standard deviation loses nothing to cancellation (Chan's parallel variance).
+ * Each records the first error in ctx as every builder does. */
+/** BN_STATS, ip1 = 1: dst [2, C] = the local mean and biased variance of x [N, C, H, W]
  *  (the running statistics, f32 [C] state tensors, are sources but neither read nor
  *  written). */
 ex_tensor *ex__bn_moments(ex_ctx *ctx, ex_tensor *x, ex_tensor *running_mean,
                           ex_tensor *running_var);
-/** BN_STATS, ip1 = 2: dst [2, C] = mean and invstd from moments [2, C] (averaged over the
- *  ranks) and count, the global number of values per channel (>= 2); moves the running
- *  statistics as the training form does. */
+/** BN_STATS, ip1 = 2: dst [2, C] = mean and invstd = 1/sqrt(max(var, 0) + eps) from
+ *  moments [2, C], the group's mean and biased variance (the ranks' means averaged, and
+ *  their variances averaged plus the average of (mean_r - mean)^2), and count, the global
+ *  number of values per channel (>= 2); moves the running statistics as the training form
+ *  does. */
 ex_tensor *ex__bn_finish(ex_ctx *ctx, ex_tensor *moments, ex_tensor *running_mean,
                          ex_tensor *running_var, int64_t count, float eps, float momentum);
 /** BN_BWD_REDUCE in training: dst [2, C] = sums of dy * x-hat and of dy over the local

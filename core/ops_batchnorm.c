@@ -62,7 +62,11 @@ ex_tensor *ex_batch_norm(ex_ctx *ctx, ex_tensor *x, ex_tensor *gamma, ex_tensor 
     return y;
 }
 
-/* ---- synchronized (data-parallel) batch norm's node forms ---- */
+/* ---- synchronized (data-parallel) batch norm's node forms ----
+ * Each rank's moments node gives its mean and biased variance; the engine averages them
+ * over the R ranks (A), averages each rank's (mean_r - A0)^2 (S, element-wise ops in each
+ * rank's graph), and hands [A0; A1 + S], the group's mean and biased variance, to the
+ * finish (Chan's parallel variance: no E[x^2] - mean^2 cancellation anywhere). */
 
 /* t is f32 [rows, C] (rows 2) or [C] (rows 1); names what for the message of op. */
 static bool bn_rows(ex_ctx *ctx, const char *op, ex_tensor *t, int rows, int64_t c,
@@ -102,6 +106,7 @@ static bool bn_running(ex_ctx *ctx, const char *op, ex_tensor *rm, ex_tensor *rv
     return false;
 }
 
+/* BN_STATS ip1 = 1: dst [2, C] = x's mean and biased variance per channel. */
 ex_tensor *ex__bn_moments(ex_ctx *ctx, ex_tensor *x, ex_tensor *running_mean,
                           ex_tensor *running_var)
 {
@@ -120,6 +125,8 @@ ex_tensor *ex__bn_moments(ex_ctx *ctx, ex_tensor *x, ex_tensor *running_mean,
     return r;
 }
 
+/* BN_STATS ip1 = 2: dst [2, C] = mean and invstd from the group's mean and biased variance
+ * (moments), with the running statistics moved over count values. */
 ex_tensor *ex__bn_finish(ex_ctx *ctx, ex_tensor *moments, ex_tensor *running_mean,
                          ex_tensor *running_var, int64_t count, float eps, float momentum)
 {

@@ -172,8 +172,8 @@ static inline int ex_td_bn_xhat(const ex_node_exec *n)
 /** BN_STATS's forms (ip1, docs/ops.md). */
 enum {
     EX_BN_STATS_PLAIN = 0,   /**< training (ip0 = 1) or eval (ip0 = 0) statistics */
-    EX_BN_STATS_MOMENTS = 1, /**< a synchronized batch norm's local mean and E[x^2] */
-    EX_BN_STATS_FINISH = 2   /**< its statistics from the moments averaged over ranks */
+    EX_BN_STATS_MOMENTS = 1, /**< a synchronized batch norm's local mean and biased var */
+    EX_BN_STATS_FINISH = 2   /**< its statistics from the group's mean and biased var */
 };
 
 /** Whether t is an f32 [C] tensor (rows 1) or [2, C] one in a buffer. */
@@ -185,7 +185,8 @@ static inline bool ex_td_bn_vec_ok(const ex_tdesc *t, int rows, int64_t c)
 
 /** BN_STATS's node form, as every backend checks it (docs/ops.md): 3 sources; ip1 the form
  *  (EX_BN_STATS_*), the synchronized ones (1, 2) in training only (ip0 = 1); source 0 x, a
- *  4-d f32 tensor (forms 0 and 1), or the moments, f32 [2, C] (form 2); the running
+ *  4-d f32 tensor (forms 0 and 1), or the moments, f32 [2, C] (form 2: the group's mean
+ *  and biased variance, combined over the ranks by the engine); the running
  *  statistics f32 [C] and dst f32 [2, C]; more than one value per channel in training (form
  *  0: N*H*W >= 2; form 2: ip2, the global count, >= 2), at least one in form 1. EX_OK with
  *  the form in *form and C in *c, or the status to return with what is wrong written into
