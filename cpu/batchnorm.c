@@ -1,7 +1,7 @@
 /* Batch norm 2d on the CPU: statistics (with the running-statistics update), apply, and the
  * two backward passes; and the forms of a synchronized batch norm (docs/ops.md): the local
- * moments (BN_STATS, ip1 = 1) from the same sums as the statistics, their finish (ip1 = 2),
- * and backward-data over R ranks' count (ip2).
+ * mean and biased variance (BN_STATS, ip1 = 1) from the same sums as the statistics, the
+ * finish from the group's (ip1 = 2), and backward-data over R ranks' count (ip2).
  *
  * Per-channel sums end in double. The fast path computes one partial sum per (n, c) plane
  * in parallel, as float vector lanes over fixed chunks of a plane's contiguous runs added
@@ -230,16 +230,16 @@ static void bn_plane_moments(const bn_plane *x, int64_t h, int64_t w, double *s1
 }
 
 /** Writes channel c's result from its mean and biased variance over m values: the moments
- *  (ip1 = 1: mean and E[x^2] = var + mean^2, nothing else), or mean and invstd and, in
- *  training, the running statistics moved towards the batch's (the variance unbiased,
- *  PyTorch's convention). */
+ *  (ip1 = 1: the mean and the biased variance themselves, nothing else), or mean and invstd
+ *  and, in training, the running statistics moved towards the batch's (the variance
+ *  unbiased, PyTorch's convention). */
 static void bn_finish(const ex_node_exec *nd, int64_t m, int64_t c, double mean, double var)
 {
     int train = nd->ip[0] != 0;
     double eps = nd->fp[0], mom = nd->fp[1];
     bn_set(bn_row(&nd->dst, 0), c, (float)mean);
     if (nd->ip[1] == EX_BN_STATS_MOMENTS) {
-        bn_set(bn_row(&nd->dst, 1), c, (float)(var + mean * mean));
+        bn_set(bn_row(&nd->dst, 1), c, (float)var);
         return;
     }
     bn_set(bn_row(&nd->dst, 1), c, (float)(1.0 / sqrt(var + eps)));
@@ -356,13 +356,14 @@ static ex_status bn_stats_fast(const cpu_exec *e, const ex_node_exec *nd, const 
 }
 
 /** The finish of a synchronized batch norm (ip1 = 2): each channel's statistics from the
- *  moments averaged over the ranks, var = E[x^2] - mean^2 in double (0 where rounding takes
- *  it below; a NaN passes), over ip2 values. A pass over C values, the same on both paths. */
+ *  group's mean and biased variance (source 0, combined over the ranks by the engine), the
+ *  variance taken as 0 where below (a NaN passes), over ip2 values. A pass over C values,
+ *  the same on both paths. */
 static void bn_stats_from_moments(const ex_node_exec *nd, int64_t c)
 {
     bn_vec m0 = bn_row(&nd->src[0], 0), m1 = bn_row(&nd->src[0], 1);
     for (int64_t k = 0; k < c; k++) {
-        double mean = bn_get(m0, k), var = (double)bn_get(m1, k) - mean * mean;
+        double mean = bn_get(m0, k), var = bn_get(m1, k);
         bn_finish(nd, nd->ip[2], k, mean, var < 0.0 ? 0.0 : var);
     }
 }
