@@ -13,7 +13,7 @@
 // segment of a channel comes last (the channel's ticket counts them) finishes that channel
 // as the finishing pass would: the same sums in the same order, one dispatch, no barrier.
 // A synchronized batch norm's moments (BN_STATS ip1 = 1, pc.flag) take the statistics'
-// passes and store mean and E[x^2] = var + mean^2 instead; its finish (BN_FINISH) is a pass
+// passes and store the mean and biased variance instead; its finish (BN_FINISH) is a pass
 // over the channels, as eval's.
 #version 450
 #extension GL_GOOGLE_include_directive : require
@@ -145,7 +145,7 @@ void stats_out(uint ch, float mean, float var)
 {
     stf(pc.d, ch * pc.sv.y, mean);
     if (pc.flag != 0u) {
-        stf(pc.d, pc.sv.x + ch * pc.sv.y, var + mean * mean);
+        stf(pc.d, pc.sv.x + ch * pc.sv.y, var);
         return;
     }
     stf(pc.d, pc.sv.x + ch * pc.sv.y, 1.0 / sqrt(var + pc.eps));
@@ -192,21 +192,13 @@ void finish(uint ch, bool red)
     stats_out(ch, mean, m2 / float(pc.m));
 }
 
-// A synchronized batch norm's finish: channel ch's statistics from its mean and E[x^2]
-// averaged over the ranks, var = E[x^2] - mean^2 (0 where below; a NaN passes), over pc.m
-// values. mean^2 is taken exactly as p + q (Dekker's product by Veltkamp's split; precise:
-// each operation rounded on its own, none fused or reassociated), so that a mean far above
-// the standard deviation does not round the variance away in f32.
+// A synchronized batch norm's finish: channel ch's statistics from the group's mean and
+// biased variance (combined over the ranks by the engine; the variance 0 where below, a
+// NaN passes), over pc.m values.
 void finish_moments(uint ch)
 {
-    float mean = ldfu(pc.x, ch * pc.sy.y), ex2 = ldfu(pc.x, pc.sy.x + ch * pc.sy.y);
-    precise float t = 4097.0 * mean;
-    precise float hi = t - (t - mean);
-    precise float lo = mean - hi;
-    precise float p = mean * mean;
-    precise float q = (((hi * hi - p) + hi * lo) + hi * lo) + lo * lo;
-    precise float v = (ex2 - p) - q;
-    stats_out(ch, mean, v < 0.0 ? 0.0 : v);
+    float mean = ldfu(pc.x, ch * pc.sy.y), var = ldfu(pc.x, pc.sy.x + ch * pc.sy.y);
+    stats_out(ch, mean, var < 0.0 ? 0.0 : var);
 }
 
 void eval(uint ch)
