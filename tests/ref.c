@@ -374,14 +374,14 @@ void ref_bn_moments(const double *x, const int64_t xne[4], double *out)
         double mean, var;
         channel_stats(x, xne, ch, &mean, &var);
         out[ch] = mean;
-        out[c + ch] = var + mean * mean;
+        out[c + ch] = var;
     }
 }
 
 void ref_bn_finish(const double *moments, int64_t c, double eps, double *out, double *var)
 {
     for (int64_t ch = 0; ch < c; ch++) {
-        double mean = moments[ch], v = moments[c + ch] - mean * mean;
+        double mean = moments[ch], v = moments[c + ch];
         var[ch] = v > 0 ? v : 0;
         out[ch] = mean;
         out[c + ch] = 1 / sqrt(var[ch] + eps);

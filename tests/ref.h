@@ -92,10 +92,11 @@ void ref_bn_running_update(const double *mean, const double *var, int64_t c, int
                            double momentum, double *run_mean, double *run_var);
 
 /** A synchronized batch norm's local moments (BN_STATS, ip1 = 1): out [2, C], row 0 the
- *  batch mean of each channel, row 1 its mean of squares (biased variance + mean^2). */
+ *  batch mean of each channel, row 1 its biased variance. */
 void ref_bn_moments(const double *x, const int64_t xne[4], double *out);
-/** Its finish (BN_STATS, ip1 = 2) from moments [2, C]: out [2, C], row 0 the mean, row 1
- *  1 / sqrt(var + eps) with var = max(E[x^2] - mean^2, 0), which var ([C]) returns. */
+/** Its finish (BN_STATS, ip1 = 2) from moments [2, C], the group's mean and biased
+ *  variance: out [2, C], row 0 the mean, row 1 1 / sqrt(var + eps) with var = max(row 1,
+ *  0), which var ([C]) returns. */
 void ref_bn_finish(const double *moments, int64_t c, double eps, double *out, double *var);
 /** BN_BWD_DATA in training over a count of m values per channel: dx = g invstd (dy -
  *  red1 / m - xhat red0 / m), xhat = xs (xhat set) or (xs - mean) invstd; gamma may be
