@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/engine.h"
+#include "core/tdesc.h"
 
 /* A backward node shaped like `like`, carrying the forward node's parameters. */
 static ex_tensor *bnode(ex_ctx *ctx, ex_op op, const ex_tensor *fwd, const ex_tensor *like, int n,
@@ -62,19 +63,27 @@ static void linear_rule(ex_ctx *ctx, ex_tensor *t, ex_tensor *g, ex_grad_sink gi
 
 /* Without gamma and beta the output is x̂ itself: both passes read it (ip1 = 1) instead of
  * x, so that x dies after the forward pass. DARTS' candidate batch norms are affine-free,
- * and this halves what a convolution and its batch norm keep for the backward pass. */
+ * and this halves what a convolution and its batch norm keep for the backward pass.
+ * Statistics synchronized over R ranks (BN_STATS ip1 = 2) make dx depend on the whole
+ * group: its reductions are summed over the ranks and divided by the group's count
+ * (BN_BWD_DATA ip2 = R). gamma's and beta's gradients keep the rank's own reductions: the
+ * weight gradients' average over the ranks then gives the whole batch's. */
 static void bn_rule(ex_ctx *ctx, ex_tensor *t, ex_tensor *g, ex_grad_sink give, void *u)
 {
     ex_tensor *x = t->src[0], *stats = t->src[1];
     bool affine = t->nsrc == 4;
+    bool synced = stats->op == EX_OP_BN_STATS && stats->ip[1] == EX_BN_STATS_FINISH;
     ex_tensor *xs = affine ? x : t;
     ex_tensor *r[3] = {xs, stats, g};
     int64_t c = x->ne[1], ne2[2] = {2, c};
     ex_tensor *red = ex__node(ctx, EX_OP_BN_BWD_REDUCE, EX_F32, 2, ne2, 3, r);
-    ex_tensor *d[5] = {xs, stats, g, red, affine ? t->src[2] : NULL};
+    ex_tensor *group = synced ? ex_allreduce(ctx, red, 1.0f) : red;
+    ex_tensor *d[5] = {xs, stats, g, group, affine ? t->src[2] : NULL};
     ex_tensor *dx = bnode(ctx, EX_OP_BN_BWD_DATA, t, x, affine ? 5 : 4, d);
-    if (!ex__is_inert(red) && !ex__is_inert(dx))
+    if (!ex__is_inert(red) && !ex__is_inert(dx)) {
         red->ip[1] = dx->ip[1] = !affine;
+        dx->ip[2] = synced ? ctx->ranks : 0;
+    }
     give(ctx, x, dx, u);
     if (affine) {
         give(ctx, t->src[2], ex_reshape(ctx, ex_slice(ctx, red, 0, 0, 1), 1, &c), u);

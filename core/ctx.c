@@ -33,6 +33,7 @@ ex_ctx *ex_ctx_new(void)
     if (!ctx)
         return NULL;
     ctx->tag[0] = ctx->tag[1] = ctx->tag[2] = -1;
+    ctx->ranks = 1;
     ex_tensor *in = &ctx->inert;
     in->id = -1;
     in->kind = EX_K_INERT;
@@ -81,6 +82,17 @@ void ex_ctx_set_seed(ex_ctx *ctx, uint64_t seed)
 {
     if (ctx)
         ctx->seed = seed;
+}
+
+void ex_ctx_set_ranks(ex_ctx *ctx, int ranks)
+{
+    if (!ctx)
+        return;
+    if (ranks < 1) {
+        ex__fail(ctx, EX_ERR_ARG, "set_ranks: %d ranks (at least 1)", ranks);
+        return;
+    }
+    ctx->ranks = ranks;
 }
 
 void ex_ctx_set_tag(ex_ctx *ctx, int cell, int edge, int candidate)

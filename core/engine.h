@@ -10,6 +10,7 @@
 
 #include "core/backend_iface.h"
 #include "exapt/backend.h"
+#include "exapt/comm.h"
 #include "exapt/ctx.h"
 #include "exapt/graph.h"
 #include "exapt/ops.h"
@@ -75,6 +76,7 @@ struct ex_ctx {
     int64_t ngrads;
     bool in_backward; /* backward nodes: tag and gate come from the forward node */
     bool recompute;   /* ex_graph_set_recompute */
+    int ranks;        /* ex_ctx_set_ranks: the data-parallel group the graph is built for */
     ex_alloc_hook hook;
     ex_tensor inert;
 };

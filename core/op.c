@@ -174,6 +174,7 @@ static const ex_op_info table[] = {
     E(EX_OP_QAVG_POOL, "qavg_pool", 0.0, false, false, f_pool),
     E(EX_OP_QGLOBAL_AVG_POOL, "qglobal_avg_pool", 0.0, false, false, f_src0),
     E(EX_OP_PWCONV_BN, "pwconv_bn", 1e-9, false, false, f_pw),
+    E(EX_OP_ALLREDUCE, "allreduce", 1e-12, false, false, f_out1),
 };
 static_assert(sizeof table / sizeof table[0] == EX_OP_COUNT, "one op table entry per ex_op");
 

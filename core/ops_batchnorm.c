@@ -1,5 +1,7 @@
 /* Builders of batch norm: a statistics node, then an apply node; and the node forms of a
  * synchronized (data-parallel) batch norm, which the engine assembles around its all-reduces. */
+#include <stdint.h>
+
 #include "core/engine.h"
 
 #define INERT(ctx) ((ctx) ? &(ctx)->inert : NULL)
@@ -13,6 +15,27 @@ static bool vec_c(ex_ctx *ctx, ex_tensor *t, int64_t c, const char *what, const 
              "batch_norm: %s %s (%s) must be f32 [C] for x %s", what, ex__shape(t, st),
              ex_dtype_name(t->dtype), ex__shape(x, sx));
     return false;
+}
+
+/* Training statistics over a group of ranks, by Chan's parallel variance: each rank's mean
+ * and variance (BN_STATS ip1 = 1) averaged over the group, plus the group's average of
+ * (rank mean - group mean)^2, give the group's variance without the cancellation of
+ * E[x^2] - mean^2; the finish (ip1 = 2) turns them into the statistics and the running
+ * update of the group's M values per channel. */
+static ex_tensor *bn_stats_synced(ex_ctx *ctx, ex_tensor *const s[3], float eps, float momentum)
+{
+    ex_tensor *x = s[0];
+    int64_t c = x->ne[1], ne[2] = {2, c}, m = x->ne[0] * x->ne[2] * x->ne[3] * ctx->ranks;
+    float share = 1.0f / (float)ctx->ranks;
+    ex_tensor *local = ex__bn_moments(ctx, x, s[1], s[2]);
+    ex_tensor *group = ex_allreduce(ctx, local, share);
+    ex_tensor *mean = ex_slice(ctx, group, 0, 0, 1);
+    ex_tensor *d = ex_sub(ctx, ex_slice(ctx, local, 0, 0, 1), mean);
+    ex_tensor *spread = ex_allreduce(ctx, ex_mul(ctx, d, d), share);
+    ex_tensor *both = ex__unwritten(ctx, 2, ne);
+    ex_copy_into(ctx, mean, ex_slice(ctx, both, 0, 0, 1));
+    ex__add_into(ctx, ex_slice(ctx, group, 0, 1, 1), spread, ex_slice(ctx, both, 0, 1, 1));
+    return ex__bn_finish(ctx, both, s[1], s[2], m, eps, momentum);
 }
 
 ex_tensor *ex_batch_norm(ex_ctx *ctx, ex_tensor *x, ex_tensor *gamma, ex_tensor *beta,
@@ -43,18 +66,25 @@ ex_tensor *ex_batch_norm(ex_ctx *ctx, ex_tensor *x, ex_tensor *gamma, ex_tensor 
     if (!(eps > 0.0f) || !(momentum >= 0.0f && momentum <= 1.0f))
         return ex__fail(ctx, EX_ERR_ARG, "batch_norm: eps %g must be > 0, momentum %g in [0, 1]",
                         (double)eps, (double)momentum);
-    if (train && x->ne[0] * x->ne[2] * x->ne[3] < 2)
+    if (train && x->ne[0] * x->ne[2] * x->ne[3] * ctx->ranks < 2)
         return ex__fail(ctx, EX_ERR_SHAPE,
                         "batch_norm: training needs more than one value per "
-                        "channel, x is %s",
-                        ex__shape(x, sx));
+                        "channel, x is %s on %d rank(s)",
+                        ex__shape(x, sx), ctx->ranks);
     int64_t ne[2] = {2, c};
-    ex_tensor *stats = ex__node(ctx, EX_OP_BN_STATS, EX_F32, 2, ne, 3, s);
+    ex_tensor *stats;
+    if (train && ctx->ranks > 1) {
+        stats = bn_stats_synced(ctx, s, eps, momentum);
+    } else {
+        stats = ex__node(ctx, EX_OP_BN_STATS, EX_F32, 2, ne, 3, s);
+        if (!ex__is_inert(stats)) {
+            stats->ip[0] = train;
+            stats->fp[0] = eps;
+            stats->fp[1] = momentum;
+        }
+    }
     if (ex__is_inert(stats))
         return stats;
-    stats->ip[0] = train;
-    stats->fp[0] = eps;
-    stats->fp[1] = momentum;
     ex_tensor *a[4] = {x, stats, gamma, beta};
     ex_tensor *y = ex__node(ctx, EX_OP_BN_APPLY, EX_F32, 4, x->ne, gamma ? 4 : 2, a);
     if (!ex__is_inert(y))

@@ -37,6 +37,7 @@ struct ex_plan {
     int64_t *stage_count;
     int nstages;
     ex_plan_stats stats;
+    ex_comm comm; /* ex_plan_set_comm (size 0: none, a group of one) */
     char error[512];
 };
 

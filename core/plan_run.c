@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "core/plan.h"
 
 #define NAN_PATTERN 0x7FC00000u
@@ -11,6 +12,112 @@ static bool ctx_alloc_fails(void *ctx)
     return ex__alloc_fails(ctx);
 }
 
+/* Element span [lo, hi] of a strided tensor relative to its element 0. */
+static void span(int ndim, const int64_t *ne, const int64_t *st, int64_t *lo, int64_t *hi)
+{
+    *lo = *hi = 0;
+    for (int d = 0; d < ndim; d++) {
+        int64_t s = (ne[d] - 1) * st[d];
+        if (s < 0)
+            *lo += s;
+        else
+            *hi += s;
+    }
+}
+
+static int64_t element_offset(int ndim, const int64_t *ne, const int64_t *st, int64_t i)
+{
+    int64_t off = 0;
+    for (int d = ndim - 1; d >= 0; d--) {
+        off += (i % ne[d]) * st[d];
+        i /= ne[d];
+    }
+    return off;
+}
+
+static int64_t desc_numel(const ex_tdesc *d)
+{
+    int64_t n = 1;
+    for (int i = 0; i < d->ndim; i++)
+        n *= d->ne[i];
+    return n;
+}
+
+/* Moves the elements of d (any strides) between the device and the contiguous host array
+ * host: the span moves whole, elements are gathered or scattered on the host. */
+static ex_status strided(ex_plan *p, const ex_tdesc *d, void *host, bool write)
+{
+    int64_t lo, hi;
+    span(d->ndim, d->ne, d->st, &lo, &hi);
+    size_t es = (size_t)ex_dtype_size(d->dtype);
+    uint64_t start = d->offset + (uint64_t)(lo * (int64_t)es); /* lo <= 0 */
+    size_t n = (size_t)(hi - lo + 1) * es;
+    char *tmp = ex__malloc(p->ctx, n);
+    if (!tmp)
+        return ex__plan_fail(p, EX_ERR_NOMEM, "transfer: out of host memory");
+    ex_status st = p->f->download(p->impl, d->buf, start, tmp, n);
+    int64_t count = desc_numel(d);
+    for (int64_t i = 0; st == EX_OK && i < count; i++) {
+        char *el = tmp + (size_t)(element_offset(d->ndim, d->ne, d->st, i) - lo) * es;
+        if (write)
+            memcpy(el, (char *)host + (size_t)i * es, es);
+        else
+            memcpy((char *)host + (size_t)i * es, el, es);
+    }
+    if (st == EX_OK && write)
+        st = p->f->upload(p->impl, d->buf, start, tmp, n);
+    free(tmp);
+    if (st != EX_OK)
+        return ex__plan_fail(p, st, "transfer: %s", p->f->error(p->impl));
+    return EX_OK;
+}
+
+/* An ALLREDUCE node, host-staged: its source down to the host (after the work queued
+ * before it), summed over the communicator's ranks, scaled, and up into its output. */
+static ex_status allreduce_node(ex_plan *p, int64_t i)
+{
+    const ex_node_exec *n = &p->nodes[i];
+    int ranks = p->comm.size ? p->comm.size : 1;
+    if (n->ip[0] != ranks)
+        return ex__plan_fail(p, EX_ERR_STATE,
+                             "run: allreduce: the graph was built for %d rank(s), the plan's "
+                             "communicator has %d (ex_ctx_set_ranks, ex_plan_set_comm)",
+                             n->ip[0], ranks);
+    double t0 = ex__clock_ms();
+    int64_t count = desc_numel(&n->src[0]);
+    float *v = ex__malloc(p->ctx, (size_t)count * sizeof *v + 1);
+    if (!v)
+        return ex__plan_fail(p, EX_ERR_NOMEM, "run: allreduce: out of host memory");
+    ex_status st = strided(p, &n->src[0], v, false);
+    char msg[256] = "";
+    if (st == EX_OK && ranks > 1 &&
+        (st = p->comm.allreduce_sum(p->comm.user, v, (size_t)count, msg, sizeof msg)) != EX_OK)
+        ex__plan_fail(p, st, "run: allreduce over %d ranks: %s", ranks,
+                      msg[0] ? msg : "the communicator gave no reason");
+    for (int64_t k = 0; st == EX_OK && k < count; k++)
+        v[k] *= n->fp[0];
+    if (st == EX_OK)
+        st = strided(p, &n->dst, v, true);
+    free(v);
+    if (p->opts.profile)
+        p->node_ms[i] = ex__clock_ms() - t0;
+    return st;
+}
+
+/* Hands nodes [first, first + count) to the backend. */
+static ex_status compute(ex_plan *p, int64_t first, int64_t count)
+{
+    /* the backend's scratch memory is counted by the context's allocation hook */
+    if (p->f->set_alloc_hook)
+        p->f->set_alloc_hook(p->impl, ctx_alloc_fails, p->ctx);
+    ex_status st = p->f->compute(p->impl, p->nodes + first, count,
+                                 p->opts.profile ? p->node_ms + first : NULL);
+    if (p->f->set_alloc_hook)
+        p->f->set_alloc_hook(p->impl, NULL, NULL);
+    return st == EX_OK ? EX_OK : ex__plan_fail(p, st, "run: %s", p->f->error(p->impl));
+}
+
+/* The backend runs the nodes between the ALLREDUCE nodes, which the plan carries out. */
 static ex_status run_nodes(ex_plan *p, int64_t first, int64_t count, bool wait)
 {
     for (int c = 0; p->opts.poison && c < p->nchunks; c++) {
@@ -21,17 +128,30 @@ static ex_status run_nodes(ex_plan *p, int64_t first, int64_t count, bool wait)
         if (st != EX_OK)
             return ex__plan_fail(p, st, "run: poisoning the arena: %s", p->f->error(p->impl));
     }
-    /* the backend's scratch memory is counted by the context's allocation hook */
-    if (p->f->set_alloc_hook)
-        p->f->set_alloc_hook(p->impl, ctx_alloc_fails, p->ctx);
-    ex_status st = p->f->compute(p->impl, p->nodes + first, count,
-                                 p->opts.profile ? p->node_ms + first : NULL);
-    if (p->f->set_alloc_hook)
-        p->f->set_alloc_hook(p->impl, NULL, NULL);
-    if (st == EX_OK && wait)
-        st = p->f->synchronize(p->impl);
-    if (st != EX_OK)
+    ex_status st = EX_OK;
+    for (int64_t at = first, end = first + count; st == EX_OK && at < end;) {
+        int64_t next = at;
+        while (next < end && p->nodes[next].op != EX_OP_ALLREDUCE)
+            next++;
+        if (next > at)
+            st = compute(p, at, next - at);
+        if (st == EX_OK && next < end)
+            st = allreduce_node(p, next++);
+        at = next;
+    }
+    if (st == EX_OK && wait && (st = p->f->synchronize(p->impl)) != EX_OK)
         return ex__plan_fail(p, st, "run: %s", p->f->error(p->impl));
+    return st;
+}
+
+ex_status ex_plan_set_comm(ex_plan *p, const ex_comm *comm)
+{
+    if (!p)
+        return EX_ERR_ARG;
+    char msg[128];
+    if (!ex_comm_valid(comm, msg, sizeof msg))
+        return ex__plan_fail(p, EX_ERR_ARG, "set_comm: %s", msg);
+    p->comm = *comm;
     return EX_OK;
 }
 
@@ -121,57 +241,6 @@ static ex_status lookup(ex_plan *p, ex_tensor *t, size_t bytes, const char *what
     return EX_OK;
 }
 
-/* Element span [lo, hi] of t relative to its element 0. */
-static void span(const ex_tensor *t, int64_t *lo, int64_t *hi)
-{
-    *lo = *hi = 0;
-    for (int d = 0; d < t->ndim; d++) {
-        int64_t s = (t->ne[d] - 1) * t->st[d];
-        if (s < 0)
-            *lo += s;
-        else
-            *hi += s;
-    }
-}
-
-static int64_t element_offset(const ex_tensor *t, int64_t i)
-{
-    int64_t off = 0;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        off += (i % t->ne[d]) * t->st[d];
-        i /= t->ne[d];
-    }
-    return off;
-}
-
-/* Strided transfer: the span moves whole, elements are gathered or scattered on the host. */
-static ex_status strided(ex_plan *p, ex_tensor *t, const ex_tdesc *d, void *host, bool write)
-{
-    int64_t lo, hi;
-    span(t, &lo, &hi);
-    size_t es = (size_t)ex_dtype_size(t->dtype);
-    uint64_t start = d->offset + (uint64_t)(lo * (int64_t)es); /* lo <= 0 */
-    size_t n = (size_t)(hi - lo + 1) * es;
-    char *tmp = ex__malloc(p->ctx, n);
-    if (!tmp)
-        return ex__plan_fail(p, EX_ERR_NOMEM, "transfer: out of host memory");
-    ex_status st = p->f->download(p->impl, d->buf, start, tmp, n);
-    int64_t count = ex__numel(t);
-    for (int64_t i = 0; st == EX_OK && i < count; i++) {
-        char *el = tmp + (size_t)(element_offset(t, i) - lo) * es;
-        if (write)
-            memcpy(el, (char *)host + (size_t)i * es, es);
-        else
-            memcpy((char *)host + (size_t)i * es, el, es);
-    }
-    if (st == EX_OK && write)
-        st = p->f->upload(p->impl, d->buf, start, tmp, n);
-    free(tmp);
-    if (st != EX_OK)
-        return ex__plan_fail(p, st, "transfer: %s", p->f->error(p->impl));
-    return EX_OK;
-}
-
 ex_status ex_plan_write(ex_plan *p, ex_tensor *t, const void *data, size_t bytes)
 {
     if (!p)
@@ -186,7 +255,7 @@ ex_status ex_plan_write(ex_plan *p, ex_tensor *t, const void *data, size_t bytes
         if (t->st[i] == 0 && t->ne[i] > 1)
             return ex__plan_fail(p, EX_ERR_ARG, "write: %s is a broadcast view", t->name);
     if (!ex__contiguous(t))
-        return strided(p, t, &d, (void *)data, true);
+        return strided(p, &d, (void *)data, true);
     st = p->f->upload(p->impl, d.buf, d.offset, data, bytes);
     if (st != EX_OK)
         return ex__plan_fail(p, st, "write: %s", p->f->error(p->impl));
@@ -209,7 +278,7 @@ ex_status ex_plan_read(ex_plan *p, ex_tensor *t, void *data, size_t bytes)
                              "ex_keep() it before planning",
                              t->name);
     if (!ex__contiguous(t))
-        return strided(p, t, &d, data, false);
+        return strided(p, &d, data, false);
     st = p->f->download(p->impl, d.buf, d.offset, data, bytes);
     if (st != EX_OK)
         return ex__plan_fail(p, st, "read: %s", p->f->error(p->impl));

@@ -15,6 +15,7 @@ const char *ex_status_str(ex_status s)
         [EX_ERR_UNSUPPORTED] = "unsupported",
         [EX_ERR_STATE] = "invalid state",
         [EX_ERR_NONFINITE] = "non-finite value",
+        [EX_ERR_COMM] = "collective failed",
     };
     if ((unsigned)s >= EX_STATUS_COUNT)
         return "unknown status";

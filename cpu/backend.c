@@ -90,6 +90,8 @@ static ex_status run_node(const cpu_exec *e, const ex_node_exec *n)
     case EX_OP_QMAX_POOL: return cpu_qmax_pool(e, n);
     case EX_OP_QAVG_POOL: return cpu_qavg_pool(e, n);
     case EX_OP_QGLOBAL_AVG_POOL: return cpu_qglobal_avg_pool(e, n);
+    case EX_OP_ALLREDUCE:
+        return cpu_fail(e, EX_ERR_STATE, "cpu: allreduce is the plan's to carry out");
     case EX_OP_COUNT: break;
     }
     return cpu_fail(e, EX_ERR_UNSUPPORTED, "cpu: op %d is not in the catalogue", (int)n->op);

@@ -224,6 +224,8 @@ static ex_status run_node(cu_exec *e, const ex_node_exec *n)
     case EX_OP_QMAX_POOL: return cu_qmax_pool(e, n);
     case EX_OP_QAVG_POOL: return cu_qavg_pool(e, n);
     case EX_OP_QGLOBAL_AVG_POOL: return cu_qglobal_avg_pool(e, n);
+    case EX_OP_ALLREDUCE:
+        return cu_fail(e, EX_ERR_STATE, "cuda: allreduce is the plan's to carry out");
     case EX_OP_COUNT: break;
     }
     return cu_fail(e, EX_ERR_UNSUPPORTED, "cuda: op %d is not in the catalogue", (int)n->op);

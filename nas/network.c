@@ -78,6 +78,17 @@ static ex_status fail(ex_network *n, ex_status st, const char *fmt, ...)
     return st;
 }
 
+static int ranks(const ex_network *n)
+{
+    return n->cfg.comm ? n->cfg.comm->size : 1;
+}
+
+/* The average over the group of t (a gradient, or a figure to report); t alone. */
+static ex_tensor *group_mean(ex_network *n, ex_tensor *t)
+{
+    return ranks(n) > 1 ? ex_allreduce(n->ctx, t, 1.0f / (float)ranks(n)) : t;
+}
+
 static void train_step(ex_network *n)
 {
     ex_ctx *ctx = n->ctx;
@@ -87,10 +98,12 @@ static void train_step(ex_network *n)
                                             1.0f - n->drop_prob, &aux);
     n->net.built = true;
     n->mom = nas_net_momentum(&n->net);
-    n->loss = ex_keep(ctx, ex_cross_entropy(ctx, logits, n->y));
-    n->acc = ex_keep(ctx, ex_accuracy(ctx, logits, n->y));
+    ex_tensor *loss = ex_cross_entropy(ctx, logits, n->y);
+    /* the group's mean loss and mean count of correct answers */
+    n->loss = ex_keep(ctx, group_mean(n, loss));
+    n->acc = ex_keep(ctx, group_mean(n, ex_accuracy(ctx, logits, n->y)));
     float ls = n->cfg.label_smoothing;
-    ex_tensor *total = ls > 0.0f ? ex_cross_entropy_smoothed(ctx, logits, n->y, ls) : n->loss;
+    ex_tensor *total = ls > 0.0f ? ex_cross_entropy_smoothed(ctx, logits, n->y, ls) : loss;
     if (aux)
         total =
             ex_axpy(ctx, n->cfg.aux_weight, ex_cross_entropy_smoothed(ctx, aux, n->y, ls), total);
@@ -104,6 +117,9 @@ static void train_step(ex_network *n)
         for (int i = 0; i < count; i++)
             w[i] = n->net.params[i].t;
         ex_graph_gradients(ctx, total, count, w, g);
+        for (int i = 0; i < count; i++)
+            if (g[i])
+                g[i] = group_mean(n, g[i]);
         int nl = 0;
         for (int i = 0; i < count; i++)
             if (g[i])
@@ -124,10 +140,14 @@ static ex_status build(ex_network *n)
     ex_ctx *ctx = n->ctx = ex_ctx_new();
     if (!ctx)
         return fail(n, EX_ERR_NOMEM, "network: out of host memory");
-    ex_ctx_set_seed(ctx, n->cfg.seed);
     const ex_network_config *c = &n->cfg;
-    int64_t xs[4] = {c->batch, c->in_channels, c->height, c->width}, ys = c->batch, one = 1,
-            two = 2, eb = c->eval_chunk;
+    /* each rank its own drop-path masks (the only random draws) */
+    int rank = c->comm ? c->comm->rank : 0;
+    ex_ctx_set_seed(ctx, c->seed + 0x9E3779B97F4A7C15ull * (uint64_t)rank);
+    ex_ctx_set_ranks(ctx, ranks(n));
+    int64_t local = c->batch / ranks(n);
+    int64_t xs[4] = {local, c->in_channels, c->height, c->width}, ys = local, one = 1, two = 2,
+            eb = c->eval_chunk;
     int64_t xes[4] = {eb, c->in_channels, c->height, c->width};
     n->xe = ex_input(ctx, EX_F32, 4, xes, "eval_x");
     n->ye = ex_input(ctx, EX_I32, 1, &eb, "eval_y");
@@ -153,6 +173,8 @@ static ex_status build(ex_network *n)
     ex_status st = ex_graph_plan(ctx, n->be, NULL, &n->plan);
     if (st != EX_OK)
         return fail(n, st, "network: %s", ex_ctx_error(ctx));
+    if (c->comm && (st = ex_plan_set_comm(n->plan, c->comm)) != EX_OK)
+        return fail(n, st, "network: %s", ex_plan_error(n->plan));
     return EX_OK;
 }
 
@@ -213,11 +235,13 @@ static ex_status create(const ex_genotype *g, const ex_network_config *caller, e
         return adopted;
     if (c->batch < 2 || c->channels < 2 || c->channels % 2 || c->layers < 1 || c->classes < 2 ||
         c->stem_multiplier < 1 || g->steps < 1 || g->steps > EX_MAX_STEPS ||
-        !(c->label_smoothing >= 0.0f && c->label_smoothing < 1.0f)) {
+        !(c->label_smoothing >= 0.0f && c->label_smoothing < 1.0f) ||
+        (c->comm && (!ex_comm_valid(c->comm, NULL, 0) || c->batch % c->comm->size))) {
         if (msg && msg_len)
             snprintf(msg, msg_len,
                      "network: bad configuration (batch, channels, layers, "
-                     "classes, genotype steps or label smoothing)");
+                     "classes, genotype steps, label smoothing, or a communicator whose "
+                     "size does not divide batch)");
         return EX_ERR_ARG;
     }
     if (c->eval_batch <= 0)
@@ -384,7 +408,8 @@ ex_status ex_network_step(ex_network *n, const float *x, const int32_t *y, float
     float loss = 0, correct = 0;
     st = read2(n, n->loss, &loss, n->acc, &correct);
     if (st == EX_OK && out)
-        *out = (ex_network_stats){loss, correct / (float)n->cfg.batch, ex__clock_ms() - t0};
+        *out = (ex_network_stats){loss, correct * (float)ranks(n) / (float)n->cfg.batch,
+                                  ex__clock_ms() - t0};
     return st;
 }
 

@@ -139,6 +139,11 @@ static ex_status check_config(const ex_search_config *c, char *msg, size_t len)
         why = "arch_warmup (>= 0) or max_param_free (>= -1)";
     else if (c->partial_channels < 1 || c->channels % c->partial_channels)
         why = "partial_channels (>= 1, dividing channels)";
+    else if (c->comm && !ex_comm_valid(c->comm, NULL, 0))
+        why = "communicator (size >= 1, 0 <= rank < size, an allreduce_sum function)";
+    else if (c->comm && (c->batch % c->comm->size || c->batch / c->comm->size < 1 ||
+                         (c->comm->size > 1 && c->order != 1)))
+        why = "batch (must divide by the communicator's size) or order (1 on several ranks)";
     for (int k = 0; !why && k < c->ncand; k++) {
         if ((unsigned)c->cand[k] >= EX_CAND_COUNT)
             why = "candidate operation";
@@ -154,6 +159,19 @@ static ex_status check_config(const ex_search_config *c, char *msg, size_t len)
 }
 
 /* ---- graph building ---- */
+
+static int ranks(const ex_search *s)
+{
+    return s->cfg.comm ? s->cfg.comm->size : 1;
+}
+
+/* The gradients' average over the group (each rank's loss is the mean over its share). */
+static void average(ex_search *s, int n, ex_tensor **g)
+{
+    for (int i = 0; ranks(s) > 1 && i < n; i++)
+        if (g[i])
+            g[i] = ex_allreduce(s->ctx, g[i], 1.0f / (float)ranks(s));
+}
 
 /* Architecture weights and candidate masks of both cell kinds, as the mode draws them.
  * Evaluation draws no noise: gdas takes each edge's most likely candidate. */
@@ -300,6 +318,7 @@ static void arch_step(ex_search *s)
         s->loss_v = ex_cross_entropy(ctx, logits, s->yv);
         s->acc_v = ex_accuracy(ctx, logits, s->yv);
         ex_graph_gradients(ctx, entropy_term(s, s->loss_v), 2, s->alpha, dalpha);
+        average(s, 2, dalpha);
     }
     ex_tensor *live[2];
     int count = 0;
@@ -328,6 +347,7 @@ static void weight_step(ex_search *s)
         ex_ctx_set_error(ctx, EX_ERR_NOMEM, "search: out of host memory");
     } else {
         ex_graph_gradients(ctx, s->loss_t, n, w, g);
+        average(s, n, g);
         int count = 0;
         for (int i = 0; i < n; i++)
             if (g[i])
@@ -351,8 +371,9 @@ static void make_leaves(ex_search *s)
 {
     ex_ctx *ctx = s->ctx;
     const ex_search_config *c = &s->cfg;
-    int64_t xs[4] = {c->batch, c->in_channels, c->height, c->width}, ys = c->batch;
-    int64_t eb = c->eval_batch > 0 ? c->eval_batch : c->batch;
+    int64_t local = c->batch / ranks(s);
+    int64_t xs[4] = {local, c->in_channels, c->height, c->width}, ys = local;
+    int64_t eb = c->eval_batch > 0 ? c->eval_batch : local;
     int64_t xes[4] = {eb, c->in_channels, c->height, c->width};
     int64_t one = 1, two = 2, es[2] = {s->edges, c->ncand};
     s->xt = ex_input(ctx, EX_F32, 4, xs, "train_x");
@@ -405,6 +426,8 @@ static ex_status build(ex_search *s)
                              s->gnorm_w ? s->gnorm_w : s->loss_t,
                              s->gnorm_a ? s->gnorm_a : s->loss_v};
     s->report = pack(ctx, 6, figures);
+    if (ranks(s) > 1) /* the group's figures: mean losses and correct counts, equal norms */
+        s->report = ex_keep(ctx, ex_allreduce(ctx, s->report, 1.0f / (float)ranks(s)));
     ex_ctx_begin_stage(ctx);
     ex_tensor *logits = forward(s, s->xe, NULL, true);
     s->loss_e = ex_cross_entropy(ctx, logits, s->ye);
@@ -508,6 +531,7 @@ ex_status ex__search_new_faulty(const ex_search_config *caller, ex_backend *be,
     s->be = be;
     s->edges = nas_cell_edges(c->steps);
     ex_ctx_set_seed(s->ctx, c->seed);
+    ex_ctx_set_ranks(s->ctx, c->comm ? c->comm->size : 1);
     double t0 = ex__clock_ms();
     st = build(s);
     double t1 = ex__clock_ms();
@@ -517,6 +541,8 @@ ex_status ex__search_new_faulty(const ex_search_config *caller, ex_backend *be,
     po.snapshot = true;
     if (st == EX_OK)
         st = ex_graph_plan(s->ctx, be, &po, &s->plan);
+    if (st == EX_OK && c->comm && (st = ex_plan_set_comm(s->plan, c->comm)) != EX_OK)
+        ex_ctx_set_error(s->ctx, st, "%s", ex_plan_error(s->plan));
     double t2 = ex__clock_ms();
     s->setup.build_ms = t1 - t0;
     s->setup.plan_ms = t2 - t1;
@@ -642,9 +668,10 @@ ex_status ex_search_step(ex_search *s, const float *train_x, const int32_t *trai
         return s->msg[0] ? st : fail(s, st, "search: %s", ex_plan_error(s->plan));
     ex_search_stats r = {0};
     r.train_loss = f[0];
-    r.train_acc = f[1] / (float)s->cfg.batch;
+    /* a rank's share of correct answers, averaged over the group: times the ranks */
+    r.train_acc = f[1] * (float)ranks(s) / (float)s->cfg.batch;
     r.valid_loss = f[2];
-    r.valid_acc = f[3] / (float)s->cfg.batch;
+    r.valid_acc = f[3] * (float)ranks(s) / (float)s->cfg.batch;
     if (finite_figures(f, 6)) {
         s->steps_done++;
         s->nonfinite_run = 0;

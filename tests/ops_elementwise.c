@@ -60,6 +60,12 @@ static void r_scale(const env *e, double *y)
     ref_scale(e->od[0], e->on[0], (double)(float)e->c->fp[0], y);
 }
 
+/* a group of one rank: the plan's allreduce is a scaled copy */
+static ex_tensor *b_allreduce(env *e, ex_tensor *const *x)
+{
+    return ex_allreduce(e->ctx, x[0], (float)e->c->fp[0]);
+}
+
 static ex_tensor *b_axpy(env *e, ex_tensor *const *x)
 {
     return ex_axpy(e->ctx, (float)e->c->fp[0], x[0], x[1]);
@@ -233,6 +239,10 @@ static const tcase elementwise_cases[] = {
      .fp = {-1.7}, .bwd = B_FD},
     {CASE("scale channel slice", EX_OP_SCALE, b_scale, r_scale, 1),
      .r = {{GIN("x"), SHAPE(5, 9, 11, 13), UNI(-3, 3), SLICE(1, 1, 7)}}, .fp = {0.3}, .bwd = B_FD},
+    {CASE("allreduce of a transposed view, one rank", EX_OP_ALLREDUCE, b_allreduce, r_scale, 1),
+     .r = {{IN("x"), SHAPE(5, 9, 11, 13), UNI(-3, 3), TRANS(1, 3)}}, .fp = {0.25}, .bwd = B_NONE},
+    {CASE("allreduce of a channel slice, one rank", EX_OP_ALLREDUCE, b_allreduce, r_scale, 1),
+     .r = {{IN("x"), SHAPE(3, 7, 5, 5), UNI(-3, 3), SLICE(1, 2, 4)}}, .fp = {1.0}, .bwd = B_NONE},
     {CASE("axpy", EX_OP_AXPY, b_axpy, r_axpy, 2),
      .r = {{GIN("x"), X4, UNI(-1, 1)}, {GIN("y"), SHAPE(13, 7, 11, 5), UNI(-1, 1), TRANS(0, 3)}},
      .fp = {0.6}, .bwd = B_FD},

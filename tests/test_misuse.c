@@ -212,6 +212,107 @@ static void plans(void **state)
     ex_backend_close(be);
 }
 
+/* A communicator of `size` ranks that all hold this rank's values: the sum is size times
+ * them; `broken` makes every collective fail. */
+typedef struct fake_group {
+    int size;
+    bool broken;
+} fake_group;
+
+static ex_status fake_allreduce(void *user, float *buf, size_t n, char *why, size_t len)
+{
+    const fake_group *g = user;
+    if (g->broken) {
+        snprintf(why, len, "rank 1 is gone");
+        return EX_ERR_COMM;
+    }
+    for (size_t i = 0; i < n; i++)
+        buf[i] *= (float)g->size;
+    return EX_OK;
+}
+
+/* Communicators, ranks and the all-reduce node given bad arguments, and the plan's
+ * all-reduce through a communicator that sums, fails, or does not fit the graph. */
+static void data_parallel(void **state)
+{
+    (void)state;
+    fake_group group = {2, false};
+    ex_comm good = {.size = 2, .rank = 1, .allreduce_sum = fake_allreduce, .user = &group};
+    ex_comm bad = good;
+    assert_true(ex_comm_valid(&good, NULL, 0));
+    assert_false(ex_comm_valid(NULL, msg, sizeof msg));
+    assert_non_null(strstr(msg, "NULL"));
+    bad.rank = 2;
+    assert_false(ex_comm_valid(&bad, msg, sizeof msg));
+    bad = good;
+    bad.allreduce_sum = NULL;
+    assert_false(ex_comm_valid(&bad, msg, sizeof msg));
+    assert_non_null(strstr(msg, "allreduce_sum"));
+    ex_ctx_set_ranks(NULL, 2); /* no context: no crash */
+    assert_null(ex_allreduce(NULL, NULL, 1.0f)); /* no context: no tensor */
+    assert_int_equal(ex_plan_set_comm(NULL, &good), EX_ERR_ARG);
+    ex_ctx *ctx = ex_ctx_new();
+    ex_ctx_set_ranks(ctx, 0);
+    assert_int_equal(ex_ctx_status(ctx), EX_ERR_ARG);
+    ex_ctx_clear_error(ctx);
+    int64_t n = 3;
+    ex_allreduce(ctx, ex_input(ctx, EX_I32, 1, &n, "counts"), 1.0f);
+    assert_int_equal(ex_ctx_status(ctx), EX_ERR_ARG);
+    ex_ctx_clear_error(ctx);
+    ex_allreduce(ctx, ex_input(ctx, EX_F32, 1, &n, "v"), NAN);
+    assert_non_null(strstr(ex_ctx_error(ctx), "not finite"));
+    ex_ctx_free(ctx);
+    /* a graph for two ranks: 0.5 times the sum of x over them */
+    ctx = ex_ctx_new();
+    ex_ctx_set_ranks(ctx, 2);
+    ex_tensor *x = ex_input(ctx, EX_F32, 1, &n, "x");
+    ex_tensor *y = ex_keep(ctx, ex_allreduce(ctx, ex_scale(ctx, x, 3.0f), 0.5f));
+    ex_backend *be = cpu();
+    ex_plan *p = NULL;
+    assert_int_equal(ex_graph_plan(ctx, be, NULL, &p), EX_OK);
+    float xv[3] = {1, -2, 0.25f}, yv[3];
+    assert_int_equal(ex_plan_write(p, x, xv, sizeof xv), EX_OK);
+    assert_int_equal(ex_plan_run(p), EX_ERR_STATE); /* no communicator: a group of one */
+    assert_non_null(strstr(ex_plan_error(p), "built for 2 rank(s)"));
+    bad = good;
+    bad.size = 0;
+    assert_int_equal(ex_plan_set_comm(p, &bad), EX_ERR_ARG);
+    assert_int_equal(ex_plan_set_comm(p, &good), EX_OK);
+    assert_int_equal(ex_plan_run(p), EX_OK);
+    assert_int_equal(ex_plan_read(p, y, yv, sizeof yv), EX_OK);
+    for (int i = 0; i < 3; i++)
+        assert_true(yv[i] == 0.5f * 2.0f * 3.0f * xv[i]);
+    group.broken = true;
+    assert_int_equal(ex_plan_run(p), EX_ERR_COMM);
+    assert_non_null(strstr(ex_plan_error(p), "rank 1 is gone"));
+    ex_plan_free(p);
+    ex_ctx_free(ctx);
+    /* a search or network whose batch does not split over the ranks, or order 2 */
+    group = (fake_group){3, false};
+    good.size = 3;
+    ex_search_config sc;
+    ex_search_config_default(&sc);
+    sc.batch = 8;
+    sc.comm = &good;
+    ex_search *s = NULL;
+    FAILS_MSG(ex_search_new(&sc, be, &s, msg, sizeof msg), EX_ERR_ARG);
+    assert_non_null(strstr(msg, "communicator"));
+    good.size = 2;
+    sc.order = 2;
+    FAILS_MSG(ex_search_new(&sc, be, &s, msg, sizeof msg), EX_ERR_ARG);
+    assert_null(s);
+    ex_network_config nc;
+    ex_network_config_default(&nc);
+    nc.batch = 9;
+    nc.comm = &good;
+    ex_genotype g;
+    assert_int_equal(ex_genotype_builtin("DARTS_V2", &g), EX_OK);
+    ex_network *net = NULL;
+    FAILS_MSG(ex_network_new(&g, &nc, be, &net, msg, sizeof msg), EX_ERR_ARG);
+    assert_null(net);
+    ex_backend_close(be);
+}
+
 static void datasets_and_loaders(void **state)
 {
     (void)state;
@@ -833,6 +934,7 @@ int main(void)
         cmocka_unit_test(backend_and_names),
         cmocka_unit_test(context_and_tensors),
         cmocka_unit_test(plans),
+        cmocka_unit_test(data_parallel),
         cmocka_unit_test(datasets_and_loaders),
         cmocka_unit_test(genotypes),
         cmocka_unit_test(safetensors_files),

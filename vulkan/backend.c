@@ -119,6 +119,8 @@ ex_status vk_run_node(vk_exec *e, const ex_node_exec *n)
     case EX_OP_QMAX_POOL:
     case EX_OP_QAVG_POOL:
     case EX_OP_QGLOBAL_AVG_POOL: return vk_run_quant(e, n);
+    case EX_OP_ALLREDUCE:
+        return vk_fail(e, EX_ERR_STATE, "vulkan: allreduce is the plan's to carry out");
     case EX_OP_COUNT: break;
     }
     return vk_fail(e, EX_ERR_UNSUPPORTED, "vulkan: op %d is not in the catalogue", (int)n->op);

@@ -52,6 +52,12 @@ void ex_ctx_set_tag(ex_ctx *ctx, int cell, int edge, int candidate);
  *  Returns the new stage's number, -1 for NULL. */
 int ex_ctx_begin_stage(ex_ctx *ctx);
 
+/** Builds the graph for a data-parallel group of `ranks` processes (default 1) from now
+ *  on: each rank runs it on its own share of every batch, ex_allreduce nodes record this
+ *  count, and training batch norms synchronize their statistics over the group (see
+ *  ex_batch_norm). EX_ERR_ARG (sticky) for ranks below 1. */
+void ex_ctx_set_ranks(ex_ctx *ctx, int ranks);
+
 /** Allocation hook: fail the n-th allocation the context makes from now on (1 = the
  *  next one); 0 turns failing off. Counted: host memory of the graph, its plans and the
  *  search or network built on it, and the plan's backend buffers. Also restarts

@@ -3,6 +3,7 @@
 #define EXAPT_H
 
 #include "exapt/backend.h"
+#include "exapt/comm.h"
 #include "exapt/ctx.h"
 #include "exapt/data.h"
 #include "exapt/file.h"

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "exapt/backend.h"
+#include "exapt/comm.h"
 #include "exapt/ctx.h"
 #include "exapt/ops.h"
 #include "exapt/tensor.h"
@@ -89,6 +90,12 @@ ex_status ex_graph_plan(ex_ctx *ctx, ex_backend *be, const ex_plan_opts *opts, e
 
 /** Frees a plan and its device memory. NULL is a no-op. */
 void ex_plan_free(ex_plan *plan);
+
+/** The communicator that the plan's ex_allreduce nodes sum over (see exapt/comm.h); the
+ *  plan keeps a copy of the struct, not of what user points to. Its size must be the rank
+ *  count the graph was built for (ex_ctx_set_ranks); a plan without one is a group of
+ *  one. EX_ERR_ARG for a NULL plan or an invalid communicator (ex_comm_valid). */
+ex_status ex_plan_set_comm(ex_plan *plan, const ex_comm *comm);
 
 /** Runs the plan once. */
 ex_status ex_plan_run(ex_plan *plan);

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "exapt/backend.h"
+#include "exapt/comm.h"
 #include "exapt/data.h"
 #include "exapt/genotype.h"
 #include "exapt/status.h"
@@ -34,17 +35,25 @@ typedef struct ex_network_config {
                                 (ex_cross_entropy_smoothed; 0: off, DARTS) */
     uint64_t seed;
     /* appended in 0.2.0 */
-    ex_normalize input; /**< the per-channel normalization the training's inputs were given
-                             (the loader's, ex_loader_opts_default()): saved with the weights
-                             and applied by ex_network_classify(); ex_network_step, _eval and
-                             _predict take inputs already normalized. Default: off */
-    int eval_chunk;     /**< images one evaluation pass takes: ex_network_eval() and _predict()
-                             run their eval_batch images in eval_batch / eval_chunk passes, which
-                             give each image the logits one pass of eval_batch would. It must
-                             divide eval_batch; 0 (default) lets the backend choose: on the CPU
-                             the largest divisor of eval_batch up to two images per thread (each
-                             pass's activations then stay in the cores' caches), elsewhere
-                             eval_batch. ex_network_get_config() tells the choice */
+    ex_normalize input;  /**< the per-channel normalization the training's inputs were given
+                              (the loader's, ex_loader_opts_default()): saved with the weights
+                              and applied by ex_network_classify(); ex_network_step, _eval and
+                              _predict take inputs already normalized. Default: off */
+    int eval_chunk;      /**< images one evaluation pass takes: ex_network_eval() and _predict()
+                              run their eval_batch images in eval_batch / eval_chunk passes, which
+                              give each image the logits one pass of eval_batch would. It must
+                              divide eval_batch; 0 (default) lets the backend choose: on the CPU
+                              the largest divisor of eval_batch up to two images per thread (each
+                              pass's activations then stay in the cores' caches), elsewhere
+                              eval_batch. ex_network_get_config() tells the choice */
+    const ex_comm *comm; /**< data parallelism (NULL: alone): this process is one rank of the
+                              group, and ex_network_step takes its batch / size images of each
+                              batch (batch must divide by size). Every rank ends each step
+                              with the same weights: the gradients are averaged over the
+                              group and the batch norms take their statistics over the whole
+                              batch (ex_ctx_set_ranks); drop-path masks are drawn per rank.
+                              Evaluation stays local: each rank evaluates what it is given.
+                              The struct must outlive the network. */
 } ex_network_config;
 
 /** Fills the first `size` bytes of c with DARTS's evaluation settings and sets c->size to

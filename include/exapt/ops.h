@@ -97,6 +97,9 @@ typedef enum ex_op {
     EX_OP_QGLOBAL_AVG_POOL,
     /* fused inference forms (forward only) */
     EX_OP_PWCONV_BN,
+    /* data parallelism: carried out by the plan through its communicator, never by a
+       backend (ex_plan_set_comm) */
+    EX_OP_ALLREDUCE,
     EX_OP_COUNT
 } ex_op;
 
@@ -215,7 +218,22 @@ ex_tensor *ex_max_pool(ex_ctx *ctx, ex_tensor *x, const ex_pool_params *p);
 /** Global average pooling: [N, C, H, W] to [N, C, 1, 1]. */
 ex_tensor *ex_global_avg_pool(ex_ctx *ctx, ex_tensor *x);
 
+/* ---- data parallelism ---- */
+
+/** y = scale · (the sum of x over the ranks of the plan's communicator), x f32 of any
+ *  shape; on every rank the same bits. Carried out by the plan between the backend's
+ *  runs (host-staged: the sum goes through host memory), in graph order, so every rank
+ *  meets its collectives in the same order. The node records the context's rank count
+ *  (ex_ctx_set_ranks), which the plan's communicator must have; with one rank it is
+ *  y = scale · x. No gradient. */
+ex_tensor *ex_allreduce(ex_ctx *ctx, ex_tensor *x, float scale);
+
 /* ---- batch norm ---- */
+
+/* In a context set for R > 1 ranks (ex_ctx_set_ranks), training batch norm takes its
+ * statistics over the whole group: its local moments are averaged over the ranks (an
+ * ex_allreduce) before the statistics are finished, and its backward pass sums the
+ * per-channel reductions over the ranks too (synchronized batch norm). */
 
 /** Batch norm 2d of x [N, C, H, W]. gamma and beta ([C]) may both be NULL (affine off).
  *  running_mean and running_var ([C], ex_state) are updated in training mode with

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "exapt/backend.h"
+#include "exapt/comm.h"
 #include "exapt/genotype.h"
 #include "exapt/status.h"
 
@@ -37,7 +38,8 @@ typedef struct ex_search_config {
                       takes its defaults for fields added later) */
     int in_channels, height, width, classes;
     int batch;
-    int eval_batch;      /**< images per ex_search_eval() call (0: batch) */
+    int eval_batch;      /**< images per ex_search_eval() call (0: batch, or batch / size with
+                              a communicator: each rank evaluates its own images) */
     int channels;        /**< C of the first cells (16) */
     int layers;          /**< cells (8); reduction cells at 1/3 and 2/3 depth */
     int steps;           /**< intermediate nodes per cell (4) */
@@ -77,6 +79,13 @@ typedef struct ex_search_config {
     int nonfinite_limit; /**< steps in a row whose loss or gradients are not finite that
                               are skipped (state kept) before ex_search_step fails with
                               EX_ERR_NONFINITE (3; 0: the first one fails) */
+    const ex_comm *comm; /**< data parallelism (NULL: alone): this process is one rank of
+                              the group, and ex_search_step takes its batch / size images
+                              of each batch (batch must divide by size; order 1). Every
+                              rank ends each step with the same weights and alpha: the
+                              gradients are averaged over the group, and the training batch
+                              norms take their statistics over the whole batch (ex_ctx_set_ranks).
+                              The struct must outlive the search. */
 } ex_search_config;
 
 /** Fills the first `size` bytes of c with DARTS's search settings and sets c->size to size;

@@ -18,6 +18,8 @@ typedef enum ex_status {
     EX_ERR_UNSUPPORTED, /**< the backend or device cannot do this */
     EX_ERR_STATE,       /**< the call is not valid in the object's state */
     EX_ERR_NONFINITE,   /**< a NaN or infinity where a finite value is required */
+    EX_ERR_COMM,        /**< another rank of a data-parallel group failed, or a collective
+                             timed out */
     EX_STATUS_COUNT
 } ex_status;
 

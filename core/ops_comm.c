@@ -1,0 +1,38 @@
+/* Data parallelism in the graph: the all-reduce node and the communicator's check. The
+ * plan carries the node out (plan_run.c); backends never see it. */
+#include <math.h>
+#include <stdio.h>
+
+#include "core/engine.h"
+
+bool ex_comm_valid(const ex_comm *c, char *msg, size_t msg_len)
+{
+    const char *why = NULL;
+    if (!c)
+        why = "no communicator (NULL)";
+    else if (c->size < 1 || c->rank < 0 || c->rank >= c->size)
+        why = "rank outside 0 .. size - 1, or size below 1";
+    else if (!c->allreduce_sum)
+        why = "no allreduce_sum function";
+    if (why && msg && msg_len)
+        snprintf(msg, msg_len, "communicator: %s", why);
+    return !why;
+}
+
+ex_tensor *ex_allreduce(ex_ctx *ctx, ex_tensor *x, float scale)
+{
+    if (!ex__check(ctx, "allreduce", 1, &x))
+        return ctx ? &ctx->inert : NULL;
+    char sx[64];
+    if (x->dtype != EX_F32)
+        return ex__fail(ctx, EX_ERR_ARG, "allreduce: x %s is %s, f32 expected", ex__shape(x, sx),
+                        ex_dtype_name(x->dtype));
+    if (!isfinite(scale))
+        return ex__fail(ctx, EX_ERR_ARG, "allreduce: scale %g is not finite", (double)scale);
+    ex_tensor *y = ex__node(ctx, EX_OP_ALLREDUCE, EX_F32, x->ndim, x->ne, 1, &x);
+    if (!ex__is_inert(y)) {
+        y->ip[0] = ctx->ranks;
+        y->fp[0] = scale;
+    }
+    return y;
+}
