@@ -23,6 +23,8 @@ command -v npm >/dev/null || packages+=(nodejs npm)
 packages+=(glslang-tools libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers)
 # the fuzz targets (EXAPT_FUZZ): clang with libFuzzer and the sanitizer runtimes
 packages+=(clang libclang-rt-14-dev)
+# data parallelism over MPI (exapt_mpi and its two-rank tests)
+packages+=(libopenmpi-dev openmpi-bin)
 # the viewer (viz/) and its CI window under Xvfb
 packages+=(xvfb libsdl2-dev libsdl2-ttf-dev libsdl2-image-dev libfontconfig-dev fonts-dejavu-core)
 missing=()
