@@ -18,7 +18,29 @@ typedef struct cli_global {
     const char *backend; /**< --backend NAME given before the subcommand, or NULL */
     int argc;            /**< the process's whole argv, for records of the command */
     char **argv;
+    const ex_comm *comm; /**< the data-parallel group when started by mpirun (ranks.c), or
+                              NULL: alone */
 } cli_global;
+
+/* ---- data parallelism (ranks.c) ---- */
+
+/** Joins the group when mpirun (Open MPI, MPICH, PMIx) started this process as one of
+ *  several ranks: MPI initialised, g->comm set, and each rank on its own GPU of the
+ *  machine (EXAPT_CUDA_DEVICE = the local rank, unless set). Alone: nothing. Fails when
+ *  started as a rank but built without MPI. */
+int cli_ranks_start(cli_global *g);
+
+/** Leaves the group: after a failure (rc != 0) it ends every rank (MPI_Abort), since the
+ *  others would wait for this one; else MPI_Finalize. Returns rc. */
+int cli_ranks_finish(cli_global *g, int rc);
+
+/** `exapt --ranks N ...`: runs the same command line (without --ranks) as N ranks on this
+ *  machine through mpirun, and returns its exit code; a failure to start it, with a
+ *  message. */
+int cli_ranks_launch(int ranks, int argc, char **argv);
+
+/** Whether this process writes the run's files and prints its progress: rank 0, or alone. */
+bool cli_lead(const cli_global *g);
 
 /** A subcommand: argv[0] is its name, the rest its own options. Returns an exit code. */
 typedef int (*cli_command_fn)(const cli_global *g, int argc, char **argv);

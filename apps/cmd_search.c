@@ -100,6 +100,7 @@ typedef struct search_run {
     int64_t synced_steps;  /* the steps behind syncs_per_step */
     float *xt, *xv;
     int32_t *yt, *yv;
+    bool lead; /* this process writes the run's files and prints: rank 0, or alone */
 } search_run;
 
 /* Settings of a preset; 0 for an unknown name. */
@@ -326,6 +327,8 @@ static int open_data(search_run *r, const search_args *a)
 
 static int save_checkpoint(search_run *r)
 {
+    if (!r->lead)
+        return 0;
     ex_loader_state t = ex_loader_get_state(r->train), v = ex_loader_get_state(r->valid);
     char meta[512], path[4096];
     snprintf(meta, sizeof meta,
@@ -378,8 +381,9 @@ static int resume(search_run *r)
             continue;
         }
         if (restore_state(r, tries[i]) == 0) {
-            fprintf(stderr, "exapt search: resuming from %s at epoch %d step %lld\n", tries[i],
-                    r->epoch + 1, (long long)r->step);
+            if (r->lead)
+                fprintf(stderr, "exapt search: resuming from %s at epoch %d step %lld\n", tries[i],
+                        r->epoch + 1, (long long)r->step);
             return 0;
         }
     }
@@ -531,6 +535,8 @@ static int open_log(search_run *r, bool resuming)
 static void log_step(search_run *r, const ex_search_stats *st, float lr, float tau, double ips,
                      bool alphas)
 {
+    if (!r->log)
+        return;
     ex_metrics_record *rec = calloc(1, sizeof *rec);
     if (!rec)
         return;
@@ -579,6 +585,8 @@ static void log_step(search_run *r, const ex_search_stats *st, float lr, float t
 /* Time and bandwidth of the last (profiled) step by engine op and by candidate. */
 static void log_profile(search_run *r)
 {
+    if (!r->log)
+        return;
     ex_plan *p = ex_search_plan(r->s);
     ex_metrics_record *rec = calloc(1, sizeof *rec);
     ex_metrics_profile *m = rec ? &rec->profile : NULL;
@@ -688,6 +696,8 @@ static int end_epoch(search_run *r, double seconds, double train_loss, double tr
     char text[EX_GENOTYPE_TEXT_MAX], json[EX_GENOTYPE_TEXT_MAX], path[4096], msg[512];
     if (ex_search_genotype(r->s, &g) != EX_OK)
         return cli_fail("search", "genotype: %s", ex_search_error(r->s));
+    if (!r->lead)
+        return 0;
     ex_genotype_format(&g, text, sizeof text);
     ex_genotype_format_json(&g, json, sizeof json);
     if (ex_genotype_save_text(run_path(path, sizeof path, r->out, "genotype.txt"), &g, msg,
@@ -722,8 +732,10 @@ static int end_epoch(search_run *r, double seconds, double train_loss, double tr
 static int interrupted(search_run *r)
 {
     int rc = save_checkpoint(r);
-    fprintf(stderr, "exapt search: interrupted; checkpoint written, continue with --resume %s\n",
-            r->out);
+    if (r->lead)
+        fprintf(stderr,
+                "exapt search: interrupted; checkpoint written, continue with --resume %s\n",
+                r->out);
     return rc ? rc : RUN_EXIT_INTERRUPTED;
 }
 
@@ -753,13 +765,17 @@ static int run_epochs(search_run *r)
                 ex_loader_next(r->valid, r->xv, r->yv, &nv) != EX_OK)
                 return cli_fail("search", "data loader failed");
             uint64_t syncs = ex_backend_host_syncs(r->be);
-            if (ex_search_step(r->s, r->xt, r->yt, r->xv, r->yv, lr, tau, &st) != EX_OK)
+            size_t img = (size_t)r->cfg.in_channels * (size_t)r->cfg.height * (size_t)r->cfg.width,
+                   x0 = run_share_start(r->cfg.comm, r->cfg.batch, img),
+                   y0 = run_share_start(r->cfg.comm, r->cfg.batch, 1);
+            if (ex_search_step(r->s, r->xt + x0, r->yt + y0, r->xv + x0, r->yv + y0, lr, tau,
+                               &st) != EX_OK)
                 return cli_fail("search", "%s", ex_search_error(r->s));
             if (!profile)
                 r->syncs_per_step +=
                     ((double)(ex_backend_host_syncs(r->be) - syncs) - r->syncs_per_step) /
                     (double)++r->synced_steps;
-            if (st.skipped) {
+            if (st.skipped && r->lead) {
                 fprintf(stderr,
                         "exapt search: step %lld: non-finite loss or gradients; update undone "
                         "(%d in a row)\n",
@@ -782,7 +798,7 @@ static int run_epochs(search_run *r)
                 if (rc)
                     return rc;
             }
-            if (r->step % 10 == 0 || r->step + 1 == steps) {
+            if (r->lead && (r->step % 10 == 0 || r->step + 1 == steps)) {
                 char fig[160];
                 snprintf(fig, sizeof fig, "train loss %.3f acc %.3f | valid loss %.3f acc %.3f",
                          st.train_loss, st.train_acc, st.valid_loss, st.valid_acc);
@@ -839,6 +855,7 @@ static int train_found(search_run *r, const search_args *a, const char *backend)
     char out[4096], ckpt[4200];
     j.out = run_path(out, sizeof out, r->out, "train");
     j.run_dir = r->out;
+    j.comm = r->cfg.comm;
     /* a resumed run whose training had begun continues it; one stopped at the boundary
      * (or before it) starts it */
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", j.out);
@@ -860,6 +877,8 @@ typedef struct search_job {
 /* The search's result on standard output (progress went to standard error). */
 static int print_result(search_run *r)
 {
+    if (!r->lead)
+        return 0;
     ex_genotype g;
     char text[EX_GENOTYPE_TEXT_MAX], path[4096];
     if (ex_search_genotype(r->s, &g) != EX_OK)
@@ -974,7 +993,7 @@ static int run_search(search_run *r, const search_args *a, const cli_global *g)
     int rc = apply_args(r, a);
     if (rc)
         return rc;
-    if (a->viz && (rc = cli_live_open(&r->live, "exapt search", a->viz_exit)))
+    if (a->viz && cli_lead(g) && (rc = cli_live_open(&r->live, "exapt search", a->viz_exit)))
         return rc;
     const char *backend = a->backend ? a->backend : g->backend;
     char msg[512];
@@ -982,9 +1001,11 @@ static int run_search(search_run *r, const search_args *a, const cli_global *g)
         return cli_fail("search", "%s", msg);
     double peak = 0;
     cli_measure_peak(r->be, &peak);
-    if (!a->resume)
+    r->cfg.comm = g->comm;
+    r->lead = cli_lead(g);
+    if (!a->resume && r->lead)
         rc = run_claim_dir(r->out, a->force, "search");
-    if (!rc && !(rc = open_data(r, a)) && !(rc = run_mkdir(r->out, "search"))) {
+    if (!rc && !(rc = open_data(r, a)) && !(rc = r->lead ? run_mkdir(r->out, "search") : 0)) {
         if (ex_search_new(&r->cfg, r->be, &r->s, msg, sizeof msg) != EX_OK)
             rc = cli_fail("search", "%s", msg);
     }
@@ -995,12 +1016,12 @@ static int run_search(search_run *r, const search_args *a, const cli_global *g)
      * the search at its next step with a checkpoint */
     if (!rc)
         run_catch_signals();
-    if (!rc && !a->resume)
+    if (!rc && !a->resume && r->lead)
         rc = record_settings(r, a, backend);
-    if (!rc)
+    if (!rc && r->lead)
         rc = open_log(r, a->resume != NULL);
-    if (rc)
-        return rc;
+    if (rc || !r->lead)
+        return rc ? rc : search_job_run(&(search_job){r, a, backend});
     fprintf(stderr,
             "search: %s mode, order %d, %lld images (%lld for weights, %lld for alpha), %d "
             "epochs on %s (%s)\n",

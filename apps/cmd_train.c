@@ -63,6 +63,7 @@ typedef struct train_state {
     int32_t *y;
     int epoch;
     int64_t step, global_step;
+    bool lead; /* this process writes the files and prints: rank 0, or alone */
 } train_state;
 
 /* One batch with test-time flip: the logits of the images and of their mirror images,
@@ -128,6 +129,8 @@ static int epoch_accuracy(train_state *t, double *loss, double *acc)
  * atomically; the one before it is kept as .prev. */
 static int checkpoint(train_state *t)
 {
+    if (!t->lead)
+        return 0;
     char path[4096], meta[256];
     run_path(path, sizeof path, t->j->out, "checkpoint.safetensors");
     run_keep_previous(path);
@@ -196,8 +199,9 @@ static int resume(train_state *t)
             fprintf(stderr, "exapt %s: %s\n", t->j->cmd, msg);
             continue;
         }
-        fprintf(stderr, "exapt %s: resuming the training from %s at epoch %d step %lld\n",
-                t->j->cmd, tries[i], t->epoch + 1, (long long)t->step);
+        if (t->lead)
+            fprintf(stderr, "exapt %s: resuming the training from %s at epoch %d step %lld\n",
+                    t->j->cmd, tries[i], t->epoch + 1, (long long)t->step);
         return 0;
     }
     return cli_fail(t->j->cmd, "no usable training checkpoint in %s", t->j->out);
@@ -247,8 +251,9 @@ static int open_log(train_state *t, bool resuming)
 static int interrupted(train_state *t)
 {
     int rc = checkpoint(t);
-    fprintf(stderr, "exapt %s: interrupted; checkpoint written, continue with --resume %s\n",
-            t->j->cmd, t->j->run_dir ? t->j->run_dir : t->j->out);
+    if (t->lead)
+        fprintf(stderr, "exapt %s: interrupted; checkpoint written, continue with --resume %s\n",
+                t->j->cmd, t->j->run_dir ? t->j->run_dir : t->j->out);
     return rc ? rc : RUN_EXIT_INTERRUPTED;
 }
 
@@ -267,7 +272,10 @@ static int one_epoch(train_state *t, double *test_acc)
         ex_network_stats st;
         if (ex_loader_next(t->train, t->x, t->y, &n) != EX_OK)
             return cli_fail(j->cmd, "data loader failed");
-        if (ex_network_step(t->net, t->x, t->y, lr, &st) != EX_OK)
+        const ex_network_config *c = &j->net;
+        size_t img = (size_t)c->in_channels * (size_t)c->height * (size_t)c->width;
+        if (ex_network_step(t->net, t->x + run_share_start(j->comm, c->batch, img),
+                            t->y + run_share_start(j->comm, c->batch, 1), lr, &st) != EX_OK)
             return cli_fail(j->cmd, "%s", ex_network_error(t->net));
         loss += st.loss;
         acc += st.accuracy;
@@ -281,9 +289,9 @@ static int one_epoch(train_state *t, double *test_acc)
                              .images_per_s = ips,
                              .step_ms = st.step_ms};
         char msg[256];
-        if (ex_metrics_write_step(t->log, &m, msg, sizeof msg) != EX_OK)
+        if (t->log && ex_metrics_write_step(t->log, &m, msg, sizeof msg) != EX_OK)
             return cli_fail(j->cmd, "metrics: %s", msg);
-        if (t->step % 50 == 0 || t->step + 1 == steps) {
+        if (t->lead && (t->step % 50 == 0 || t->step + 1 == steps)) {
             char fig[96];
             snprintf(fig, sizeof fig, "loss %.3f acc %.3f", st.loss, st.accuracy);
             double left = (double)(steps - t->step - 1 + (j->epochs - t->epoch - 1) * steps);
@@ -305,6 +313,9 @@ static int one_epoch(train_state *t, double *test_acc)
                           .valid_loss = tl,
                           .valid_acc = ta,
                           .seconds = run_now() - t0};
+    *test_acc = ta;
+    if (!t->lead)
+        return 0;
     char msg[256];
     if (ex_metrics_write_epoch(t->log, &e, msg, sizeof msg) != EX_OK ||
         ex_metrics_sync(t->log, msg, sizeof msg) != EX_OK)
@@ -314,7 +325,6 @@ static int one_epoch(train_state *t, double *test_acc)
             "%.4f acc %.4f\n",
             t->epoch + 1, j->epochs, e.seconds, e.train_loss, e.train_acc,
             t->valid_set ? "held-out" : "test", tl, ta);
-    *test_acc = ta;
     return 0;
 }
 
@@ -392,7 +402,8 @@ static int setup(train_state *t)
     c.eval_batch = eval_batch(t);
     ex_loader_opts lo;
     ex_loader_opts_default(&lo, t->train_set, false);
-    c.input = lo.normalize;    /* what run_loader gives */
+    c.input = lo.normalize; /* what run_loader gives */
+    c.comm = j->comm;
     ((train_job *)j)->net = c; /* the job records what ran */
     if ((rc = run_loader(t->train_set, true, c.batch, c.seed, j->cutout, j->flip, &t->train,
                          j->cmd)))
@@ -408,12 +419,12 @@ static int setup(train_state *t)
         return cli_fail(j->cmd, "%s", msg);
     if (stopped_early(j))
         return RUN_EXIT_INTERRUPTED;
-    return run_mkdir(j->out, j->cmd);
+    return t->lead ? run_mkdir(j->out, j->cmd) : 0;
 }
 
 int train_run(const train_job *j, double *test_acc)
 {
-    train_state t = {.j = j};
+    train_state t = {.j = j, .lead = !j->comm || j->comm->rank == 0};
     int rc = setup(&t);
     if (!rc && j->resume)
         rc = resume(&t);
@@ -422,9 +433,9 @@ int train_run(const train_job *j, double *test_acc)
      * stops the training at its next step or evaluation batch, with a checkpoint */
     if (!rc)
         run_catch_signals();
-    if (!rc)
+    if (!rc && t.lead)
         rc = open_log(&t, j->resume != NULL);
-    if (!rc) {
+    if (!rc && t.lead) {
         char text[EX_GENOTYPE_TEXT_MAX];
         ex_genotype_format(&j->genotype, text, sizeof text);
         fprintf(stderr,
@@ -453,17 +464,18 @@ int train_run(const train_job *j, double *test_acc)
     double loss = 0;
     if (!rc && (!measured || t.valid_set)) { /* resumed after its last epoch, or held out */
         rc = accuracy_on(&t, t.test_set, &loss, &acc);
-        if (rc == RUN_EXIT_INTERRUPTED) /* the last epoch's checkpoint leads back here */
+        if (rc == RUN_EXIT_INTERRUPTED && t.lead) /* the last epoch's checkpoint leads back here */
             fprintf(stderr, "exapt %s: interrupted; continue with --resume %s\n", j->cmd,
                     j->run_dir ? j->run_dir : j->out);
     }
     char path[4096], msg[256];
-    if (!rc && ex_network_save(t.net, run_path(path, sizeof path, j->out, "weights.safetensors"),
-                               false) != EX_OK)
+    if (!rc && t.lead &&
+        ex_network_save(t.net, run_path(path, sizeof path, j->out, "weights.safetensors"), false) !=
+            EX_OK)
         rc = cli_fail(j->cmd, "%s", ex_network_error(t.net));
     if (!rc && test_acc)
         *test_acc = acc;
-    if (!rc)
+    if (!rc && t.lead)
         printf("train: test accuracy %.2f%%; weights in %s\n", 100.0 * acc, path);
     fflush(stdout);
     if (t.log)
@@ -585,6 +597,7 @@ static int make_job(train_job *j, const train_args *a, const cli_global *g)
     j->net.auxiliary = !a->no_aux;
     j->net.label_smoothing = (float)a->smoothing;
     j->holdout = a->holdout;
+    j->comm = g->comm;
     if (a->set_batch)
         j->net.batch = (int)a->batch;
     if (a->set_channels)
@@ -611,7 +624,7 @@ int cli_train(const cli_global *g, int argc, char **argv)
     train_job j;
     if (!rc)
         rc = make_job(&j, &a, g);
-    if (!rc && !a.resume)
+    if (!rc && !a.resume && cli_lead(g))
         rc = run_claim_dir(j.out, a.force, "train");
     char *argv_json = NULL;
     if (!rc && !(argv_json = json_dumps(json_object_get(rec, "argv"), JSON_COMPACT)))

@@ -2,6 +2,7 @@
  * command line to one subcommand. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -10,24 +11,25 @@ typedef struct cli_command {
     const char *name;
     cli_command_fn run;
     const char *summary;
+    bool parallel; /* runs as several ranks (data parallelism) */
 } cli_command;
 
 static const cli_command commands[] = {
-    {"info", cli_info, "show the version, the backends and what each device offers"},
-    {"bench", cli_bench, "time every op on representative shapes (JSON)"},
-    {"search", cli_search, "search an architecture (DARTS, GDAS, top-k) on a dataset"},
-    {"train", cli_train, "train the network of a genotype from scratch"},
-    {"eval", cli_eval, "accuracy, loss and confusion matrix of saved weights on a dataset"},
-    {"predict", cli_predict, "classify images (PNG or IDX files) with saved weights"},
-    {"export", cli_export, "write saved weights as an ONNX model"},
-    {"quantize", cli_quantize, "write saved weights as int8, calibrated on training images"},
-    {"viz", cli_viz, "watch a search: replay or follow its metrics log, or snapshot it"},
+    {"info", cli_info, "show the version, the backends and what each device offers", false},
+    {"bench", cli_bench, "time every op on representative shapes (JSON)", false},
+    {"search", cli_search, "search an architecture (DARTS, GDAS, top-k) on a dataset", true},
+    {"train", cli_train, "train the network of a genotype from scratch", true},
+    {"eval", cli_eval, "accuracy, loss and confusion matrix of saved weights on a dataset", false},
+    {"predict", cli_predict, "classify images (PNG or IDX files) with saved weights", false},
+    {"export", cli_export, "write saved weights as an ONNX model", false},
+    {"quantize", cli_quantize, "write saved weights as int8, calibrated on training images", false},
+    {"viz", cli_viz, "watch a search: replay or follow its metrics log, or snapshot it", false},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
 static void print_usage(FILE *out)
 {
-    fprintf(out, "usage: exapt [--backend NAME] <command> [options]\n"
+    fprintf(out, "usage: exapt [--backend NAME] [--ranks N] <command> [options]\n"
                  "       exapt --help | --version\n\n"
                  "commands:\n");
     for (size_t i = 0; i < NCOMMANDS; i++)
@@ -35,6 +37,9 @@ static void print_usage(FILE *out)
     fprintf(out, "\nglobal options:\n"
                  "  --backend NAME  backend to run on: auto, cpu, cpu-ref or another name\n"
                  "                  that 'exapt info' lists; beats EXAPT_BACKEND\n"
+                 "  --ranks N       run search or train as N data-parallel processes on this\n"
+                 "                  machine (through mpirun; each on its own GPU); mpirun\n"
+                 "                  may also start exapt itself, on one machine or several\n"
                  "  --help          this text ('exapt <command> --help' for a command)\n"
                  "  --version       the library's version\n");
 }
@@ -78,14 +83,24 @@ static int run_help(const cli_global *g, int argc, char **argv)
 int main(int argc, char **argv)
 {
     cli_global g = {.backend = NULL, .argc = argc, .argv = argv};
-    int i = 1;
+    int i = 1, ranks = 0;
     for (; i < argc && argv[i][0] == '-'; i++) {
         const char *val = NULL;
         cli_match m = cli_option_value(argc, argv, &i, "--backend", &val);
+        cli_match mr =
+            m == CLI_NO_MATCH ? cli_option_value(argc, argv, &i, "--ranks", &val) : CLI_NO_MATCH;
         if (m == CLI_MATCHED) {
             g.backend = val;
         } else if (m == CLI_MISSING_VALUE) {
             return usage_error("--backend needs a name");
+        } else if (mr == CLI_MATCHED) {
+            char *end = NULL;
+            long n = strtol(val, &end, 10);
+            if (!end || *end || n < 1 || n > 4096)
+                return usage_error("--ranks needs a number of processes, 1 to 4096");
+            ranks = (int)n;
+        } else if (mr == CLI_MISSING_VALUE) {
+            return usage_error("--ranks needs a number of processes");
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             print_usage(stdout);
             return CLI_EXIT_OK;
@@ -105,5 +120,17 @@ int main(int argc, char **argv)
     if (c == NULL) {
         return usage_error("unknown command '%s'", argv[i]);
     }
-    return c->run(&g, argc - i, argv + i);
+    if (ranks > 1 && !c->parallel)
+        return usage_error("--ranks: '%s' runs in one process (search and train run as ranks)",
+                           c->name);
+    if (ranks > 1)
+        return cli_ranks_launch(ranks, argc, argv);
+    int rc = cli_ranks_start(&g);
+    if (rc)
+        return rc;
+    if (g.comm && !c->parallel)
+        rc = cli_fail(c->name, "runs in one process, not as one of %d ranks", g.comm->size);
+    else
+        rc = c->run(&g, argc - i, argv + i);
+    return cli_ranks_finish(&g, rc);
 }

@@ -65,6 +65,11 @@ int run_load(const char *dir, const char *name, ex_data_split split, int64_t lim
     return CLI_EXIT_OK;
 }
 
+size_t run_share_start(const ex_comm *comm, int batch, size_t img)
+{
+    return comm ? (size_t)comm->rank * (size_t)(batch / comm->size) * img : 0;
+}
+
 int run_eval_batch(int64_t n, int cap)
 {
     for (int b = cap; b > 1; b--)

@@ -16,6 +16,10 @@ int run_load(const char *dir, const char *name, ex_data_split split, int64_t lim
  *  dataset exactly. */
 int run_eval_batch(int64_t n, int cap);
 
+/** The first image of this rank's share of a global batch of `batch` images, each of `img`
+ *  floats (comm NULL: 0); every rank draws the same global batch and takes its share. */
+size_t run_share_start(const ex_comm *comm, int batch, size_t img);
+
 /** A loader over ds in its training or evaluation configuration; a training loader
  *  adds cutout (0: off) and, with flip, left-right mirroring to the dataset's default
  *  augmentation. */

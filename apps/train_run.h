@@ -29,6 +29,8 @@ typedef struct train_job {
                         epoch) */
     ex_network_config net;
     ex_genotype genotype;
+    const ex_comm *comm;   /* the data-parallel group (NULL: alone): each rank trains on its
+                              share of every batch; rank 0 writes the files and prints */
     const char *argv_json; /* the command's options as a JSON array of strings, recorded in
                               the metrics log's header for --resume (NULL: [], a search's
                               training, which its search's record reproduces) */
