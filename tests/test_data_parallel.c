@@ -70,13 +70,20 @@ static void config(ex_search_config *c, const ex_comm *comm)
     c->comm = comm;
 }
 
-/* STEPS search steps on this rank's share of each global batch, then the state into path. */
-static void run_search(const ex_comm *comm, const char *path)
+static ex_backend *open_cpu(void)
 {
     ex_backend *be = NULL;
     char msg[512];
     if (ex_backend_open("cpu", &be, msg, sizeof msg) != EX_OK)
         fail_msg("cpu backend: %s", msg);
+    return be;
+}
+
+/* STEPS search steps on this rank's share of each global batch, then the state into path. */
+static void run_search(const ex_comm *comm, const char *path)
+{
+    ex_backend *be = open_cpu();
+    char msg[512];
     ex_search_config c;
     config(&c, comm);
     ex_search *s = NULL;
@@ -112,10 +119,8 @@ static void run_search(const ex_comm *comm, const char *path)
  * auxiliary head (which needs 20x20 images); affine batch norms, unlike the search's. */
 static void run_network(const ex_comm *comm, const char *path)
 {
-    ex_backend *be = NULL;
+    ex_backend *be = open_cpu();
     char msg[512];
-    if (ex_backend_open("cpu", &be, msg, sizeof msg) != EX_OK)
-        fail_msg("cpu backend: %s", msg);
     ex_network_config c;
     ex_network_config_default(&c);
     c.in_channels = 1;
