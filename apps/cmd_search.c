@@ -100,7 +100,8 @@ typedef struct search_run {
     int64_t synced_steps;  /* the steps behind syncs_per_step */
     float *xt, *xv;
     int32_t *yt, *yv;
-    bool lead; /* this process writes the run's files and prints: rank 0, or alone */
+    bool lead;             /* this process writes the run's files and prints: rank 0, or alone */
+    ex_metrics_step times; /* the ranks' times of the last step (run_rank_times) */
 } search_run;
 
 /* Settings of a preset; 0 for an unknown name. */
@@ -556,6 +557,8 @@ static void log_step(search_run *r, const ex_search_stats *st, float lr, float t
                            .skipped = st->skipped};
     m->has_tau = r->cfg.mode == EX_SEARCH_GDAS;
     m->tau = tau;
+    m->n_ranks = r->times.n_ranks;
+    memcpy(m->rank_step_ms, r->times.rank_step_ms, sizeof m->rank_step_ms);
     int edges = ex_search_edges(r->s), k = r->cfg.ncand;
     if (alphas && edges <= EX_METRICS_MAX_EDGES && k <= EX_METRICS_MAX_CANDS) {
         float *buf = malloc(4 * (size_t)edges * (size_t)k * sizeof *buf);
@@ -771,6 +774,9 @@ static int run_epochs(search_run *r)
             if (ex_search_step(r->s, r->xt + x0, r->yt + y0, r->xv + x0, r->yv + y0, lr, tau,
                                &st) != EX_OK)
                 return cli_fail("search", "%s", ex_search_error(r->s));
+            int failed = run_rank_times(r->cfg.comm, st.step_ms, &r->times, "search");
+            if (failed)
+                return failed;
             if (!profile)
                 r->syncs_per_step +=
                     ((double)(ex_backend_host_syncs(r->be) - syncs) - r->syncs_per_step) /

@@ -288,6 +288,9 @@ static int one_epoch(train_state *t, double *test_acc)
                              .train_acc = st.accuracy,
                              .images_per_s = ips,
                              .step_ms = st.step_ms};
+        int rc = run_rank_times(j->comm, st.step_ms, &m, j->cmd);
+        if (rc)
+            return rc;
         char msg[256];
         if (t->log && ex_metrics_write_step(t->log, &m, msg, sizeof msg) != EX_OK)
             return cli_fail(j->cmd, "metrics: %s", msg);

@@ -70,6 +70,24 @@ size_t run_share_start(const ex_comm *comm, int batch, size_t img)
     return comm ? (size_t)comm->rank * (size_t)(batch / comm->size) * img : 0;
 }
 
+int run_rank_times(const ex_comm *comm, double step_ms, ex_metrics_step *m, const char *cmd)
+{
+    m->n_ranks = 0;
+    if (!comm || comm->size < 2)
+        return 0;
+    int n = comm->size < EX_METRICS_MAX_RANKS ? comm->size : EX_METRICS_MAX_RANKS;
+    float v[EX_METRICS_MAX_RANKS] = {0};
+    if (comm->rank < n)
+        v[comm->rank] = (float)step_ms;
+    char msg[256] = "";
+    if (comm->allreduce_sum(comm->user, v, (size_t)n, msg, sizeof msg) != EX_OK)
+        return cli_fail(cmd, "the ranks' step times: %s", msg);
+    for (int r = 0; r < n; r++)
+        m->rank_step_ms[r] = v[r];
+    m->n_ranks = n;
+    return 0;
+}
+
 int run_eval_batch(int64_t n, int cap)
 {
     for (int b = cap; b > 1; b--)

@@ -20,6 +20,11 @@ int run_eval_batch(int64_t n, int cap);
  *  floats (comm NULL: 0); every rank draws the same global batch and takes its share. */
 size_t run_share_start(const ex_comm *comm, int batch, size_t img);
 
+/** Each rank's wall time of the step just done (step_ms on this rank) into m->rank_step_ms
+ *  and m->n_ranks, on every rank (a collective: every rank calls it after every step);
+ *  alone, m->n_ranks = 0. A failed collective: a message naming cmd, and the exit code. */
+int run_rank_times(const ex_comm *comm, double step_ms, ex_metrics_step *m, const char *cmd);
+
 /** A loader over ds in its training or evaluation configuration; a training loader
  *  adds cutout (0: off) and, with flip, left-right mirroring to the dataset's default
  *  augmentation. */

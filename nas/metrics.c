@@ -376,6 +376,15 @@ ex_status ex_metrics_write_step(ex_metrics_writer *w, const ex_metrics_step *s, 
         jb_set(&b, j, "tau", num(s->tau));
     if (s->skipped)
         jb_set(&b, j, "skipped", json_true());
+    if (s->n_ranks > 0) {
+        json_t *a = json_array();
+        for (int r = 0; a && r < s->n_ranks && r < EX_METRICS_MAX_RANKS; r++)
+            if (json_array_append_new(a, num(s->rank_step_ms[r])) != 0) {
+                json_decref(a);
+                a = NULL; /* jb_set reports the lack of memory */
+            }
+        jb_set(&b, j, "rank_step_ms", a);
+    }
     step_cells(&b, j, s);
     return emit(w, j, &b, msg, msg_len);
 }
@@ -745,6 +754,23 @@ static void parse_matrix(jp *p, json_t *m, const char *key, int *rows, int *cols
     }
 }
 
+/* The optional per-rank step times of a data-parallel run. */
+static void parse_rank_times(jp *p, json_t *o, ex_metrics_step *s)
+{
+    json_t *a = json_object_get(o, "rank_step_ms");
+    s->n_ranks = 0;
+    if (!a)
+        return;
+    size_t n = json_array_size(a);
+    if (!json_is_array(a) || n < 1 || n > EX_METRICS_MAX_RANKS) {
+        jp_bad(p, "rank_step_ms", "is not an array of 1 to 64 numbers");
+        return;
+    }
+    for (size_t r = 0; r < n; r++)
+        s->rank_step_ms[r] = jp_num_v(p, json_array_get(a, r), "rank_step_ms");
+    s->n_ranks = (int)n;
+}
+
 static bool parse_cells(jp *p, json_t *o, const char *key, ex_metrics_step *s, float *fn, float *fr,
                         uint8_t *mn, uint8_t *mr)
 {
@@ -785,6 +811,7 @@ static void parse_step(jp *p, json_t *o, ex_metrics_step *s)
     if (sk && !json_is_boolean(sk))
         jp_bad(p, "skipped", "is not a boolean");
     s->skipped = json_is_true(sk);
+    parse_rank_times(p, o, s);
     s->n_edges = s->n_cands = -1;
     s->has_alphas =
         parse_cells(p, o, "alphas", s, &s->alpha_normal[0][0], &s->alpha_reduce[0][0], NULL, NULL);

@@ -111,7 +111,10 @@ static void sample_step(ex_metrics_step *s, int64_t gs, bool cells)
     s->step_ms = 51.75;
     s->has_tau = gs % 3 == 0;
     s->tau = 10.0;
-    if (cells) {
+    if (cells) { /* and a data-parallel step of three ranks */
+        s->n_ranks = 3;
+        for (int r = 0; r < 3; r++)
+            s->rank_step_ms[r] = 50.5 + r;
         s->has_alphas = s->has_active = true;
         s->n_edges = 14;
         s->n_cands = 8;
@@ -249,6 +252,8 @@ static void check_steps(const ex_metrics_step *a, const ex_metrics_step *b)
     assert_true(a->has_alphas && a->has_active);
     assert_int_equal(a->n_edges, 14);
     assert_int_equal(a->n_cands, 8);
+    assert_int_equal(a->n_ranks, 3);
+    assert_true(a->rank_step_ms[0] == 50.5 && a->rank_step_ms[2] == 52.5);
     /* float32 values survive their 9 digits exactly */
     assert_memory_equal(a->alpha_normal, want->alpha_normal, sizeof want->alpha_normal);
     assert_memory_equal(a->alpha_reduce, want->alpha_reduce, sizeof want->alpha_reduce);
@@ -257,6 +262,7 @@ static void check_steps(const ex_metrics_step *a, const ex_metrics_step *b)
     assert_true(b->global_step == 1 && b->epoch == 0 && b->step == 1);
     assert_true((float)b->train_loss == 2.302585f && b->train_acc == 0.125);
     assert_false(b->has_valid || b->has_tau || b->has_alphas || b->has_active);
+    assert_int_equal(b->n_ranks, 0);
     assert_int_equal(b->n_edges, 0);
     free(want);
 }
@@ -488,6 +494,9 @@ static void parser_rejects(void **state)
          EX_ERR_FORMAT, "lr"},
         {"{" STEP ",\"valid_loss\":1}", EX_ERR_FORMAT, "valid_acc"},
         {"{" STEP ",\"tau\":\"hot\"}", EX_ERR_FORMAT, "tau"},
+        {"{" STEP ",\"rank_step_ms\":[]}", EX_ERR_FORMAT, "rank_step_ms"},
+        {"{" STEP ",\"rank_step_ms\":5}", EX_ERR_FORMAT, "rank_step_ms"},
+        {"{" STEP ",\"rank_step_ms\":[1,\"slow\"]}", EX_ERR_FORMAT, "rank_step_ms"},
         {"{" STEP ",\"alphas\":[]}", EX_ERR_FORMAT, "alphas"},
         {"{" STEP ",\"alphas\":{\"normal\":[[1,2],[3]],\"reduce\":[[1,2],[3,4]]}}", EX_ERR_FORMAT,
          "alphas"},

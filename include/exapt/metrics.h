@@ -20,6 +20,7 @@ extern "C" {
 
 #define EX_METRICS_MAX_EDGES 64       /**< edges of one cell in header and alphas */
 #define EX_METRICS_MAX_CANDS 12       /**< candidates per edge */
+#define EX_METRICS_MAX_RANKS 64       /**< data-parallel ranks whose step times a record holds */
 #define EX_METRICS_MAX_OPS 128        /**< engine ops in a profile record */
 #define EX_METRICS_MAX_PROF_CANDS 16  /**< candidate rows in a profile record */
 #define EX_METRICS_NAME_MAX 32        /**< bytes of a candidate or op name, NUL included */
@@ -74,6 +75,10 @@ typedef struct ex_metrics_step {
     bool has_active; /**< which candidates were computed (1) or skipped (0) */
     uint8_t active_normal[EX_METRICS_MAX_EDGES][EX_METRICS_MAX_CANDS];
     uint8_t active_reduce[EX_METRICS_MAX_EDGES][EX_METRICS_MAX_CANDS];
+    /* appended in 0.2.0 */
+    int n_ranks; /**< data-parallel ranks in rank_step_ms (0: one process, none written;
+                      at most EX_METRICS_MAX_RANKS, the first ones of a larger group) */
+    double rank_step_ms[EX_METRICS_MAX_RANKS]; /**< each rank's wall time of the step, ms */
 } ex_metrics_step;
 
 /** "epoch". */
