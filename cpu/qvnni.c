@@ -15,9 +15,12 @@
  * hence exact wherever the true sum fits int32 (docs/ops.md bounds it).
  *
  * The depthwise ones at stride 1: VPDPWSSD multiplies pairs of 16-bit values, so each
- * 32-bit lane of a padded plane's row r holds the inputs of rows r and r + dilation at one
- * column, and one instruction adds two taps of a filter column (rows a and a + 1) for 16
- * outputs: a 3x3 filter takes 6 instructions where it took 9 multiplies and as many adds. */
+ * 32-bit lane of a padded plane holds the inputs of rows r and r + dilation at one column,
+ * and one instruction adds two taps of a filter column (rows a and a + 1) for 16 outputs:
+ * a 3x3 filter takes 6 instructions where it took 9 multiplies and as many adds. The plane
+ * is flat, its padded rows one after the other, and so are the outputs (a row of wo and
+ * the filter's span of columns no one keeps): a 7x7 plane takes 4 vectors, not 7 half
+ * empty ones, and the filter's offsets are the same for every vector. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -169,26 +172,27 @@ bool cpu_qgemm_run(const cpu_exec *e, const cpu_qgemm *q, int threads)
     return true;
 }
 
-/* Lanes [0, n) of a mask of 16 or 32 (n clipped to [0, 32]). */
-static inline uint32_t qv_lanes(int64_t n)
+/* The plane padded as the filter reads it, flat: padded row r at r * wp, zeros outside x
+ * (wp = wo + (kw - 1) dw, so an output row's taps never wrap into the next row's outputs). */
+QG_TARGET static void qdw_flat(const cpu_qdw *d, int8_t *p, int64_t wp, int64_t bytes)
 {
-    return n <= 0 ? 0u : n >= 32 ? 0xFFFFFFFFu : (1u << n) - 1u;
+    memset(p, 0, (size_t)bytes);
+    int64_t cols = d->w < wp - d->pw ? d->w : wp - d->pw;
+    for (int64_t h = 0; h < d->h && cols > 0; h++) {
+        int64_t r = h + d->ph;
+        if (r * wp + d->pw + cols > bytes)
+            break;
+        for (int64_t c = 0; c < cols; c += 64) {
+            __mmask64 m = cols - c >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (cols - c)) - 1;
+            _mm512_mask_storeu_epi8(p + r * wp + d->pw + c, m,
+                                    _mm512_maskz_loadu_epi8(m, d->x + h * d->xsh + c));
+        }
+    }
 }
 
-/* Padded row r (rows of x, h of them, start at padded row ph; columns at pw) as 32 16-bit
- * values from column c: zeros outside x. The masked load reads no byte outside x's row. */
-QG_TARGET static __m512i qdw_row16(const cpu_qdw *d, int64_t r, int64_t c)
-{
-    int64_t sr = r - d->ph, sc = c - d->pw;
-    if (sr < 0 || sr >= d->h)
-        return _mm512_setzero_si512();
-    uint32_t m = qv_lanes(d->w - sc) & ~qv_lanes(-sc);
-    return _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, d->x + sr * d->xsh + sc));
-}
-
-/* The plane's pair rows: lane c of row r holds padded rows r and r + dh at column c, for
- * rows [0, rows) and columns [0, cols) (cols a multiple of 32). */
-QG_TARGET static void qdw_pairs(const cpu_qdw *d, int32_t *pairs, int64_t rows, int64_t cols)
+/* The flat plane's pairs [0, count) (count a multiple of 32): lane f holds the 16-bit
+ * values at f and f + gap, which VPDPWSSD multiplies by two taps rows dh apart. */
+QG_TARGET static void qdw_pairs(const int8_t *p, int64_t gap, int32_t *pairs, int64_t count)
 {
     uint16_t lo[32], hi[32];
     for (int i = 0; i < 16; i++) {
@@ -196,44 +200,78 @@ QG_TARGET static void qdw_pairs(const cpu_qdw *d, int32_t *pairs, int64_t rows, 
         hi[2 * i] = (uint16_t)(16 + i), hi[2 * i + 1] = (uint16_t)(48 + i);
     }
     const __m512i ilo = _mm512_loadu_si512(lo), ihi = _mm512_loadu_si512(hi);
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c += 32) {
-            __m512i a = qdw_row16(d, r, c), b = qdw_row16(d, r + d->dh, c);
-            _mm512_storeu_si512(pairs + r * cols + c, _mm512_permutex2var_epi16(a, ilo, b));
-            _mm512_storeu_si512(pairs + r * cols + c + 16, _mm512_permutex2var_epi16(a, ihi, b));
-        }
+    for (int64_t f = 0; f < count; f += 32) {
+        __m512i a = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(p + f))),
+                b = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(p + f + gap)));
+        _mm512_storeu_si512(pairs + f, _mm512_permutex2var_epi16(a, ilo, b));
+        _mm512_storeu_si512(pairs + f + 16, _mm512_permutex2var_epi16(a, ihi, b));
+    }
 }
+
+/* 16 sums requantized as qv_store does, to 16 bytes at c8. */
+QG_TARGET static inline void qdw_rq16(int8_t *c8, float mult, float lo, __m512i acc)
+{
+    __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_set1_ps(mult));
+    v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(lo)), _mm512_set1_ps(127.0f));
+    _mm_storeu_si128((__m128i *)c8, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(v)));
+}
+
+/* The flat sums [0, 16 nv) of a filter of npair pair rows by kw columns: output f is the
+ * bias plus pair word (a, q) times the pairs at f + off[a * kw + q]; stored requantized to
+ * t8, or as i32 to t32. KW and NPAIR, when not 0, are the constants of the 3x3 filter the
+ * compiler unrolls. */
+#define QDW_SUMS(NPAIR, KW)                                                                        \
+    for (int64_t f = 0; f < 16 * nv; f += 16) {                                                    \
+        __m512i acc = _mm512_set1_epi32(d->bias);                                                  \
+        for (int t = 0; t < (NPAIR) * (KW); t++)                                                   \
+            acc = _mm512_dpwssd_epi32(acc, _mm512_loadu_si512(pairs + f + off[t]), wv[t]);         \
+        if (t8)                                                                                    \
+            qdw_rq16(t8 + f, d->mult, d->lo, acc);                                                 \
+        else                                                                                       \
+            _mm512_storeu_si512(t32 + f, acc);                                                     \
+    }
 
 QG_TARGET bool cpu_qdw_vnni(const cpu_qdw *d)
 {
-    int64_t wo16 = (d->wo + 15) / 16 * 16, span = (d->kw - 1) * d->dw;
-    int64_t cols = (wo16 + span + 31) / 32 * 32, rows = d->ho + (d->kh - 1) * d->dh;
-    if (d->kh * d->kw > QDW_TAPS || rows * cols > QDW_PAIRS)
+    int npair = (int)((d->kh + 1) / 2), kw = (int)d->kw;
+    int64_t wp = d->wo + (d->kw - 1) * d->dw, gap = d->dh * wp;
+    /* the outputs flat at oh * wp + ow, whole vectors of them; the pairs they read; the
+     * padded plane those read */
+    int64_t nv = ((d->ho - 1) * wp + d->wo + 15) / 16;
+    int64_t count = (16 * nv + 2 * (npair - 1) * gap + (kw - 1) * d->dw + 31) / 32 * 32;
+    int64_t bytes = count + gap + 32;
+    if (d->kh * d->kw > QDW_TAPS || count > QDW_PAIRS || bytes > 4 * QDW_PAIRS || d->wo > 64)
         return false;
-    int32_t pairs[QDW_PAIRS], wp[QDW_TAPS];
-    /* filter rows a and a + 1 of column q as the word VPDPWSSD multiplies a pair row by
-     * (row a + 1 zero past the filter) */
-    int npair = (int)((d->kh + 1) / 2);
+    int8_t plane[4 * QDW_PAIRS + 64];
+    int32_t pairs[QDW_PAIRS], t32[QDW_PAIRS];
+    int8_t *t8 = d->c8 ? plane : NULL; /* the plane is read before outputs reach it */
+    int32_t off[QDW_TAPS];
+    __m512i wv[QDW_TAPS];
+    /* filter rows 2a and 2a + 1 of column q as the word VPDPWSSD multiplies a pair by
+     * (row 2a + 1 zero past the filter) */
     for (int a = 0; a < npair; a++)
-        for (int64_t q = 0; q < d->kw; q++) {
-            int16_t w0 = d->taps[2 * a * d->kw + q],
-                    w1 = 2 * a + 1 < d->kh ? d->taps[(2 * a + 1) * d->kw + q] : 0;
-            wp[a * d->kw + q] = (int32_t)((uint32_t)(uint16_t)w0 | (uint32_t)(uint16_t)w1 << 16);
+        for (int q = 0; q < kw; q++) {
+            int16_t w0 = d->taps[2 * a * kw + q],
+                    w1 = 2 * a + 1 < d->kh ? d->taps[(2 * a + 1) * kw + q] : 0;
+            wv[a * kw + q] =
+                _mm512_set1_epi32((int32_t)((uint32_t)(uint16_t)w0 | (uint32_t)(uint16_t)w1 << 16));
+            off[a * kw + q] = (int32_t)(2 * a * gap + q * d->dw);
         }
-    qdw_pairs(d, pairs, rows, cols);
-    for (int64_t oh = 0; oh < d->ho; oh++)
-        for (int64_t o0 = 0; o0 < d->wo; o0 += 16) {
-            __m512i acc = _mm512_set1_epi32(d->bias);
-            for (int a = 0; a < npair; a++) {
-                const int32_t *row = pairs + (oh + 2 * a * d->dh) * cols + o0;
-                for (int64_t q = 0; q < d->kw; q++)
-                    acc = _mm512_dpwssd_epi32(acc, _mm512_loadu_si512(row + q * d->dw),
-                                              _mm512_set1_epi32(wp[a * d->kw + q]));
-            }
-            __mmask16 m = (__mmask16)qv_lanes(d->wo - o0);
-            int64_t at = oh * d->ysh + o0;
-            qv_store(d->c8 ? NULL : d->c + at, d->c8 ? d->c8 + at : NULL, d->mult, d->lo, acc, m);
-        }
+    qdw_flat(d, plane, wp, bytes);
+    qdw_pairs(plane, gap, pairs, count);
+    if (npair == 2 && kw == 3)
+        QDW_SUMS(2, 3)
+    else
+        QDW_SUMS(npair, kw)
+    /* the rows out of the flat sums */
+    for (int64_t oh = 0; oh < d->ho; oh++) {
+        __mmask64 m = d->wo >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << d->wo) - 1;
+        if (t8)
+            _mm512_mask_storeu_epi8(d->c8 + oh * d->ysh, m,
+                                    _mm512_maskz_loadu_epi8(m, t8 + oh * wp));
+        else
+            memcpy(d->c + oh * d->ysh, t32 + oh * wp, (size_t)d->wo * sizeof *t32);
+    }
     return true;
 }
 

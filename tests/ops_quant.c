@@ -459,6 +459,15 @@ static void convolutions(qfam *s)
                  (ex_conv_params){{1, 1}, {0, 1}, {1, 1}}, false, RQ_TENSOR_RELU);
     conv_case_rq(s, "qconv2d_rq of 5 channels over 30-pixel planes", C_DENSE, xo, 5, 3, 3, same3,
                  false, RQ_CHANNEL);
+    /* the stride-1 depthwise kernel's flat planes: wide rows with the filter's span, no
+     * padding, an even filter height, and a slice's channels */
+    int64_t xd[4] = {2, 3, 28, 30};
+    conv_case_rq(s, "qdwconv2d_rq 5x5 dilation 2 over 28x30 planes", C_DEPTH, xd, 0, 5, 5,
+                 (ex_conv_params){{1, 1}, {4, 4}, {2, 2}}, false, RQ_CHANNEL);
+    conv_case(s, "qdwconv2d 2x3 without padding of a slice", C_DEPTH, xd, 0, 2, 3,
+              (ex_conv_params){{1, 1}, {0, 0}, {1, 1}}, true);
+    conv_case_rq(s, "qdwconv2d_rq 3x5 padding 2x1 over 6x5 planes, relu", C_DEPTH, xp, 0, 3, 5,
+                 (ex_conv_params){{1, 1}, {2, 1}, {1, 1}}, false, RQ_TENSOR_RELU);
     linear(s);
 }
 
