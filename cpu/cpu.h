@@ -221,4 +221,17 @@ typedef struct cpu_qdw {
  *  filter or the plane does not fit (QDW_TAPS, QDW_PAIRS). */
 bool cpu_qdw_vnni(const cpu_qdw *d);
 
+/** One plane of int8 max pooling over dense rows: x [h, w] (rows xsh apart), windows kh x kw
+ *  at strides sh, sw and padding ph, pw (below the window), into y [ho, wo] (rows ysh apart). */
+typedef struct cpu_qpool {
+    const int8_t *x;
+    int8_t *y;
+    int64_t h, w, xsh, ho, wo, ysh;
+    int kh, kw, sh, sw, ph, pw;
+} cpu_qpool;
+
+/** Runs p; only where cpu_qgemm_vnni() holds. False, having written nothing, where a row's
+ *  windows do not fit one vector of 64 bytes (or kw is above 8). */
+bool cpu_qmax_vnni(const cpu_qpool *p);
+
 #endif

@@ -839,6 +839,44 @@ static inline int8_t q_avg(int32_t s, int32_t k)
     return (int8_t)(s < 0 ? -r : r);
 }
 
+/* Bytes of a padded row q_max_plane() keeps on the stack. */
+#define Q_POOL_ROW 1024
+
+/* One plane of max pooling over dense rows: each output row's window rows reduced to one
+ * row padded with -128 at the sides (the start of the clipped window's maximum, which any
+ * element equals or passes), then each output the maximum of its kw columns. The
+ * column loops vectorize. 0 when a padded row does not fit the buffer. */
+__attribute__((target_clones("arch=skylake-avx512", "avx2", "default"))) static int
+q_max_plane(const int8_t *restrict xp, int64_t xsh, int64_t h, int64_t w, int8_t *restrict yp,
+            int64_t ysh, int64_t ho, int64_t wo, int kh, int kw, int sh, int sw, int ph, int pw)
+{
+    int64_t wp = (wo - 1) * sw + kw;
+    if (wp > Q_POOL_ROW || pw + w > Q_POOL_ROW)
+        return 0;
+    int8_t v[Q_POOL_ROW];
+    for (int64_t i = 0; i < ho; i++) {
+        int64_t h0 = i * sh - ph, h1 = h0 + kh;
+        h0 = h0 < 0 ? 0 : h0;
+        h1 = h1 > h ? h : h1;
+        memset(v, -128, (size_t)wp);
+        for (int64_t r = h0; r < h1; r++) {
+            const int8_t *restrict xr = xp + r * xsh;
+            int8_t *restrict vr = v + pw;
+            int64_t n = w < wp - pw ? w : wp - pw;
+            for (int64_t c = 0; c < n; c++)
+                vr[c] = xr[c] > vr[c] ? xr[c] : vr[c];
+        }
+        int8_t *restrict yr = yp + i * ysh;
+        for (int64_t j = 0; j < wo; j++) {
+            int8_t m = v[j * sw];
+            for (int q = 1; q < kw; q++)
+                m = v[j * sw + q] > m ? v[j * sw + q] : m;
+            yr[j] = m;
+        }
+    }
+    return 1;
+}
+
 static ex_status q_pool(const cpu_exec *e, const ex_node_exec *nd, bool max)
 {
     ex_status st = q_need(e, nd, 1);
@@ -851,11 +889,21 @@ static ex_status q_pool(const cpu_exec *e, const ex_node_exec *nd, bool max)
     int kh = nd->ip[0], kw = nd->ip[1], sh = nd->ip[2], sw = nd->ip[3], ph = nd->ip[4],
         pw = nd->ip[5];
     const int8_t *xv = cpu_i8(x);
+    /* the row kernel: max pooling over dense rows, windows that overlap x */
+    bool dense = max && !e->reference && x->st[3] == 1 && y->st[3] == 1 && kh > 0 && kw > 0 &&
+                 sh > 0 && sw > 0 && ph >= 0 && pw >= 0 && ph < kh && pw < kw;
 #pragma omp parallel for schedule(static) num_threads(q_threads(e))
     for (int64_t nc = 0; nc < y->ne[0] * y->ne[1]; nc++) {
         int64_t n = nc / y->ne[1], c = nc % y->ne[1];
         const int8_t *xp = xv + n * x->st[0] + c * x->st[1];
         int8_t *yp = cpu_i8(y) + n * y->st[0] + c * y->st[1];
+        cpu_qpool pl = {xp,       yp, x->ne[2], x->ne[3], x->st[2], y->ne[2], y->ne[3],
+                        y->st[2], kh, kw,       sh,       sw,       ph,       pw};
+        if (dense && e->vnni && cpu_qmax_vnni(&pl))
+            continue;
+        if (dense && q_max_plane(xp, x->st[2], x->ne[2], x->ne[3], yp, y->st[2], y->ne[2], y->ne[3],
+                                 kh, kw, sh, sw, ph, pw))
+            continue;
         for (int64_t i = 0; i < y->ne[2]; i++) {
             int64_t h0 = i * sh - ph, h1 = h0 + kh;
             h0 = h0 < 0 ? 0 : h0;

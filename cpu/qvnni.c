@@ -275,7 +275,51 @@ QG_TARGET bool cpu_qdw_vnni(const cpu_qdw *d)
     return true;
 }
 
+QG_TARGET bool cpu_qmax_vnni(const cpu_qpool *p)
+{
+    /* a row and its windows in one vector: padded column c (input column c - pw) in lane c */
+    if (p->kw > 8 || p->wo > 64 || (p->wo - 1) * p->sw + p->kw > 64 || p->pw >= 64)
+        return false;
+    __m512i idx[8];
+    for (int q = 0; q < p->kw; q++) {
+        uint8_t at[64];
+        for (int j = 0; j < 64; j++) {
+            int64_t c = j * p->sw + q;
+            at[j] = (uint8_t)(c < 64 ? c : 63);
+        }
+        idx[q] = _mm512_loadu_si512(at);
+    }
+    int64_t end = p->pw + p->w < 64 ? p->pw + p->w : 64;
+    __mmask64 in = (end >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << end) - 1) &
+                   ~(((__mmask64)1 << p->pw) - 1),
+              out = p->wo >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << p->wo) - 1;
+    const __m512i floor = _mm512_set1_epi8(-128);
+    for (int64_t i = 0; i < p->ho; i++) {
+        int64_t h0 = i * p->sh - p->ph, h1 = h0 + p->kh;
+        h0 = h0 < 0 ? 0 : h0;
+        h1 = h1 > p->h ? p->h : h1;
+        /* the window's rows reduced, -128 (which every element equals or passes) outside;
+         * the masked load reads no byte outside the row */
+        __m512i v = floor;
+        for (int64_t r = h0; r < h1; r++) {
+            uintptr_t at = (uintptr_t)(p->x + r * p->xsh) - (uintptr_t)p->pw;
+            v = _mm512_max_epi8(v, _mm512_mask_loadu_epi8(floor, in, (const void *)at));
+        }
+        __m512i m = _mm512_permutexvar_epi8(idx[0], v);
+        for (int q = 1; q < p->kw; q++)
+            m = _mm512_max_epi8(m, _mm512_permutexvar_epi8(idx[q], v));
+        _mm512_mask_storeu_epi8(p->y + i * p->ysh, out, m);
+    }
+    return true;
+}
+
 #else
+
+bool cpu_qmax_vnni(const cpu_qpool *p)
+{
+    (void)p;
+    return false;
+}
 
 bool cpu_qdw_vnni(const cpu_qdw *d)
 {

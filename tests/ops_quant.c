@@ -525,6 +525,9 @@ static void pools(qfam *s)
     int64_t x[4] = {2, 3, 8, 9}, g[4] = {3, 4, 5, 7};
     pool_case(s, "qmax_pool 3x3", EX_OP_QMAX_POOL, x, 3, 1, 1, false);
     pool_case(s, "qmax_pool 3x3 stride 2 of a slice", EX_OP_QMAX_POOL, x, 3, 2, 1, true);
+    int64_t xl[4] = {2, 3, 28, 27};
+    pool_case(s, "qmax_pool 3x3 stride 2 over 28x27 planes", EX_OP_QMAX_POOL, xl, 3, 2, 1, false);
+    pool_case(s, "qmax_pool 2x2 stride 2", EX_OP_QMAX_POOL, x, 2, 2, 0, false);
     pool_case(s, "qavg_pool 3x3", EX_OP_QAVG_POOL, x, 3, 1, 1, false);
     pool_case(s, "qavg_pool 3x3 stride 2 of a slice", EX_OP_QAVG_POOL, x, 3, 2, 1, true);
     pool_case(s, "qavg_pool 2x2 stride 2 (ties)", EX_OP_QAVG_POOL, x, 2, 2, 0, false);
