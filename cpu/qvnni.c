@@ -66,6 +66,16 @@ QG_TARGET static void qg_pack_group(const int8_t *b, int64_t ldb, int64_t k, int
     }
 }
 
+/* acc + the dot products of x's unsigned and w's signed bytes, 4 to a lane (VPDPBUSD).
+ * The intrinsic's accumulator is not tied to its result in GCC's register allocation,
+ * which copied the 16 accumulators of qg_block's loop at every step (about as many moves
+ * as products); the instruction itself updates its register in place. */
+QG_TARGET static inline __m512i qg_dp(__m512i acc, __m512i x, __m512i w)
+{
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(x), "v"(w));
+    return acc;
+}
+
 /* 16 sums to i32 at c, or requantized by mult (lower bound lo) to i8 at c8; lanes of m. */
 QG_TARGET static void qv_store(int32_t *c, int8_t *c8, float mult, float lo, __m512i acc,
                                __mmask16 m)
@@ -108,7 +118,7 @@ QG_TARGET static void qg_block(const cpu_qgemm *q, const int32_t *wq, int64_t k4
         for (int r = 0; r < QG_ROWS; r++) {
             __m512i w = _mm512_set1_epi32(wq[r * k4 + g]);
             for (int v = 0; v < 4; v++)
-                acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], x[v], w);
+                acc[r][v] = qg_dp(acc[r][v], x[v], w);
         }
     }
     int64_t rows = q->m - r0 < QG_ROWS ? q->m - r0 : QG_ROWS;
