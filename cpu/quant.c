@@ -45,21 +45,21 @@ static inline int8_t q_round(float v, float lo)
 
 /* Dense rows of the element-wise ops, built for AVX2 and for the baseline and picked at
  * run time: the loops vectorize where the strided walk below does not. */
-__attribute__((target_clones("arch=skylake-avx512", "avx2", "default"))) static void
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) static void
 rq_row32(const int32_t *restrict x, float m, float lo, int8_t *restrict y, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] = q_round((float)x[i] * m, lo);
 }
 
-__attribute__((target_clones("arch=skylake-avx512", "avx2", "default"))) static void
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) static void
 rq_row8(const int8_t *restrict x, float m, float lo, int8_t *restrict y, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] = q_round((float)x[i] * m, lo);
 }
 
-__attribute__((target_clones("arch=skylake-avx512", "avx2", "default"))) static void
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) static void
 qadd_row(const int8_t *restrict a, float ma, const int8_t *restrict b, float mb, float lo,
          int8_t *restrict y, int64_t n)
 {
@@ -69,7 +69,7 @@ qadd_row(const int8_t *restrict a, float ma, const int8_t *restrict b, float mb,
     }
 }
 
-__attribute__((target_clones("arch=skylake-avx512", "avx2", "default"))) static void
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) static void
 qrelu_row(const int8_t *restrict x, int8_t *restrict y, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
@@ -604,7 +604,7 @@ static inline void dw_store(const q_out *o, float m, const int32_t *acc, void *y
  * taps, each tap's run of columns clipped to the input so the inner loop has no bounds
  * test. Built for AVX2 and for the baseline, picked at run time (the AVX2 clone widens
  * int8 and multiplies 8 lanes at a time). */
-__attribute__((target_clones("arch=skylake-avx512", "avx2", "default"))) static void
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) static void
 dw_plane(const q_conv *g, const int8_t *restrict xp, int64_t xsh, int64_t xsw,
          const int8_t *restrict taps, int32_t bias, const q_out *o, float m, void *yp, int64_t ysh,
          int64_t ysw)
@@ -646,7 +646,7 @@ dw_plane(const q_conv *g, const int8_t *restrict xp, int64_t xsh, int64_t xsw,
 /* dw_plane() over a zero-padded copy of the plane with rows of outputs rounded up to 8:
  * no clipping, so every tap is whole vectors (most DARTS planes are 7 to 32 wide, where
  * the clipped runs' remainders dominate). 0 when the plane does not fit the buffer. */
-__attribute__((target_clones("arch=skylake-avx512", "avx2", "default"))) static int
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) static int
 dw_padded(const q_conv *g, const int8_t *restrict xp, int64_t xsh, int64_t xsw,
           const int8_t *restrict taps, int32_t bias, const q_out *o, float m, void *yp, int64_t ysh,
           int64_t ysw)
@@ -846,7 +846,7 @@ static inline int8_t q_avg(int32_t s, int32_t k)
  * row padded with -128 at the sides (the start of the clipped window's maximum, which any
  * element equals or passes), then each output the maximum of its kw columns. The
  * column loops vectorize. 0 when a padded row does not fit the buffer. */
-__attribute__((target_clones("arch=skylake-avx512", "avx2", "default"))) static int
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) static int
 q_max_plane(const int8_t *restrict xp, int64_t xsh, int64_t h, int64_t w, int8_t *restrict yp,
             int64_t ysh, int64_t ho, int64_t wo, int kh, int kw, int sh, int sw, int ph, int pw)
 {
