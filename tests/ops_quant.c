@@ -466,6 +466,12 @@ static void convolutions(qfam *s)
                  (ex_conv_params){{1, 1}, {4, 4}, {2, 2}}, false, RQ_CHANNEL);
     conv_case(s, "qdwconv2d 2x3 without padding of a slice", C_DEPTH, xd, 0, 2, 3,
               (ex_conv_params){{1, 1}, {0, 0}, {1, 1}}, true);
+    /* enough planes for the kernel's blocks of channels, the last one short */
+    int64_t xc[4] = {4, 37, 7, 7};
+    conv_case_rq(s, "qdwconv2d_rq 3x3 of 37 channels over 7x7 planes", C_DEPTH, xc, 0, 3, 3, same3,
+                 false, RQ_CHANNEL);
+    conv_case(s, "qdwconv2d 3x3 dilation 2 of 37 channels", C_DEPTH, xc, 0, 3, 3,
+              (ex_conv_params){{1, 1}, {2, 2}, {2, 2}}, false);
     conv_case_rq(s, "qdwconv2d_rq 3x5 padding 2x1 over 6x5 planes, relu", C_DEPTH, xp, 0, 3, 5,
                  (ex_conv_params){{1, 1}, {2, 1}, {1, 1}}, false, RQ_TENSOR_RELU);
     linear(s);
