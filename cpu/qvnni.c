@@ -100,34 +100,49 @@ QG_TARGET static void qg_store(const cpu_qgemm *q, int64_t at, int64_t row, __m5
         qv_store(q->c + at, NULL, 0.0f, 0.0f, acc, m);
 }
 
-/* The block of C_i at rows [r0, r0 + 4) and columns [p0, p0 + 64), clipped to C: 4 rows
+/* The block of C_i at rows [r0, r0 + 4) and columns [p0, p0 + 16 V), clipped to C: 4 rows
  * of packed weights (k4 words each) and the packed B at the block's first pixel (groups
- * gs bytes apart). */
-QG_TARGET static void qg_block(const cpu_qgemm *q, const int32_t *wq, int64_t k4, const uint8_t *xp,
-                               int64_t gs, const int32_t *bias, int64_t i, int64_t r0, int64_t p0)
+ * gs bytes apart). V, the block's vectors, is a constant in each caller (qg_block). */
+QG_TARGET static inline __attribute__((always_inline)) void
+qg_block_v(const cpu_qgemm *q, const int32_t *wq, int64_t k4, const uint8_t *xp, int64_t gs,
+           const int32_t *bias, int64_t i, int64_t r0, int64_t p0, const int V)
 {
     __m512i acc[QG_ROWS][4];
     for (int r = 0; r < QG_ROWS; r++)
-        for (int v = 0; v < 4; v++)
+        for (int v = 0; v < V; v++)
             acc[r][v] = _mm512_set1_epi32(bias[r]);
     for (int64_t g = 0; g < k4; g++) {
         const uint8_t *xg = xp + g * gs;
         __m512i x[4];
-        for (int v = 0; v < 4; v++)
+        for (int v = 0; v < V; v++)
             x[v] = _mm512_loadu_si512(xg + 64 * v);
         for (int r = 0; r < QG_ROWS; r++) {
             __m512i w = _mm512_set1_epi32(wq[r * k4 + g]);
-            for (int v = 0; v < 4; v++)
+            for (int v = 0; v < V; v++)
                 acc[r][v] = qg_dp(acc[r][v], x[v], w);
         }
     }
     int64_t rows = q->m - r0 < QG_ROWS ? q->m - r0 : QG_ROWS;
     for (int r = 0; r < rows; r++)
-        for (int v = 0; v < 4; v++) {
+        for (int v = 0; v < V; v++) {
             int64_t left = q->n - p0 - 16 * v;
             __mmask16 m = left <= 0 ? 0 : left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
             qg_store(q, i * q->sc + (r0 + r) * q->ldc + p0 + 16 * v, r0 + r, acc[r][v], m);
         }
+}
+
+/* qg_block_v of V vectors (1 to 4: a plane's last block takes only the vectors its pixels
+ * reach, so 196 pixels make 13 vectors, not 16). */
+QG_TARGET static void qg_block(const cpu_qgemm *q, const int32_t *wq, int64_t k4, const uint8_t *xp,
+                               int64_t gs, const int32_t *bias, int64_t i, int64_t r0, int64_t p0,
+                               int vecs)
+{
+    switch (vecs) {
+    case 1: qg_block_v(q, wq, k4, xp, gs, bias, i, r0, p0, 1); break;
+    case 2: qg_block_v(q, wq, k4, xp, gs, bias, i, r0, p0, 2); break;
+    case 3: qg_block_v(q, wq, k4, xp, gs, bias, i, r0, p0, 3); break;
+    default: qg_block_v(q, wq, k4, xp, gs, bias, i, r0, p0, 4); break;
+    }
 }
 
 /* The weights as words of 4 bytes ([mp, k4], rows past m zero) and the bias with
@@ -150,7 +165,7 @@ QG_TARGET static void qg_pack_a(const cpu_qgemm *q, int64_t mp, int64_t k4, int3
 bool cpu_qgemm_run(const cpu_exec *e, const cpu_qgemm *q, int threads)
 {
     int64_t k4 = (q->k + 3) / 4, mp = (q->m + QG_ROWS - 1) / QG_ROWS * QG_ROWS;
-    int64_t np = (q->n + QG_COLS - 1) / QG_COLS * QG_COLS, gs = 4 * np;
+    int64_t np = (q->n + 15) / 16 * 16, gs = 4 * np, cb = (np + QG_COLS - 1) / QG_COLS;
     size_t xbytes = (size_t)(q->images * k4 * gs);
     int32_t *wq = cpu_alloc(e, (size_t)(mp * k4 + mp) * sizeof *wq);
     uint8_t *xp = cpu_alloc(e, xbytes + 1);
@@ -161,7 +176,7 @@ bool cpu_qgemm_run(const cpu_exec *e, const cpu_qgemm *q, int threads)
     }
     int32_t *bias = wq + mp * k4;
     qg_pack_a(q, mp, k4, wq, bias);
-    int64_t blocks = (mp / QG_ROWS) * (np / QG_COLS);
+    int64_t blocks = (mp / QG_ROWS) * cb;
     (void)threads; /* read by the OpenMP pragmas only */
 #pragma omp parallel num_threads(threads)
     {
@@ -172,9 +187,10 @@ bool cpu_qgemm_run(const cpu_exec *e, const cpu_qgemm *q, int threads)
         }
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < q->images * blocks; t++) {
-            int64_t i = t / blocks, r0 = t % blocks / (np / QG_COLS) * QG_ROWS,
-                    p0 = t % (np / QG_COLS) * QG_COLS;
-            qg_block(q, wq + r0 * k4, k4, xp + i * k4 * gs + 4 * p0, gs, bias + r0, i, r0, p0);
+            int64_t i = t / blocks, r0 = t % blocks / cb * QG_ROWS, p0 = t % cb * QG_COLS;
+            int vecs = (int)((np - p0) / 16 < 4 ? (np - p0) / 16 : 4);
+            qg_block(q, wq + r0 * k4, k4, xp + i * k4 * gs + 4 * p0, gs, bias + r0, i, r0, p0,
+                     vecs);
         }
     }
     free(wq);
