@@ -145,21 +145,27 @@ QG_TARGET static void qg_block(const cpu_qgemm *q, const int32_t *wq, int64_t k4
     }
 }
 
-/* The weights as words of 4 bytes ([mp, k4], rows past m zero) and the bias with
- * -128 sum(w) of each row. */
-QG_TARGET static void qg_pack_a(const cpu_qgemm *q, int64_t mp, int64_t k4, int32_t *wq,
-                                int32_t *bias)
+/* Row r of the weights as k4 words of 4 bytes (zero past k, and all zero for rows past
+ * m) and its bias with -128 sum(w). The sum: VPDPBUSD of bytes of 1 by the weights. */
+QG_TARGET static void qg_pack_row(const cpu_qgemm *q, int64_t r, int64_t k4, int32_t *wq,
+                                  int32_t *bias)
 {
-    memset(wq, 0, (size_t)(mp * k4) * sizeof *wq);
-    memset(bias, 0, (size_t)mp * sizeof *bias);
-    for (int64_t r = 0; r < q->m; r++) {
-        const int8_t *a = q->a + r * q->lda;
-        memcpy(wq + r * k4, a, (size_t)q->k);
-        int32_t sum = 0;
-        for (int64_t i = 0; i < q->k; i++)
-            sum += a[i];
-        bias[r] = (int32_t)((uint32_t)q->bias[r] - 128u * (uint32_t)sum);
+    const int8_t *a = r < q->m ? q->a + r * q->lda : q->a;
+    int64_t k = r < q->m ? q->k : 0;
+    int8_t *row = (int8_t *)(wq + r * k4);
+    __m512i sum = _mm512_setzero_si512(), ones = _mm512_set1_epi8(1);
+    for (int64_t c = 0; c < 4 * k4; c += 64) {
+        __mmask64 in = k - c >= 64  ? ~(__mmask64)0
+                       : k - c <= 0 ? 0
+                                    : ((__mmask64)1 << (k - c)) - 1,
+                  out = 4 * k4 - c >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (4 * k4 - c)) - 1;
+        __m512i v = _mm512_maskz_loadu_epi8(in, a + c);
+        _mm512_mask_storeu_epi8(row + c, out, v);
+        sum = qg_dp(sum, ones, v);
     }
+    bias[r] = r < q->m
+                  ? (int32_t)((uint32_t)q->bias[r] - 128u * (uint32_t)_mm512_reduce_add_epi32(sum))
+                  : 0;
 }
 
 bool cpu_qgemm_run(const cpu_exec *e, const cpu_qgemm *q, int threads)
@@ -175,11 +181,13 @@ bool cpu_qgemm_run(const cpu_exec *e, const cpu_qgemm *q, int threads)
         return false;
     }
     int32_t *bias = wq + mp * k4;
-    qg_pack_a(q, mp, k4, wq, bias);
     int64_t blocks = (mp / QG_ROWS) * cb;
     (void)threads; /* read by the OpenMP pragmas only */
 #pragma omp parallel num_threads(threads)
     {
+#pragma omp for schedule(static) nowait
+        for (int64_t r = 0; r < mp; r++)
+            qg_pack_row(q, r, k4, wq, bias);
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < q->images * k4; t++) {
             int64_t i = t / k4, g = t % k4;
