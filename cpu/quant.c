@@ -477,7 +477,9 @@ static const int32_t *q_bias(const cpu_exec *e, const ex_tdesc *b, int32_t **own
     return d;
 }
 
-/* Image n's columns of a dense convolution: col [ci * kh * kw, ho * wo]. */
+/* Image n's columns of a dense convolution: col [ci * kh * kw, ho * wo]. Each row of
+ * outputs reads the columns [lo, hi) of one input row (zero outside), the run found once
+ * per filter column, so the inner loop has no bounds test. */
 static void q_im2col(const ex_tdesc *x, const q_conv *g, int64_t n, int8_t *col)
 {
     const int8_t *xv = cpu_i8(x);
@@ -486,11 +488,23 @@ static void q_im2col(const ex_tdesc *x, const q_conv *g, int64_t n, int8_t *col)
         for (int64_t p = 0; p < g->kh; p++)
             for (int64_t q = 0; q < g->kw; q++) {
                 int8_t *row = col + ((c * g->kh + p) * g->kw + q) * plane;
-                for (int64_t i = 0; i < g->ho; i++)
-                    for (int64_t j = 0; j < g->wo; j++)
-                        row[i * g->wo + j] =
-                            (int8_t)q_at(x, xv, n, c, i * g->sh - g->ph + p * g->dh,
-                                         j * g->sw - g->pw + q * g->dw);
+                int64_t off = q * g->dw - g->pw, lo = off >= 0 ? 0 : (-off + g->sw - 1) / g->sw,
+                        hi = g->w - off <= 0 ? 0 : (g->w - off - 1) / g->sw + 1;
+                hi = hi < g->wo ? hi : g->wo;
+                lo = lo < hi ? lo : hi;
+                for (int64_t i = 0; i < g->ho; i++) {
+                    int8_t *r = row + i * g->wo;
+                    int64_t h = i * g->sh - g->ph + p * g->dh;
+                    if (h < 0 || h >= g->h) {
+                        memset(r, 0, (size_t)g->wo);
+                        continue;
+                    }
+                    const int8_t *xr = xv + n * x->st[0] + c * x->st[1] + h * x->st[2];
+                    memset(r, 0, (size_t)lo);
+                    for (int64_t j = lo; j < hi; j++)
+                        r[j] = xr[(j * g->sw + off) * x->st[3]];
+                    memset(r + hi, 0, (size_t)(g->wo - hi));
+                }
             }
 }
 
