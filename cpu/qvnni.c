@@ -26,12 +26,19 @@
 
 #include "cpu.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
 #define QG_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
 #define QG_ROWS 4  /* rows of A a block makes */
 #define QG_COLS 64 /* pixels a block makes: 4 vectors of 16 lanes */
+
+/* A word of 4 weights, read where the weights' bytes lie (so of any effective type). */
+typedef int32_t qg_word __attribute__((may_alias));
 
 bool cpu_qgemm_vnni(void)
 {
@@ -104,7 +111,7 @@ QG_TARGET static void qg_store(const cpu_qgemm *q, int64_t at, int64_t row, __m5
  * of packed weights (k4 words each) and the packed B at the block's first pixel (groups
  * gs bytes apart). V, the block's vectors, is a constant in each caller (qg_block). */
 QG_TARGET static inline __attribute__((always_inline)) void
-qg_block_v(const cpu_qgemm *q, const int32_t *wq, int64_t k4, const uint8_t *xp, int64_t gs,
+qg_block_v(const cpu_qgemm *q, const qg_word *const *wr, int64_t k4, const uint8_t *xp, int64_t gs,
            const int32_t *bias, int64_t i, int64_t r0, int64_t p0, const int V)
 {
     __m512i acc[QG_ROWS][4];
@@ -117,7 +124,7 @@ qg_block_v(const cpu_qgemm *q, const int32_t *wq, int64_t k4, const uint8_t *xp,
         for (int v = 0; v < V; v++)
             x[v] = _mm512_loadu_si512(xg + 64 * v);
         for (int r = 0; r < QG_ROWS; r++) {
-            __m512i w = _mm512_set1_epi32(wq[r * k4 + g]);
+            __m512i w = _mm512_set1_epi32(wr[r][g]);
             for (int v = 0; v < V; v++)
                 acc[r][v] = qg_dp(acc[r][v], x[v], w);
         }
@@ -133,77 +140,103 @@ qg_block_v(const cpu_qgemm *q, const int32_t *wq, int64_t k4, const uint8_t *xp,
 
 /* qg_block_v of V vectors (1 to 4: a plane's last block takes only the vectors its pixels
  * reach, so 196 pixels make 13 vectors, not 16). */
-QG_TARGET static void qg_block(const cpu_qgemm *q, const int32_t *wq, int64_t k4, const uint8_t *xp,
-                               int64_t gs, const int32_t *bias, int64_t i, int64_t r0, int64_t p0,
-                               int vecs)
+QG_TARGET static void qg_block(const cpu_qgemm *q, const qg_word *const *wr, int64_t k4,
+                               const uint8_t *xp, int64_t gs, const int32_t *bias, int64_t i,
+                               int64_t r0, int64_t p0, int vecs)
 {
     switch (vecs) {
-    case 1: qg_block_v(q, wq, k4, xp, gs, bias, i, r0, p0, 1); break;
-    case 2: qg_block_v(q, wq, k4, xp, gs, bias, i, r0, p0, 2); break;
-    case 3: qg_block_v(q, wq, k4, xp, gs, bias, i, r0, p0, 3); break;
-    default: qg_block_v(q, wq, k4, xp, gs, bias, i, r0, p0, 4); break;
+    case 1: qg_block_v(q, wr, k4, xp, gs, bias, i, r0, p0, 1); break;
+    case 2: qg_block_v(q, wr, k4, xp, gs, bias, i, r0, p0, 2); break;
+    case 3: qg_block_v(q, wr, k4, xp, gs, bias, i, r0, p0, 3); break;
+    default: qg_block_v(q, wr, k4, xp, gs, bias, i, r0, p0, 4); break;
     }
 }
 
-/* Row r of the weights as k4 words of 4 bytes (zero past k, and all zero for rows past
- * m) and its bias with -128 sum(w). The sum: VPDPBUSD of bytes of 1 by the weights. */
-QG_TARGET static void qg_pack_row(const cpu_qgemm *q, int64_t r, int64_t k4, int32_t *wq,
-                                  int32_t *bias)
+/* Row r of the weights: its bias with -128 sum(w) (the sum by VPDPBUSD of bytes of 1 by
+ * the weights), and with out its k4 words of 4 bytes, zero past k. */
+QG_TARGET static int32_t qg_row(const cpu_qgemm *q, int64_t r, int64_t k4, int32_t *out)
 {
-    const int8_t *a = r < q->m ? q->a + r * q->lda : q->a;
-    int64_t k = r < q->m ? q->k : 0;
-    int8_t *row = (int8_t *)(wq + r * k4);
+    const int8_t *a = q->a + r * q->lda;
     __m512i sum = _mm512_setzero_si512(), ones = _mm512_set1_epi8(1);
     for (int64_t c = 0; c < 4 * k4; c += 64) {
-        __mmask64 in = k - c >= 64  ? ~(__mmask64)0
-                       : k - c <= 0 ? 0
-                                    : ((__mmask64)1 << (k - c)) - 1,
-                  out = 4 * k4 - c >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (4 * k4 - c)) - 1;
-        __m512i v = _mm512_maskz_loadu_epi8(in, a + c);
-        _mm512_mask_storeu_epi8(row + c, out, v);
+        __mmask64 in = q->k - c >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (q->k - c)) - 1,
+                  all = 4 * k4 - c >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (4 * k4 - c)) - 1;
+        __m512i v = _mm512_maskz_loadu_epi8(q->k > c ? in : 0, a + (q->k > c ? c : 0));
+        if (out)
+            _mm512_mask_storeu_epi8((int8_t *)out + c, all, v);
         sum = qg_dp(sum, ones, v);
     }
-    bias[r] = r < q->m
-                  ? (int32_t)((uint32_t)q->bias[r] - 128u * (uint32_t)_mm512_reduce_add_epi32(sum))
-                  : 0;
+    return (int32_t)((uint32_t)q->bias[r] - 128u * (uint32_t)_mm512_reduce_add_epi32(sum));
+}
+
+/* One thread's part of cpu_qgemm_run: the columns [v0, v1) of the images' 16-pixel vectors
+ * (image i's vector v at i nv + v), everything it reads packed by itself, so the threads
+ * never wait for each other. wr: mp row pointers, bias mp, wq the packed weights (NULL
+ * where the weights' rows are read as they lie), xp the packed B. */
+QG_TARGET static void qg_part(const cpu_qgemm *q, int64_t v0, int64_t v1, int64_t nv, int64_t mp,
+                              int64_t k4, const qg_word **wr, int32_t *bias, int32_t *wq,
+                              uint8_t *xp)
+{
+    for (int64_t r = 0; r < mp; r++) {
+        if (r < q->m) {
+            bias[r] = qg_row(q, r, k4, wq ? wq + r * k4 : NULL);
+            wr[r] = wq ? wq + r * k4 : (const qg_word *)(const void *)(q->a + r * q->lda);
+        } else { /* rows past m: made (as row m - 1) and never stored */
+            bias[r] = 0;
+            wr[r] = wr[q->m - 1];
+        }
+    }
+    for (int64_t at = v0; at < v1;) {
+        int64_t i = at / nv, a = at % nv, b = v1 - i * nv < nv ? v1 - i * nv : nv;
+        int64_t p0 = 16 * a, cols = 16 * (b - a), gs = 4 * cols;
+        const int8_t *bi = q->b + i * q->sb + p0;
+        for (int64_t g = 0; g < (q->k + 3) / 4; g++)
+            qg_pack_group(bi, q->ldb, q->k, q->n - p0, g, cols, xp + g * gs);
+        for (int64_t r0 = 0; r0 < mp; r0 += QG_ROWS)
+            for (int64_t c = 0; c < cols; c += QG_COLS) {
+                int vecs = (int)((cols - c) / 16 < 4 ? (cols - c) / 16 : 4);
+                qg_block(q, wr + r0, k4, xp + 4 * c, gs, bias + r0, i, r0, p0 + c, vecs);
+            }
+        at = i * nv + b;
+    }
 }
 
 bool cpu_qgemm_run(const cpu_exec *e, const cpu_qgemm *q, int threads)
 {
     int64_t k4 = (q->k + 3) / 4, mp = (q->m + QG_ROWS - 1) / QG_ROWS * QG_ROWS;
-    int64_t np = (q->n + 15) / 16 * 16, gs = 4 * np, cb = (np + QG_COLS - 1) / QG_COLS;
-    size_t xbytes = (size_t)(q->images * k4 * gs);
-    int32_t *wq = cpu_alloc(e, (size_t)(mp * k4 + mp) * sizeof *wq);
-    uint8_t *xp = cpu_alloc(e, xbytes + 1);
-    if (!wq || !xp) {
-        free(wq);
-        free(xp);
-        return false;
-    }
-    int32_t *bias = wq + mp * k4;
-    int64_t blocks = (mp / QG_ROWS) * cb;
+    int64_t nv = (q->n + 15) / 16, total = q->images * nv;
+    /* the weights' rows are read as they lie where they are whole aligned words */
+    bool direct = q->k % 4 == 0 && q->lda % 4 == 0 && (uintptr_t)q->a % 4 == 0;
+    bool ok = true;
     (void)threads; /* read by the OpenMP pragmas only */
 #pragma omp parallel num_threads(threads)
     {
-#pragma omp for schedule(static) nowait
-        for (int64_t r = 0; r < mp; r++)
-            qg_pack_row(q, r, k4, wq, bias);
-#pragma omp for schedule(static)
-        for (int64_t t = 0; t < q->images * k4; t++) {
-            int64_t i = t / k4, g = t % k4;
-            qg_pack_group(q->b + i * q->sb, q->ldb, q->k, q->n, g, np, xp + (i * k4 + g) * gs);
+        int64_t nt = 1, t = 0;
+#ifdef _OPENMP
+        nt = omp_get_num_threads();
+        t = omp_get_thread_num();
+#endif
+        /* contiguous runs of vectors, as even as they come */
+        int64_t v0 = total * t / nt, v1 = total * (t + 1) / nt;
+        /* a run packs at most nv vectors of an image at a time */
+        int64_t span = v1 - v0 < nv ? v1 - v0 : nv;
+        size_t wbytes = direct ? 0 : (size_t)(q->m * k4) * sizeof(int32_t);
+        size_t bytes = (size_t)mp * (sizeof(int32_t *) + sizeof(int32_t)) + wbytes +
+                       (size_t)(k4 * 64 * span) + 64;
+        char *mem = v1 > v0 ? cpu_alloc(e, bytes) : NULL;
+        if (v1 > v0 && !mem) {
+#pragma omp atomic write
+            ok = false;
+        } else if (mem) {
+            const qg_word **wr = (const qg_word **)(void *)mem;
+            int32_t *bias = (int32_t *)(void *)(wr + mp);
+            int32_t *wq = direct ? NULL : bias + mp;
+            uint8_t *xp = (uint8_t *)(bias + mp) + wbytes;
+            qg_part(q, v0, v1, nv, mp, k4, wr, bias, wq, xp);
         }
-#pragma omp for schedule(static)
-        for (int64_t t = 0; t < q->images * blocks; t++) {
-            int64_t i = t / blocks, r0 = t % blocks / cb * QG_ROWS, p0 = t % cb * QG_COLS;
-            int vecs = (int)((np - p0) / 16 < 4 ? (np - p0) / 16 : 4);
-            qg_block(q, wq + r0 * k4, k4, xp + i * k4 * gs + 4 * p0, gs, bias + r0, i, r0, p0,
-                     vecs);
-        }
+        free(mem);
     }
-    free(wq);
-    free(xp);
-    return true;
+    return ok;
 }
 
 /* The plane padded as the filter reads it, flat: padded row r at r * wp, zeros outside x
