@@ -82,17 +82,17 @@ void nas_qbuild_free(nas_qbuild *b)
 }
 
 /* The convolution node of c on x with weights w (dtype of x); int8 with bias, and
- * requantized by the multiplier m. */
+ * requantized by the multiplier m, with the ReLU where relu. */
 static ex_tensor *conv_node(ex_ctx *ctx, ex_tensor *x, ex_tensor *w, ex_tensor *bias, ex_tensor *m,
-                            const nas_conv_desc *c)
+                            const nas_conv_desc *c, bool relu)
 {
     ex_conv_params p = {{c->sh, c->sw}, {c->ph, c->pw}, {c->dil, c->dil}};
     bool q = bias != NULL;
     if (c->group > 1)
-        return q ? ex_qdwconv2d_rq(ctx, x, w, bias, &p, m, false) : ex_dwconv2d(ctx, x, w, &p);
+        return q ? ex_qdwconv2d_rq(ctx, x, w, bias, &p, m, relu) : ex_dwconv2d(ctx, x, w, &p);
     if (c->kh == 1 && c->kw == 1 && c->sh == 1 && c->sw == 1)
-        return q ? ex_qpwconv_rq(ctx, x, w, bias, m, false) : ex_pwconv(ctx, x, w);
-    return q ? ex_qconv2d_rq(ctx, x, w, bias, &p, m, false) : ex_conv2d(ctx, x, w, &p);
+        return q ? ex_qpwconv_rq(ctx, x, w, bias, m, relu) : ex_pwconv(ctx, x, w);
+    return q ? ex_qconv2d_rq(ctx, x, w, bias, &p, m, relu) : ex_conv2d(ctx, x, w, &p);
 }
 
 /* Weight shape of c as the node takes it ([cout, cin] for a pointwise one). */
@@ -221,7 +221,7 @@ static nas_val cal_conv(void *u, nas_val xv, const nas_conv_desc *c)
     file_add(k, bname, EX_ST_F32, 1, &c->cout, fb);
     ex_tensor *tw = constant(k->ctx, &k->up, EX_F32, nd, ne, w, c->weight);
     ex_tensor *tb = constant(k->ctx, &k->up, EX_F32, 4, one, bias, bname);
-    ex_tensor *y = ex_add(k->ctx, conv_node(k->ctx, xv.p, tw, NULL, NULL, c), tb);
+    ex_tensor *y = ex_add(k->ctx, conv_node(k->ctx, xv.p, tw, NULL, NULL, c, false), tb);
     calibrate(k, y);
     return (nas_val){y, c->cout};
 }
@@ -594,7 +594,12 @@ static nas_val qb_conv(void *u, nas_val xv, const nas_conv_desc *c)
     char mname[200];
     snprintf(mname, sizeof mname, "%s.multiplier", c->weight);
     ex_tensor *tm = constant(b->ctx, b->out, EX_F32, 1, &c->cout, m, mname);
-    return qval(b, conv_node(b->ctx, x->t, w, bias, tm, c), sy, c->cout);
+    /* a value read only through its ReLU is made with it: the requantize's lower bound 0
+     * gives relu(clamp(rne(v), -127, 127)) byte for byte (NaN to 0 both ways), no pass */
+    nas_val y = qval(b, conv_node(b->ctx, x->t, w, bias, tm, c, c->relu_only), sy, c->cout);
+    if (c->relu_only && y.p)
+        qv_of(y)->relu = qv_of(y);
+    return y;
 }
 
 static nas_val qb_relu(void *u, nas_val x)

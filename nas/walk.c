@@ -90,26 +90,30 @@ static nas_val depthwise(const walk *k, nas_val x, const char *prefix, const cha
     return conv(k, k->w->relu(k->w->user, x), prefix, wname, NULL, 0, 0, s);
 }
 
-/* The pointwise convolution prefix.op.<i>.weight with the batch norm prefix.op.<i + 1>. */
-static nas_val pw_bn(const walk *k, nas_val x, const char *prefix, int i)
+/* The pointwise convolution prefix.op.<i>.weight with the batch norm prefix.op.<i + 1>;
+ * relu_only as nas_conv_desc's. */
+static nas_val pw_bn(const walk *k, nas_val x, const char *prefix, int i, bool relu_only)
 {
     char w[32], bn[160];
     name(w, sizeof w, "op.%d.weight", i);
     name(bn, sizeof bn, "%s.op.%d", prefix, i + 1);
-    return conv(k, x, prefix, w, bn, x.c, 0, pointwise(x.c, x.c, 1));
+    nas_conv_desc c = pointwise(x.c, x.c, 1);
+    c.relu_only = relu_only;
+    return conv(k, x, prefix, w, bn, x.c, 0, c);
 }
 
+/* The middle value is read only by the second depthwise convolution's ReLU. */
 static nas_val sep_conv(const walk *k, nas_val x, const char *p, int size, int stride)
 {
     nas_val y = depthwise(k, x, p, "op.1.weight", size, stride, size / 2, 1);
-    y = pw_bn(k, y, p, 2);
+    y = pw_bn(k, y, p, 2, true);
     y = depthwise(k, y, p, "op.5.weight", size, 1, size / 2, 1);
-    return pw_bn(k, y, p, 6);
+    return pw_bn(k, y, p, 6, false);
 }
 
 static nas_val dil_conv(const walk *k, nas_val x, const char *p, int size, int stride)
 {
-    return pw_bn(k, depthwise(k, x, p, "op.1.weight", size, stride, size - 1, 2), p, 2);
+    return pw_bn(k, depthwise(k, x, p, "op.1.weight", size, stride, size - 1, 2), p, 2, false);
 }
 
 static nas_val conv_7x1_1x7(const walk *k, nas_val x, const char *p, int stride)

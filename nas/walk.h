@@ -25,6 +25,9 @@ typedef struct nas_conv_desc {
     int64_t bn_channels, bn_first; /**< the batch norm's channels, the first this makes */
     int64_t cout, cin, kh, kw;
     int sh, sw, ph, pw, dil, group;
+    /** the walk reads the value this makes only through the ReLU that follows, so a
+     *  walker may make that ReLU's value here instead (both callbacks still come) */
+    bool relu_only;
 } nas_conv_desc;
 
 /** The callbacks of a walk; each gets user first. */
