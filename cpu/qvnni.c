@@ -307,11 +307,16 @@ QG_TARGET bool cpu_qdw_vnni(const cpu_qdw *d)
     int64_t nv = ((d->ho - 1) * wp + d->wo + 15) / 16;
     int64_t count = (16 * nv + 2 * (npair - 1) * gap + (kw - 1) * d->dw + 31) / 32 * 32;
     int64_t bytes = count + gap + 32;
-    if (d->kh * d->kw > QDW_TAPS || count > QDW_PAIRS || bytes > 4 * QDW_PAIRS || d->wo > 64)
+    int8_t plane[QDW_PAIRS + 2048];
+    int32_t pairs[QDW_PAIRS];
+    if (d->kh * d->kw > QDW_TAPS || count > QDW_PAIRS || bytes > (int64_t)sizeof plane ||
+        d->wo > 64)
         return false;
-    int8_t plane[4 * QDW_PAIRS + 64];
-    int32_t pairs[QDW_PAIRS], t32[QDW_PAIRS];
-    int8_t *t8 = d->c8 ? plane : NULL; /* the plane is read before outputs reach it */
+    /* the sums go where nothing reads any more: i8 over the plane (read whole into the
+     * pairs first), i32 over the pairs (vector f's loads are all at f and past it, the
+     * later vectors' past f + 16) */
+    int8_t *t8 = d->c8 ? plane : NULL;
+    int32_t *t32 = pairs;
     int32_t off[QDW_TAPS];
     __m512i wv[QDW_TAPS];
     /* filter rows 2a and 2a + 1 of column q as the word VPDPWSSD multiplies a pair by
