@@ -109,7 +109,8 @@ typedef struct ex_network_stats {
     double step_ms;
 } ex_network_stats;
 
-/** One SGD step on a batch (NCHW f32, i32 labels) with learning rate lr. */
+/** One SGD step on a batch (NCHW f32, i32 labels) with learning rate lr (with config.comm:
+ *  this rank's batch / size images; the loss and accuracy in st are the group's). */
 ex_status ex_network_step(ex_network *n, const float *x, const int32_t *y, float lr,
                           ex_network_stats *st);
 

@@ -120,7 +120,8 @@ ex_status ex_search_new(const ex_search_config *c, ex_backend *be, ex_search **o
 void ex_search_free(ex_search *s);
 
 /** One search step: an architecture step on the validation batch, then a weight step on
- *  the training batch, each of config.batch images (NCHW f32) and i32 labels. lr is the
+ *  the training batch, each of config.batch images (NCHW f32) and i32 labels (with
+ *  config.comm: this rank's batch / size of them; the figures in st are the group's). lr is the
  *  weights' learning rate for this step (the schedule is the caller's); tau the GDAS
  *  temperature (ignored otherwise).
  *  Non-finite values: when the training or validation loss, or the norm of the weights'
