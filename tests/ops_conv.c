@@ -948,33 +948,43 @@ static void r_bn(const env *e, double *y)
     free(var);
 }
 
+/* The running statistics (roots 1 and 2) against their start moved towards mean and var
+ * (biased, over m values) as the training form moves them. */
+static void check_running(env *e, const double *mean, const double *var, int64_t m)
+{
+    int64_t c = e->one[0][1];
+    double *got = xcalloc((size_t)c, sizeof *got);
+    double *want[2] = {xcalloc((size_t)c, sizeof(double)), xcalloc((size_t)c, sizeof(double))};
+    memcpy(want[0], e->od[1], (size_t)c * sizeof(double));
+    memcpy(want[1], e->od[2], (size_t)c * sizeof(double));
+    ref_bn_running_update(mean, var, c, m, (double)(float)e->c->fp[1], want[0], want[1]);
+    for (int k = 0; k < 2; k++) {
+        read_f(e, e->root[1 + k], got, c);
+        check_nmse(e, k ? "running var" : "running mean", got, want[k], c,
+                   ex_op_tolerance(EX_OP_BN_STATS));
+    }
+    free(got);
+    free(want[0]);
+    free(want[1]);
+}
+
 /* The running statistics after one run: updated with momentum and the unbiased variance
  * in training, untouched in eval. */
 static void a_bn(env *e)
 {
     int64_t c = e->one[0][1], m = e->one[0][0] * e->one[0][2] * e->one[0][3];
-    double *got[2], *want[2], *mean = xcalloc((size_t)c, sizeof *mean),
-                              *var = xcalloc((size_t)c, sizeof *var);
-    for (int k = 0; k < 2; k++) {
-        got[k] = xcalloc((size_t)c, sizeof(double));
-        want[k] = xcalloc((size_t)c, sizeof(double));
-        memcpy(want[k], e->od[1 + k], (size_t)c * sizeof(double));
-        read_f(e, e->root[1 + k], got[k], c);
-    }
+    double *mean = xcalloc((size_t)c, sizeof *mean), *var = xcalloc((size_t)c, sizeof *var);
     bool affine = e->c->nr > 3;
     if (e->c->ip[0]) {
         ref_batch_norm(e->od[0], e->one[0], affine ? e->od[3] : NULL, affine ? e->od[4] : NULL,
                        e->od[1], e->od[2], 1, (double)(float)e->c->fp[0], e->yr, mean, var);
-        ref_bn_running_update(mean, var, c, m, (double)(float)e->c->fp[1], want[0], want[1]);
-        check_nmse(e, "running mean", got[0], want[0], c, ex_op_tolerance(EX_OP_BN_STATS));
-        check_nmse(e, "running var", got[1], want[1], c, ex_op_tolerance(EX_OP_BN_STATS));
-    } else if (memcmp(got[0], want[0], (size_t)c * sizeof(double)) != 0 ||
-               memcmp(got[1], want[1], (size_t)c * sizeof(double)) != 0) {
-        case_fail(e, "eval mode changed the running statistics");
-    }
-    for (int k = 0; k < 2; k++) {
-        free(got[k]);
-        free(want[k]);
+        check_running(e, mean, var, m);
+    } else {
+        for (int k = 0; k < 2; k++) {
+            read_f(e, e->root[1 + k], mean, c);
+            if (memcmp(mean, e->od[1 + k], (size_t)c * sizeof(double)) != 0)
+                case_fail(e, "eval mode changed the running statistics");
+        }
     }
     free(mean);
     free(var);
@@ -1120,24 +1130,12 @@ static void a_bn_finish(env *e)
     int64_t c = e->one[0][1];
     double *var = xcalloc((size_t)c, sizeof *var),
            *stats = xcalloc((size_t)(2 * c), sizeof(double));
-    double *want[2] = {xcalloc((size_t)c, sizeof(double)), xcalloc((size_t)c, sizeof(double))};
-    double *got = xcalloc((size_t)c, sizeof *got);
     ref_bn_finish(e->od[0], c, bn_eps(e), stats, var);
     /* invstd alone: next to a large mean, the forward NMSE would hide its error */
     check_nmse(e, "invstd", e->yv + c, stats + c, c, ex_op_tolerance(EX_OP_BN_STATS));
-    memcpy(want[0], e->od[1], (size_t)c * sizeof(double));
-    memcpy(want[1], e->od[2], (size_t)c * sizeof(double));
-    ref_bn_running_update(stats, var, c, e->c->ip[2], (double)(float)e->c->fp[1], want[0], want[1]);
-    for (int k = 0; k < 2; k++) {
-        read_f(e, e->root[1 + k], got, c);
-        check_nmse(e, k ? "running var" : "running mean", got, want[k], c,
-                   ex_op_tolerance(EX_OP_BN_STATS));
-    }
+    check_running(e, stats, var, e->c->ip[2]);
     free(var);
     free(stats);
-    free(want[0]);
-    free(want[1]);
-    free(got);
 }
 
 /* roots x (or x-hat), stats [2, C], dy, red [2, C] [, gamma]; ip1 = x-hat, ip2 = R */
@@ -1275,23 +1273,11 @@ static void r_sync_stats(const env *e, double *y)
 static void a_sync_stats(env *e)
 {
     int64_t c = e->one[0][1], m = e->one[0][0] * e->one[0][2] * e->one[0][3];
-    double *moments = xcalloc((size_t)(2 * c), sizeof *moments),
-           *got = xcalloc((size_t)c, sizeof *got);
-    double *want[2] = {xcalloc((size_t)c, sizeof(double)), xcalloc((size_t)c, sizeof(double))};
+    double *moments = xcalloc((size_t)(2 * c), sizeof *moments);
     check_nmse(e, "invstd", e->yv + c, e->yr + c, c, ex_op_tolerance(EX_OP_BN_STATS));
     ref_bn_moments(e->od[0], e->one[0], moments);
-    memcpy(want[0], e->od[1], (size_t)c * sizeof(double));
-    memcpy(want[1], e->od[2], (size_t)c * sizeof(double));
-    ref_bn_running_update(moments, moments + c, c, m, (double)(float)e->c->fp[1], want[0], want[1]);
-    for (int k = 0; k < 2; k++) {
-        read_f(e, e->root[1 + k], got, c);
-        check_nmse(e, k ? "running var" : "running mean", got, want[k], c,
-                   ex_op_tolerance(EX_OP_BN_STATS));
-    }
+    check_running(e, moments, moments + c, m);
     free(moments);
-    free(got);
-    free(want[0]);
-    free(want[1]);
 }
 
 #define MOMENTS(nm, xspec, ...)                                                                    \
