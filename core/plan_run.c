@@ -43,10 +43,29 @@ static int64_t desc_numel(const ex_tdesc *d)
     return n;
 }
 
+/* Whether d's elements lie one after another in row-major order. */
+static bool desc_dense(const ex_tdesc *d)
+{
+    int64_t want = 1;
+    for (int i = d->ndim - 1; i >= 0; i--) {
+        if (d->ne[i] > 1 && d->st[i] != want)
+            return false;
+        want *= d->ne[i];
+    }
+    return true;
+}
+
 /* Moves the elements of d (any strides) between the device and the contiguous host array
- * host: the span moves whole, elements are gathered or scattered on the host. */
+ * host: a dense d directly, else its span whole, elements gathered or scattered on the
+ * host (a write then reads the span first, for the elements between d's). */
 static ex_status strided(ex_plan *p, const ex_tdesc *d, void *host, bool write)
 {
+    if (desc_dense(d)) {
+        size_t n = (size_t)desc_numel(d) * (size_t)ex_dtype_size(d->dtype);
+        ex_status st = write ? p->f->upload(p->impl, d->buf, d->offset, host, n)
+                             : p->f->download(p->impl, d->buf, d->offset, host, n);
+        return st == EX_OK ? EX_OK : ex__plan_fail(p, st, "transfer: %s", p->f->error(p->impl));
+    }
     int64_t lo, hi;
     span(d->ndim, d->ne, d->st, &lo, &hi);
     size_t es = (size_t)ex_dtype_size(d->dtype);
