@@ -44,6 +44,7 @@ typedef struct bn_args {
     bn_vec red0, red1;     /**< BN_BWD_DATA's reductions */
     bn_vec rm, rv, d0, d1; /**< BN_STATS: running statistics and dst rows */
     int train;
+    int form; /**< BN_STATS's ip1: plain, moments or finish (mean, inv hold the moments) */
     int xhat; /**< backward: source 0 is x̂ itself (ip1), read with mean 0 and inv 1 */
     int vec4; /**< x, dy, out dense NCHW, 16-byte aligned, H·W % 4 == 0: float4 per thread */
     double eps, mom;
@@ -180,7 +181,11 @@ __device__ __forceinline__ void bn_channel_sums(const bn_args &a, const double *
 __device__ void bn_stats_one(const bn_args &a, double s, double q, int64_t c)
 {
     double mean, var;
-    if (a.train) {
+    if (a.form == EX_BN_STATS_FINISH) {
+        mean = bn_get(a.mean, c);
+        var = bn_get(a.inv, c);
+        var = var < 0.0 ? 0.0 : var; /* a NaN passes */
+    } else if (a.train) {
         mean = s / (double)a.g.m;
         var = q / (double)a.g.m - mean * mean;
         var = var > 0.0 ? var : 0.0;
@@ -189,6 +194,10 @@ __device__ void bn_stats_one(const bn_args &a, double s, double q, int64_t c)
         var = bn_get(a.rv, c);
     }
     bn_set(a.d0, c, (float)mean);
+    if (a.form == EX_BN_STATS_MOMENTS) {
+        bn_set(a.d1, c, (float)var);
+        return;
+    }
     bn_set(a.d1, c, cu_bn_invstd(var, a.eps));
     if (!a.train)
         return;
@@ -339,8 +348,9 @@ static ex_status bn_groups(cu_exec *e, const bn_args &a, int stats, const char *
     return cu_launched(e, name);
 }
 
-/* Eval-mode statistics: the running ones, no partials. */
-__global__ void bn_stats_eval_kernel(bn_args a, const float *gate)
+/* Statistics with no pass over x: eval's from the running ones, or a synchronized batch
+ * norm's finish from the group's moments (over a.g.m = the global count). */
+__global__ void bn_stats_channels_kernel(bn_args a, const float *gate)
 {
     if (cu_gated_off(gate))
         return;
@@ -357,12 +367,14 @@ CU_OP(bn_stats)
     ex_status st = ex_td_bn_stats_check(n, &form, &c, why, sizeof why);
     if (st != EX_OK)
         return cu_fail(e, st, "bn_stats: %s", why);
-    if (form != EX_BN_STATS_PLAIN)
-        return cu_fail(e, EX_ERR_UNSUPPORTED,
-                       "bn_stats: the synchronized (data-parallel) forms ip1 = 1/2 are not "
-                       "implemented on CUDA yet");
     bn_geom g = {};
-    st = bn_begin(e, n, 3, 3, "bn_stats", &g);
+    if (form == EX_BN_STATS_FINISH) {
+        g.c = c;
+        g.m = n->ip[2];
+        st = bn_check_c(e, &n->src[0], 2, c, "bn_stats", "moments");
+    } else {
+        st = bn_begin(e, n, 3, 3, "bn_stats", &g);
+    }
     if (st == EX_OK)
         st = bn_check_c(e, &n->src[1], 1, g.c, "bn_stats", "running_mean");
     if (st == EX_OK)
@@ -374,7 +386,13 @@ CU_OP(bn_stats)
     int train = n->ip[0] != 0;
     bn_args a = {};
     a.g = g;
-    a.x = cu_t4_of(&n->src[0]);
+    a.form = form;
+    if (form == EX_BN_STATS_FINISH) {
+        a.mean = bn_row(&n->src[0], 0);
+        a.inv = bn_row(&n->src[0], 1);
+    } else {
+        a.x = cu_t4_of(&n->src[0]);
+    }
     a.rm = bn_vec_of(&n->src[1]);
     a.rv = bn_vec_of(&n->src[2]);
     a.d0 = bn_row(&n->dst, 0);
@@ -382,14 +400,14 @@ CU_OP(bn_stats)
     a.train = train;
     a.eps = n->fp[0];
     a.mom = n->fp[1];
-    a.vec4 = bn_dense4(a.x, g);
+    a.vec4 = form != EX_BN_STATS_FINISH && bn_dense4(a.x, g);
     if (train && cu_bn_stats_cluster(e, n, &st))
         return st;
-    if (train)
+    if (train && form != EX_BN_STATS_FINISH)
         return bn_groups(e, a, 1, "bn_stats");
     if (e->dry)
         return EX_OK;
-    cu_launch(e, bn_stats_eval_kernel, cu_blocks(g.c, CU_THREADS), CU_THREADS, 0, a, e->gate);
+    cu_launch(e, bn_stats_channels_kernel, cu_blocks(g.c, CU_THREADS), CU_THREADS, 0, a, e->gate);
     return cu_launched(e, "bn_stats");
 }
 
@@ -533,13 +551,11 @@ CU_OP(bn_bwd_data)
         st = cu_fail(e, EX_ERR_ARG, "bn_bwd_data: " EX_TD_BN_XHAT_MSG, n->ip[1]);
     if (st == EX_OK && ex_td_bn_ranks(n) < 0)
         st = cu_fail(e, EX_ERR_ARG, "bn_bwd_data: " EX_TD_BN_RANKS_MSG, n->ip[2]);
-    if (st == EX_OK && ex_td_bn_ranks(n) > 1)
-        st = cu_fail(e, EX_ERR_UNSUPPORTED,
-                     "bn_bwd_data: ip2 = %d >= 2 (the count of a synchronized, data-parallel "
-                     "batch norm over R ranks) is not implemented on CUDA yet",
-                     n->ip[2]);
     if (st != EX_OK || e->dry)
         return st;
+    /* red holds sums over every rank's batch (ip2 = R): the statistics count R times the
+     * local values */
+    g.m *= ex_td_bn_ranks(n);
     bn_args a = {};
     a.g = g;
     a.x = cu_t4_of(&n->src[0]);

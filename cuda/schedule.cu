@@ -132,13 +132,13 @@ bool range_of(const ex_tdesc *t, bool write, access *a)
 
 /* Whether node n writes its source s besides dst: SGD's parameter and momentum (not the
  * gradient, lr or a clip's norm, which every SGD of a step reads), Adam's parameter and
- * moments, BN_STATS's running statistics (not x). */
+ * moments, a training BN_STATS's running statistics (not x; not the moments form). */
 bool writes_source(const ex_node_exec *n, int s)
 {
     switch (n->op) {
     case EX_OP_SGD: return s == 0 || s == 2;
     case EX_OP_ADAM: return s == 0 || s == 2 || s == 3;
-    case EX_OP_BN_STATS: return s == 1 || s == 2;
+    case EX_OP_BN_STATS: return n->ip[0] && n->ip[1] != EX_BN_STATS_MOMENTS && (s == 1 || s == 2);
     default: return false;
     }
 }

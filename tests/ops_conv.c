@@ -458,7 +458,7 @@ void bn_flag_errors(void **state)
 typedef struct sf_case {
     ex_op op;
     int ip[3];
-    ex_status want; /* on a backend that implements the forms */
+    ex_status want;
     const char *what;
 } sf_case;
 
@@ -552,14 +552,11 @@ void bn_sync_flag_errors(void **state)
         {EX_OP_BN_BWD_DATA, {1, 0, -1}, EX_ERR_ARG, "ip2"},
         {EX_OP_BN_BWD_DATA, {1, 0, 0}, EX_OK, NULL},
     };
-    bool cuda = strcmp(s->backend_name, "cuda") == 0;
     int failed = sf_builder_errors();
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const sf_case *c = &cases[i];
-        /* CUDA refuses the well-formed synchronized forms (docs/cuda.md) */
-        bool sync = c->op == EX_OP_BN_STATS ? c->ip[1] != 0 : c->ip[2] >= 2;
-        ex_status want = cuda && sync && c->want == EX_OK ? EX_ERR_UNSUPPORTED : c->want;
-        const char *what = want == EX_ERR_UNSUPPORTED ? "not implemented on CUDA" : c->what;
+        ex_status want = c->want;
+        const char *what = c->what;
         ex_status st = sf_run(s, buf, c);
         const char *msg = f->error(im);
         if (st != want || (want != EX_OK && !(msg && strstr(msg, what)))) {
@@ -1063,7 +1060,7 @@ static const tcase bn_cases[] = {
 /* ---- synchronized (data-parallel) batch norm: the node forms (BN_STATS ip1 = 1 and 2,
  * BN_BWD_DATA ip2 = R) alone against their references, and assembled as the engine
  * assembles them over R ranks (slices of x along N, the all-reduces as sums of the ranks'
- * nodes) against batch norm over the whole batch. F_SYNC_BN: CUDA refuses them. ---- */
+ * nodes) against batch norm over the whole batch. ---- */
 
 /* The statistics' eps and momentum of a case, as the nodes hold them (f32). */
 static double bn_eps(const env *e)
@@ -1283,8 +1280,7 @@ static void a_sync_stats(env *e)
 #define MOMENTS(nm, xspec, ...)                                                                    \
     {                                                                                              \
         CASE(nm, EX_OP_BN_STATS, b_bn_moments, r_bn_moments, 3),                                   \
-            .r = {{IN("x"), UNPAREN xspec}, __VA_ARGS__}, .after = a_bn_untouched,                 \
-            .flags = F_SYNC_BN                                                                     \
+            .r = {{IN("x"), UNPAREN xspec}, __VA_ARGS__}, .after = a_bn_untouched                  \
     }
 #define RSTATS_C(c)                                                                                \
     {STATE("running_mean"), SHAPE(c), UNI(-0.5, 0.5)},                                             \
@@ -1296,7 +1292,7 @@ static void a_sync_stats(env *e)
     {                                                                                              \
         CASE(nm, EX_OP_BN_STATS, b_bn_finish, r_bn_finish, 3),                                     \
             .r = {{IN("moments"), UNPAREN mspec}, RSTATS_C(c)}, .ip = {0, 0, count, neg},          \
-            .fp = {1e-5, 0.1}, .init = i_bn_finish, .after = a_bn_finish, .flags = F_SYNC_BN       \
+            .fp = {1e-5, 0.1}, .init = i_bn_finish, .after = a_bn_finish                           \
     }
 /* x's and dy's fields in parentheses (one shape, C = 5), x-hat, R, then gamma if any */
 #define BWD_R(nm, xhat, ranks, nr, xspec, dyspec, ...)                                             \
@@ -1307,7 +1303,7 @@ static void a_sync_stats(env *e)
                   {IN("dy"), UNPAREN dyspec},                                                      \
                   {IN("red"), SHAPE(2, 5), UNI(-30, 30)},                                          \
                   __VA_ARGS__},                                                                    \
-            .ip = {1, xhat, ranks}, .flags = F_SYNC_BN                                             \
+            .ip = {1, xhat, ranks},                                                                \
     }
 #define GAMMA5                                                                                     \
     {                                                                                              \
@@ -1317,19 +1313,19 @@ static void a_sync_stats(env *e)
     {                                                                                              \
         CASE(nm, EX_OP_BN_STATS, b_sync_bn, r_bn, nr),                                             \
             .r = {{IN("x"), UNPAREN xspec}, RSTATS, __VA_ARGS__}, .ip = {1, 0, ranks},             \
-            .fp = {1e-5, 0.1}, .after = a_bn, .flags = F_SYNC_BN                                   \
+            .fp = {1e-5, 0.1}, .after = a_bn                                                       \
     }
 #define SYNC_STATS(nm, ranks, xspec)                                                               \
     {                                                                                              \
         CASE(nm, EX_OP_BN_STATS, b_sync_stats, r_sync_stats, 3),                                   \
             .r = {{IN("x"), UNPAREN xspec}, RSTATS}, .ip = {1, 0, ranks}, .fp = {1e-5, 0.1},       \
-            .after = a_sync_stats, .flags = F_SYNC_BN                                              \
+            .after = a_sync_stats                                                                  \
     }
 #define SYNC_BWD(nm, xhat, ranks, nr, xspec, dyspec, ...)                                          \
     {                                                                                              \
         CASE(nm, EX_OP_BN_BWD_DATA, b_sync_bn_bwd, r_sync_bn_bwd, nr),                             \
             .r = {{IN("x"), UNPAREN xspec}, RSTATS, {IN("dy"), UNPAREN dyspec}, __VA_ARGS__},      \
-            .ip = {1, xhat, ranks}, .fp = {1e-5, 0.1}, .flags = F_SYNC_BN                          \
+            .ip = {1, xhat, ranks}, .fp = {1e-5, 0.1},                                             \
     }
 
 static const tcase sync_bn_cases[] = {

@@ -575,31 +575,11 @@ static void rerun_check(env *e)
             return;
 }
 
-/* A case of F_SYNC_BN on CUDA: planning or running it must fail with EX_ERR_UNSUPPORTED,
- * naming the forms as not implemented on CUDA; a result, or any other failure, fails. */
-static void expect_cuda_refusal(env *e)
-{
-    char msg[512];
-    ex_status st = plan_graph(e->s, e->ctx, &e->plan, msg, sizeof msg);
-    if (st == EX_OK) {
-        st = ex_plan_run(e->plan);
-        snprintf(msg, sizeof msg, "%s", st == EX_OK ? "" : ex_plan_error(e->plan));
-    }
-    if (st != EX_ERR_UNSUPPORTED || !strstr(msg, "not implemented on CUDA"))
-        case_fail(e,
-                  "expected CUDA to refuse the synchronized batch norm's forms "
-                  "(EX_ERR_UNSUPPORTED, not implemented on CUDA); got %s: %s",
-                  ex_status_str(st), msg);
-}
-
 int run_case(suite *s, const tcase *c)
 {
     env e;
     env_open(&e, s, c);
-    if ((c->flags & F_SYNC_BN) && strcmp(s->backend_name, "cuda") == 0) {
-        if (build_case(&e))
-            expect_cuda_refusal(&e);
-    } else if (build_case(&e) && first_run(&e)) {
+    if (build_case(&e) && first_run(&e)) {
         gather_all(&e);
         if (c->prepare)
             c->prepare(&e);

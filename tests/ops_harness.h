@@ -140,10 +140,7 @@ struct tcase {
 /** tcase.flags */
 enum {
     F_NORERUN = 1, /* a second run legitimately differs (optimizer steps): skip that check */
-    F_PROFILE = 2, /* profiled runs: GPU backends launch node by node, so no node pairs */
-    F_SYNC_BN = 4  /* a synchronized batch norm's node forms, which CUDA does not implement
-                      yet: there the case must be refused with EX_ERR_UNSUPPORTED and a
-                      message saying so (docs/cuda.md), and nothing else */
+    F_PROFILE = 2  /* profiled runs: GPU backends launch node by node, so no node pairs */
 };
 
 /** A running case. */
