@@ -22,8 +22,9 @@ stage=.gpu/stage
 rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib" "$stage/data"
 bins=("$build/apps/exapt" "$build"/tests/test_ops "$build"/tests/test_search
       "$build"/tests/test_reliability "$build"/tests/soak_search)
-# the Vulkan backend's tests, when it was built (SPIR-V is embedded; the loader travels)
-for t in test_vulkan test_backend_search; do
+# the Vulkan backend's tests, when it was built (SPIR-V is embedded; the loader travels),
+# and the data-parallel test whose ranks are threads
+for t in test_vulkan test_backend_search test_data_parallel_threads; do
     [ -x "$build/tests/$t" ] && bins+=("$build/tests/$t")
 done
 for extra in "$build"/bench/*; do [ -x "$extra" ] && [ -f "$extra" ] && bins+=("$extra"); done

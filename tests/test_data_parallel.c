@@ -7,7 +7,6 @@
  *                               others must end with an error (data_parallel_failure.sh
  *                               checks how and how fast). */
 #define _POSIX_C_SOURCE 200809L
-#include <math.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -20,193 +19,32 @@
 
 #include <cmocka.h>
 
+#include "dp_runs.h"
 #include "exapt/comm_mpi.h"
 #include "exapt/exapt.h"
 
-#define B 8
-#define HW 12
-#define PIX (HW * HW)
-#define NHW 20
-#define STEPS 20
-/* The bound holds while the rounding-level differences of the group's sums (added in another
- * order) change no discrete decision of the step: a ReLU input or a max-pooling tie that
- * rounding flips sends the trajectories apart, as it does in one process. Measured with the
- * network below: label smoothing 0.1 added, one such flip at step 13 took the NMSE to 2e-2;
- * in one process, every input pixel moved by one ulp gave 0.97. */
-#define NMSE_BOUND 1e-5
-
 static const char *mode = "compare";
 
-/* The global batch of a step: two classes told apart by a faint bright top or bottom half
- * under pseudo-random noise, so that the loss stays well above 0 for the 20 steps (a task
- * learnt to a vanishing loss stops the weights, and so would hide a wrong gradient). */
-static void global_batch(int step, int salt, int pix, float *x, int32_t *y)
+/* die or hang: rank 1 is killed, or stops answering, before its fourth step */
+static void failure_hook(int rank, int step)
 {
-    for (int i = 0; i < B; i++) {
-        y[i] = (i * 5 + step + salt) % 2;
-        for (int p = 0; p < pix; p++) {
-            uint32_t h = (uint32_t)(p * 2654435761u) ^ (uint32_t)(i * 40503 + step * 977 + salt);
-            h *= 2246822519u;
-            h ^= h >> 15;
-            x[i * pix + p] =
-                0.2f * (float)((p < pix / 2) == (y[i] == 1)) + (float)(h >> 8) / 16777216.0f - 0.5f;
-        }
-    }
+    if (step == 3 && rank == 1 && !strcmp(mode, "die"))
+        raise(SIGKILL);
+    if (step == 3 && rank == 1 && !strcmp(mode, "hang"))
+        sleep(600);
 }
 
-static void config(ex_search_config *c, const ex_comm *comm)
-{
-    ex_search_config_default(c);
-    c->in_channels = 1;
-    c->height = c->width = HW;
-    c->classes = 2;
-    c->batch = B;
-    c->channels = 4;
-    c->layers = 3;
-    c->steps = 2;
-    c->multiplier = 2;
-    c->arch_lr = 3e-2f;
-    c->seed = 11;
-    c->comm = comm;
-}
-
-static ex_backend *open_cpu(void)
-{
-    ex_backend *be = NULL;
-    char msg[512];
-    if (ex_backend_open("cpu", &be, msg, sizeof msg) != EX_OK)
-        fail_msg("cpu backend: %s", msg);
-    return be;
-}
-
-/* STEPS search steps on this rank's share of each global batch, then the state into path. */
+/* A run on the CPU backend; a failing rank ends the job, since the others may wait on it. */
 static void run_search(const ex_comm *comm, const char *path)
 {
-    ex_backend *be = open_cpu();
-    char msg[512];
-    ex_search_config c;
-    config(&c, comm);
-    ex_search *s = NULL;
-    if (ex_search_new(&c, be, &s, msg, sizeof msg) != EX_OK)
-        fail_msg("search: %s", msg);
-    int ranks = comm ? comm->size : 1, rank = comm ? comm->rank : 0, share = B / ranks;
-    float xt[B * PIX], xv[B * PIX];
-    int32_t yt[B], yv[B];
-    for (int step = 0; step < STEPS; step++) {
-        if (step == 3 && rank == 1 && !strcmp(mode, "die"))
-            raise(SIGKILL);
-        if (step == 3 && rank == 1 && !strcmp(mode, "hang"))
-            sleep(600);
-        global_batch(step, 0, PIX, xt, yt);
-        global_batch(step, 1, PIX, xv, yv);
-        size_t at = (size_t)rank * (size_t)share;
-        ex_search_stats st;
-        ex_status rc =
-            ex_search_step(s, xt + at * PIX, yt + at, xv + at * PIX, yv + at, 0.02f, 1.0f, &st);
-        if (rc != EX_OK) {
-            fprintf(stderr, "rank %d: step %d: %s\n", rank, step, ex_search_error(s));
-            MPI_Abort(MPI_COMM_WORLD, 3); /* the job ends: the others may wait on us */
-        }
-        assert_false(st.skipped);
-    }
-    if (ex_search_save(s, path, NULL) != EX_OK)
-        fail_msg("save %s: %s", path, ex_search_error(s));
-    ex_search_free(s);
-    ex_backend_close(be);
+    if (!dp_run_search("cpu", comm, path, failure_hook))
+        MPI_Abort(MPI_COMM_WORLD, 3);
 }
 
-/* The same for the training of a derived network: DARTS_V2 at 4 channels with its
- * auxiliary head (which needs 20x20 images); affine batch norms, unlike the search's. */
 static void run_network(const ex_comm *comm, const char *path)
 {
-    ex_backend *be = open_cpu();
-    char msg[512];
-    ex_network_config c;
-    ex_network_config_default(&c);
-    c.in_channels = 1;
-    c.height = c.width = NHW;
-    c.classes = 2;
-    c.batch = B;
-    c.channels = 4;
-    c.layers = 3;
-    c.auxiliary = true;
-    c.seed = 5;
-    c.comm = comm;
-    ex_genotype g;
-    assert_int_equal(ex_genotype_builtin("DARTS_V2", &g), EX_OK);
-    ex_network *n = NULL;
-    if (ex_network_new(&g, &c, be, &n, msg, sizeof msg) != EX_OK)
-        fail_msg("network: %s", msg);
-    int ranks = comm ? comm->size : 1, rank = comm ? comm->rank : 0, share = B / ranks;
-    float x[B * NHW * NHW];
-    int32_t y[B];
-    for (int step = 0; step < STEPS; step++) {
-        global_batch(step, 2, NHW * NHW, x, y);
-        size_t at = (size_t)rank * (size_t)share;
-        if (ex_network_step(n, x + at * NHW * NHW, y + at, 0.005f, NULL) != EX_OK) {
-            fprintf(stderr, "rank %d: step %d: %s\n", rank, step, ex_network_error(n));
-            MPI_Abort(MPI_COMM_WORLD, 3);
-        }
-    }
-    if (ex_network_save(n, path, true) != EX_OK)
-        fail_msg("save %s: %s", path, ex_network_error(n));
-    ex_network_free(n);
-    ex_backend_close(be);
-}
-
-static char *slurp(const char *path, long *len)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    *len = ftell(f);
-    rewind(f);
-    char *b = malloc((size_t)*len + 1);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, (size_t)*len, f), (size_t)*len);
-    fclose(f);
-    return b;
-}
-
-/* Every tensor of a within NMSE_BOUND of b's; returns the worst NMSE. */
-static double worst_nmse(const char *pa, const char *pb)
-{
-    ex_safetensors *a = NULL, *b = NULL;
-    char msg[256];
-    assert_int_equal(ex_safetensors_open(pa, &a, msg, sizeof msg), EX_OK);
-    assert_int_equal(ex_safetensors_open(pb, &b, msg, sizeof msg), EX_OK);
-    double worst = 0.0;
-    int tensors = 0;
-    for (size_t i = 0; ex_safetensors_name(a, i); i++, tensors++) {
-        const char *name = ex_safetensors_name(a, i);
-        ex_st_info ia, ib;
-        assert_int_equal(ex_safetensors_info(a, name, &ia, msg, sizeof msg), EX_OK);
-        assert_int_equal(ex_safetensors_info(b, name, &ib, msg, sizeof msg), EX_OK);
-        assert_int_equal(ia.nbytes, ib.nbytes);
-        if (ia.dtype != EX_ST_F32)
-            continue; /* counters: compared with the file's bytes elsewhere */
-        size_t n = ia.nbytes / sizeof(float);
-        float *va = malloc(ia.nbytes + 1), *vb = malloc(ib.nbytes + 1);
-        assert_non_null(va);
-        assert_non_null(vb);
-        assert_int_equal(ex_safetensors_read(a, name, va, ia.nbytes, msg, sizeof msg), EX_OK);
-        assert_int_equal(ex_safetensors_read(b, name, vb, ib.nbytes, msg, sizeof msg), EX_OK);
-        double num = 0.0, den = 0.0;
-        for (size_t k = 0; k < n; k++) {
-            num += ((double)va[k] - vb[k]) * ((double)va[k] - vb[k]);
-            den += (double)vb[k] * vb[k];
-        }
-        double e = den > 0.0 ? num / den : num;
-        if (e > NMSE_BOUND)
-            print_error("%s: NMSE %.3g\n", name, e);
-        worst = e > worst ? e : worst;
-        free(va);
-        free(vb);
-    }
-    assert_true(tensors > 10);
-    ex_safetensors_close(a);
-    ex_safetensors_close(b);
-    return worst;
+    if (!dp_run_network("cpu", comm, path))
+        MPI_Abort(MPI_COMM_WORLD, 3);
 }
 
 /* Whether every rank says ok: a sum through the communicator, whose timeout ends the wait
@@ -242,11 +80,7 @@ static void check_against_one_process(const ex_comm *comm, const char *what,
     run(comm, mine);
     assert_true(agree(comm, true)); /* every rank saved */
     /* every rank holds the same state, to the bit */
-    long la, lb;
-    char *a = slurp(mine, &la), *b = slurp(first, &lb);
-    bool same = la == lb && !memcmp(a, b, (size_t)la);
-    free(a);
-    free(b);
+    bool same = dp_same_file(mine, first);
     if (!same)
         print_error("rank %d: the state differs from rank 0's\n", comm->rank);
     assert_true(agree(comm, same));
@@ -254,11 +88,11 @@ static void check_against_one_process(const ex_comm *comm, const char *what,
         return;
     /* and that state is one process's on the same global batches */
     run(NULL, alone);
-    double worst = worst_nmse(mine, alone);
+    double worst = dp_worst_nmse(mine, alone);
     print_message("%s: %d ranks against one process after %d steps: worst NMSE %.3g over "
                   "every f32 tensor saved (bound %g)\n",
-                  what, comm->size, STEPS, worst, NMSE_BOUND);
-    assert_true(worst <= NMSE_BOUND);
+                  what, comm->size, DP_STEPS, worst, DP_NMSE_BOUND);
+    assert_true(worst >= 0.0 && worst <= DP_NMSE_BOUND);
     for (int r = 0; r < comm->size; r++) {
         char p[300];
         snprintf(p, sizeof p, "%s/%s%d.safetensors", dir, what, r);
