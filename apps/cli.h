@@ -18,8 +18,9 @@ typedef struct cli_global {
     const char *backend; /**< --backend NAME given before the subcommand, or NULL */
     int argc;            /**< the process's whole argv, for records of the command */
     char **argv;
-    const ex_comm *comm; /**< the data-parallel group when started by mpirun (ranks.c), or
-                              NULL: alone */
+    const ex_comm *comm;     /**< the data-parallel group when started by mpirun (ranks.c), or
+                                  NULL: alone */
+    struct cli_ranks *ranks; /**< ranks.c's communicators (NULL: alone) */
 } cli_global;
 
 /* ---- data parallelism (ranks.c) ---- */
@@ -29,6 +30,12 @@ typedef struct cli_global {
  *  machine (EXAPT_CUDA_DEVICE = the local rank, unless set). Alone: nothing. Fails when
  *  started as a rank but built without MPI. */
 int cli_ranks_start(cli_global *g);
+
+/** The communicator a command's search or training on backend be sums through: g->comm
+ *  (MPI, host-staged), or on the cuda backend, where exapt_nccl is built, an NCCL group
+ *  of the same ranks (made on first use, its id passed by MPI) whose sums run in the
+ *  step on the GPU. Every rank must call it at the same point. Returns an exit code. */
+int cli_ranks_comm(const cli_global *g, ex_backend *be, const ex_comm **out);
 
 /** Leaves the group: after a failure (rc != 0) it ends every rank (MPI_Abort), since the
  *  others would wait for this one; else MPI_Finalize. Returns rc. */

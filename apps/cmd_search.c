@@ -1007,7 +1007,8 @@ static int run_search(search_run *r, const search_args *a, const cli_global *g)
         return cli_fail("search", "%s", msg);
     double peak = 0;
     cli_measure_peak(r->be, &peak);
-    r->cfg.comm = g->comm;
+    if ((rc = cli_ranks_comm(g, r->be, &r->cfg.comm)))
+        return rc;
     r->lead = cli_lead(g);
     if (!a->resume && r->lead)
         rc = run_claim_dir(r->out, a->force, "search");

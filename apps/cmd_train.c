@@ -385,6 +385,9 @@ static int setup(train_state *t)
         t->own_be = true;
         double peak = 0;
         cli_measure_peak(t->be, &peak);
+        int rc = j->g ? cli_ranks_comm(j->g, t->be, &((train_job *)j)->comm) : 0;
+        if (rc)
+            return rc;
     }
     int rc = run_load(j->data_dir, j->dataset, EX_SPLIT_TRAIN, j->limit, &t->train_set, j->cmd);
     if (!rc && stopped_early(j))
@@ -601,6 +604,7 @@ static int make_job(train_job *j, const train_args *a, const cli_global *g)
     j->net.label_smoothing = (float)a->smoothing;
     j->holdout = a->holdout;
     j->comm = g->comm;
+    j->g = g;
     if (a->set_batch)
         j->net.batch = (int)a->batch;
     if (a->set_channels)

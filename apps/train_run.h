@@ -29,11 +29,13 @@ typedef struct train_job {
                         epoch) */
     ex_network_config net;
     ex_genotype genotype;
-    const ex_comm *comm;   /* the data-parallel group (NULL: alone): each rank trains on its
-                              share of every batch; rank 0 writes the files and prints */
-    const char *argv_json; /* the command's options as a JSON array of strings, recorded in
-                              the metrics log's header for --resume (NULL: [], a search's
-                              training, which its search's record reproduces) */
+    const ex_comm *comm;        /* the data-parallel group (NULL: alone): each rank trains on its
+                                   share of every batch; rank 0 writes the files and prints */
+    const struct cli_global *g; /* with be NULL: where the group's communicator for the
+                                   backend opened here comes from (cli_ranks_comm) */
+    const char *argv_json;      /* the command's options as a JSON array of strings, recorded in
+                                   the metrics log's header for --resume (NULL: [], a search's
+                                   training, which its search's record reproduces) */
 } train_job;
 
 /** DARTS's evaluation settings. */

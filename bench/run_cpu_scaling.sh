@@ -12,7 +12,7 @@ shift
 threads=${*:-16 8 4 2 1}
 x=/tmp/exapt-bundle
 mkdir -p "$x" "$out" /tmp/dump /tmp/v2 && tar xJf .gpu/bundle.tar.xz -C "$x"
-export LD_LIBRARY_PATH=$x/lib
+export LD_LIBRARY_PATH=$x/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 b=$x/bin/bench_inference
 w=/tmp/v2/weights.safetensors
 q=/tmp/v2/int8.safetensors

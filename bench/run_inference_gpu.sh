@@ -9,7 +9,7 @@ set -uo pipefail
 out=$1
 x=/tmp/exapt-bundle
 mkdir -p "$x" "$out" /tmp/dump && tar xJf .gpu/bundle.tar.xz -C "$x"
-export LD_LIBRARY_PATH=$x/lib
+export LD_LIBRARY_PATH=$x/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
 [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] &&

@@ -14,7 +14,7 @@ out=$1
 fresh=${2:-}
 x=/tmp/exapt-bundle
 mkdir -p "$x" "$out" /tmp/dump /tmp/dump8 && tar xJf .gpu/bundle.tar.xz -C "$x"
-export LD_LIBRARY_PATH=$x/lib
+export LD_LIBRARY_PATH=$x/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
 [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] &&

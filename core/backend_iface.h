@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "exapt/backend.h"
+#include "exapt/comm.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -83,6 +84,12 @@ typedef struct ex_backend_iface {
     void (*set_alloc_hook)(void *impl, bool (*fails)(void *user), void *user);
     /** Fills *out (ex_backend_counters). NULL: the backend keeps no such counters. */
     void (*counters)(void *impl, ex_backend_counters *out);
+    /** Takes a communicator whose device functions serve this backend (comm->device_backend
+     *  is its name; comm.h): from then on compute runs ALLREDUCE nodes itself through
+     *  allreduce_device, and every wait for the device asks device_waiting. The plan calls
+     *  it before each compute. NULL: the backend has no device sums (the plan carries
+     *  ALLREDUCE nodes out through the host). */
+    ex_status (*set_comm)(void *impl, const ex_comm *comm);
 } ex_backend_iface;
 
 /** The interface and implementation behind an open backend (for the planner). */

@@ -1,5 +1,6 @@
 /* Data parallelism in the graph: the all-reduce node and the communicator's check. The
- * plan carries the node out (plan_run.c); backends never see it. */
+ * plan carries the node out through the host (plan_run.c), or hands it to the backend that
+ * the communicator sums on (ex_comm.device_backend). */
 #include <math.h>
 #include <stdio.h>
 
@@ -14,6 +15,9 @@ bool ex_comm_valid(const ex_comm *c, char *msg, size_t msg_len)
         why = "rank outside 0 .. size - 1, or size below 1";
     else if (!c->allreduce_sum)
         why = "no allreduce_sum function";
+    else if ((c->device_backend || c->allreduce_device || c->device_waiting) &&
+             !(c->device_backend && c->allreduce_device && c->device_waiting))
+        why = "device_backend, allreduce_device and device_waiting must be given together";
     if (why && msg && msg_len)
         snprintf(msg, msg_len, "communicator: %s", why);
     return !why;

@@ -37,7 +37,8 @@ struct ex_plan {
     int64_t *stage_count;
     int nstages;
     ex_plan_stats stats;
-    ex_comm comm; /* ex_plan_set_comm (size 0: none, a group of one) */
+    ex_comm comm;     /* ex_plan_set_comm (size 0: none, a group of one) */
+    bool device_sums; /* the backend runs ALLREDUCE nodes through comm's device functions */
     char error[512];
 };
 

@@ -4,6 +4,7 @@
 
 #include "core/clock.h"
 #include "core/plan.h"
+#include "core/tdesc.h"
 
 #define NAN_PATTERN 0x7FC00000u
 
@@ -25,43 +26,13 @@ static void span(int ndim, const int64_t *ne, const int64_t *st, int64_t *lo, in
     }
 }
 
-static int64_t element_offset(int ndim, const int64_t *ne, const int64_t *st, int64_t i)
-{
-    int64_t off = 0;
-    for (int d = ndim - 1; d >= 0; d--) {
-        off += (i % ne[d]) * st[d];
-        i /= ne[d];
-    }
-    return off;
-}
-
-static int64_t desc_numel(const ex_tdesc *d)
-{
-    int64_t n = 1;
-    for (int i = 0; i < d->ndim; i++)
-        n *= d->ne[i];
-    return n;
-}
-
-/* Whether d's elements lie one after another in row-major order. */
-static bool desc_dense(const ex_tdesc *d)
-{
-    int64_t want = 1;
-    for (int i = d->ndim - 1; i >= 0; i--) {
-        if (d->ne[i] > 1 && d->st[i] != want)
-            return false;
-        want *= d->ne[i];
-    }
-    return true;
-}
-
 /* Moves the elements of d (any strides) between the device and the contiguous host array
  * host: a dense d directly, else its span whole, elements gathered or scattered on the
  * host (a write then reads the span first, for the elements between d's). */
 static ex_status strided(ex_plan *p, const ex_tdesc *d, void *host, bool write)
 {
-    if (desc_dense(d)) {
-        size_t n = (size_t)desc_numel(d) * (size_t)ex_dtype_size(d->dtype);
+    if (ex_td_dense(d)) {
+        size_t n = (size_t)ex_td_numel(d) * (size_t)ex_dtype_size(d->dtype);
         ex_status st = write ? p->f->upload(p->impl, d->buf, d->offset, host, n)
                              : p->f->download(p->impl, d->buf, d->offset, host, n);
         return st == EX_OK ? EX_OK : ex__plan_fail(p, st, "transfer: %s", p->f->error(p->impl));
@@ -75,9 +46,9 @@ static ex_status strided(ex_plan *p, const ex_tdesc *d, void *host, bool write)
     if (!tmp)
         return ex__plan_fail(p, EX_ERR_NOMEM, "transfer: out of host memory");
     ex_status st = p->f->download(p->impl, d->buf, start, tmp, n);
-    int64_t count = desc_numel(d);
+    int64_t count = ex_td_numel(d);
     for (int64_t i = 0; st == EX_OK && i < count; i++) {
-        char *el = tmp + (size_t)(element_offset(d->ndim, d->ne, d->st, i) - lo) * es;
+        char *el = tmp + (size_t)(ex_td_at(d, i) - lo) * es;
         if (write)
             memcpy(el, (char *)host + (size_t)i * es, es);
         else
@@ -103,7 +74,7 @@ static ex_status allreduce_node(ex_plan *p, int64_t i)
                              "communicator has %d (ex_ctx_set_ranks, ex_plan_set_comm)",
                              n->ip[0], ranks);
     double t0 = ex__clock_ms();
-    int64_t count = desc_numel(&n->src[0]);
+    int64_t count = ex_td_numel(&n->src[0]);
     float *v = ex__malloc(p->ctx, (size_t)count * sizeof *v + 1);
     if (!v)
         return ex__plan_fail(p, EX_ERR_NOMEM, "run: allreduce: out of host memory");
@@ -126,6 +97,9 @@ static ex_status allreduce_node(ex_plan *p, int64_t i)
 /* Hands nodes [first, first + count) to the backend. */
 static ex_status compute(ex_plan *p, int64_t first, int64_t count)
 {
+    /* the backend may serve several plans: it gets this one's communicator each time */
+    if (p->device_sums && p->f->set_comm(p->impl, &p->comm) != EX_OK)
+        return ex__plan_fail(p, EX_ERR_STATE, "run: %s", p->f->error(p->impl));
     /* the backend's scratch memory is counted by the context's allocation hook */
     if (p->f->set_alloc_hook)
         p->f->set_alloc_hook(p->impl, ctx_alloc_fails, p->ctx);
@@ -136,7 +110,8 @@ static ex_status compute(ex_plan *p, int64_t first, int64_t count)
     return st == EX_OK ? EX_OK : ex__plan_fail(p, st, "run: %s", p->f->error(p->impl));
 }
 
-/* The backend runs the nodes between the ALLREDUCE nodes, which the plan carries out. */
+/* The backend runs the nodes between the ALLREDUCE nodes, which the plan carries out;
+ * with device sums it runs them all. */
 static ex_status run_nodes(ex_plan *p, int64_t first, int64_t count, bool wait)
 {
     for (int c = 0; p->opts.poison && c < p->nchunks; c++) {
@@ -150,7 +125,7 @@ static ex_status run_nodes(ex_plan *p, int64_t first, int64_t count, bool wait)
     ex_status st = EX_OK;
     for (int64_t at = first, end = first + count; st == EX_OK && at < end;) {
         int64_t next = at;
-        while (next < end && p->nodes[next].op != EX_OP_ALLREDUCE)
+        while (next < end && (p->device_sums || p->nodes[next].op != EX_OP_ALLREDUCE))
             next++;
         if (next > at)
             st = compute(p, at, next - at);
@@ -170,7 +145,17 @@ ex_status ex_plan_set_comm(ex_plan *p, const ex_comm *comm)
     char msg[128];
     if (!ex_comm_valid(comm, msg, sizeof msg))
         return ex__plan_fail(p, EX_ERR_ARG, "set_comm: %s", msg);
+    const char *name = ex_backend_get_caps(p->be)->name;
+    bool device = comm->device_backend && !strcmp(comm->device_backend, name);
+    if (device && !p->f->set_comm)
+        return ex__plan_fail(p, EX_ERR_UNSUPPORTED,
+                             "set_comm: the communicator sums on the %s backend's device, "
+                             "which that backend cannot do",
+                             name);
+    if (device && p->f->set_comm(p->impl, comm) != EX_OK)
+        return ex__plan_fail(p, EX_ERR_ARG, "set_comm: %s", p->f->error(p->impl));
     p->comm = *comm;
+    p->device_sums = device;
     return EX_OK;
 }
 

@@ -41,6 +41,18 @@ static inline int64_t ex_td_numel(const ex_tdesc *t)
     return n;
 }
 
+/** Whether t's elements lie one after another in row-major order. */
+static inline bool ex_td_dense(const ex_tdesc *t)
+{
+    int64_t want = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->ne[d] > 1 && t->st[d] != want)
+            return false;
+        want *= t->ne[d];
+    }
+    return true;
+}
+
 /** Whether t is 1 to 4 dims of dtype dt in a buffer. */
 static inline int ex_td_valid(const ex_tdesc *t, ex_dtype dt)
 {

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda/cuda.h"
 
@@ -70,21 +71,58 @@ typedef struct cu_backend {
     int64_t pending_count;
     ex_status late; /**< a queued step's failure, read but not yet returned */
     char late_msg[512];
-    bool copy_queued; /**< uploads queued that the compute stream is not ordered after */
+    bool copy_queued;  /**< uploads queued that the compute stream is not ordered after */
+    ex_comm comm;      /**< set_comm: device sums (comm.device_waiting NULL: none) */
+    ex_status comm_st; /**< a failure the communicator reported while we waited: sticky */
+    char comm_msg[256];
     char msg[512];
 } cu_backend;
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* With a communicator's device sums queued work may wait on another rank, which may have
+ * died or hung: the host polls, asking the communicator, which fails (and aborts its sums,
+ * so that the kernels waiting in them end) once a rank failed or its timeout passed. The
+ * work then gets AFTER_ABORT_S to drain before the wait gives up. */
+#define AFTER_ABORT_S 10.0
+static cudaError_t wait_polled(cu_backend *b, cudaStream_t s, cudaEvent_t ev)
+{
+    double t0 = now_s(), failed_at = 0.0;
+    for (unsigned k = 0;; k++) {
+        cudaError_t q = s ? cudaStreamQuery(s) : cudaEventQuery(ev);
+        if (q != cudaErrorNotReady)
+            return q;
+        double t = now_s();
+        if (b->comm_st == EX_OK) {
+            b->comm_st =
+                b->comm.device_waiting(b->comm.user, t - t0, b->comm_msg, sizeof b->comm_msg);
+            if (b->comm_st != EX_OK)
+                failed_at = t;
+        } else if (t - failed_at > AFTER_ABORT_S) {
+            return cudaErrorLaunchTimeout;
+        }
+        /* a short step's wait stays short; a long one costs little CPU */
+        struct timespec nap = {0, k < 200 ? 20000L : 1000000L};
+        nanosleep(&nap, NULL);
+    }
+}
 
 /* Every wait of the host for the device goes through these two, so they can be counted. */
 static cudaError_t wait_stream(cu_backend *b, cudaStream_t s)
 {
     b->host_syncs++;
-    return cudaStreamSynchronize(s);
+    return b->comm.device_waiting ? wait_polled(b, s, NULL) : cudaStreamSynchronize(s);
 }
 
 static cudaError_t wait_event(cu_backend *b, cudaEvent_t e)
 {
     b->host_syncs++;
-    return cudaEventSynchronize(e);
+    return b->comm.device_waiting ? wait_polled(b, NULL, e) : cudaEventSynchronize(e);
 }
 
 static cu_exec exec_of(cu_backend *b)
@@ -101,11 +139,16 @@ static cu_exec exec_of(cu_backend *b)
     e.msg_len = sizeof b->msg;
     e.pdl = b->pdl;
     e.cc_major = b->cc_major;
+    e.comm = b->comm.allreduce_device ? &b->comm : NULL;
     return e;
 }
 
 static ex_status bk_check(cu_backend *b, cudaError_t err, const char *what)
 {
+    if (b->comm_st != EX_OK) { /* whatever the device says after the sums were aborted */
+        snprintf(b->msg, sizeof b->msg, "%s: %s", what, b->comm_msg);
+        return b->comm_st;
+    }
     cu_exec e = exec_of(b);
     return cu_check(&e, err, what);
 }
@@ -224,8 +267,7 @@ static ex_status run_node(cu_exec *e, const ex_node_exec *n)
     case EX_OP_QMAX_POOL: return cu_qmax_pool(e, n);
     case EX_OP_QAVG_POOL: return cu_qavg_pool(e, n);
     case EX_OP_QGLOBAL_AVG_POOL: return cu_qglobal_avg_pool(e, n);
-    case EX_OP_ALLREDUCE:
-        return cu_fail(e, EX_ERR_STATE, "cuda: allreduce is the plan's to carry out");
+    case EX_OP_ALLREDUCE: return cu_allreduce(e, n);
     case EX_OP_COUNT: break;
     }
     return cu_fail(e, EX_ERR_UNSUPPORTED, "cuda: op %d is not in the catalogue", (int)n->op);
@@ -977,6 +1019,21 @@ static ex_status cuda_synchronize(void *impl)
     return with_late(b, st);
 }
 
+/* The plan's communicator, when its device sums serve CUDA: ALLREDUCE nodes then run here
+ * (comm.cu) and every wait for the device asks it (wait_polled). */
+static ex_status cuda_set_comm(void *impl, const ex_comm *comm)
+{
+    cu_backend *b = (cu_backend *)impl;
+    if (!comm || !comm->device_backend || strcmp(comm->device_backend, "cuda") != 0 ||
+        !comm->allreduce_device || !comm->device_waiting) {
+        snprintf(b->msg, sizeof b->msg,
+                 "set_comm: the communicator's device sums do not serve the cuda backend");
+        return EX_ERR_ARG;
+    }
+    b->comm = *comm;
+    return EX_OK;
+}
+
 static const char *cuda_error(void *impl)
 {
     return ((cu_backend *)impl)->msg;
@@ -1057,6 +1114,7 @@ static const ex_backend_iface cuda_iface = {
     cuda_download,   cuda_copy,  cuda_fill,         cuda_compute,     cuda_synchronize,
     cuda_host_syncs, NULL, /* set_alloc_hook: not covered (backend.h) */
     cuda_counters,         /* device memory only */
+    cuda_set_comm,
 };
 
 /* ---- opening ---- */

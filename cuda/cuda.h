@@ -75,8 +75,9 @@ typedef struct cu_exec {
     size_t need; /**< the most scratch any node asked for (sizing pass) */
     char *msg;   /**< where a failure's message goes */
     size_t msg_len;
-    int pdl;      /**< launch kernels with programmatic stream serialization (cu_launch) */
-    int cc_major; /**< the device's compute capability */
+    int pdl;             /**< launch kernels with programmatic stream serialization (cu_launch) */
+    int cc_major;        /**< the device's compute capability */
+    const ex_comm *comm; /**< a communicator whose device sums serve CUDA, or NULL */
 } cu_exec;
 
 /** A tensor as kernels take it: element 0 and the shape padded on the left to 4 dims
@@ -434,6 +435,8 @@ __device__ __forceinline__ void cu_bn_eval_coefs(const cu_bn_eval &bn, int64_t c
 
 /* ---- one host function per op; backend.cu holds the switch ---- */
 #define CU_OP(name) ex_status cu_##name(cu_exec *e, const ex_node_exec *n)
+/* comm.cu */
+CU_OP(allreduce);
 /* elementwise.cu */
 CU_OP(add);
 CU_OP(sub);

@@ -42,8 +42,9 @@ struct segment {
 
 typedef std::map<uint64_t, segment> seg_map; /* keyed by lo; segments disjoint */
 
-/* Distinct addresses standing for the shared resources. */
-char res_scratch, res_ticket, res_side;
+/* Distinct addresses standing for the shared resources. res_comm: the communicator, whose
+ * collectives every rank must issue in one order, so that they run one after another. */
+char res_scratch, res_ticket, res_side, res_comm;
 
 /** Tickets: node i takes slot i % CU_SCHED_TICKETS (cu_exec.ticket). */
 const int64_t ticket_slots = CU_SCHED_TICKETS;
@@ -160,6 +161,8 @@ void accesses(const ex_node_exec *n, int64_t i, const cu_sched_node &sn, bool co
     out.push_back({&res_ticket, slot, slot + 1, true});
     if (conditional)
         out.push_back({&res_side, 0, 1, true});
+    if (n->op == EX_OP_ALLREDUCE)
+        out.push_back({&res_comm, 0, 1, true});
 }
 
 /* The stream for node i: its latest dependency's, if that stream ran nothing since. */

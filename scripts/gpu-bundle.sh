@@ -24,7 +24,7 @@ bins=("$build/apps/exapt" "$build"/tests/test_ops "$build"/tests/test_search
       "$build"/tests/test_reliability "$build"/tests/soak_search)
 # the Vulkan backend's tests, when it was built (SPIR-V is embedded; the loader travels),
 # and the data-parallel test whose ranks are threads
-for t in test_vulkan test_backend_search test_data_parallel_threads; do
+for t in test_vulkan test_backend_search test_data_parallel_threads test_data_parallel_nccl; do
     [ -x "$build/tests/$t" ] && bins+=("$build/tests/$t")
 done
 for extra in "$build"/bench/*; do [ -x "$extra" ] && [ -f "$extra" ] && bins+=("$extra"); done
@@ -33,8 +33,9 @@ cp "${bins[@]}" "$stage/bin/"
 modules=("$build"/libexapt-*.so)
 cp "${modules[@]}" "$stage/lib/"
 cp -r bench/*.py "$stage/bin/" 2>/dev/null || true
-# the GPU machine has the C runtime and CUDA; everything else travels
-skip='^(linux-vdso|libc\.|libm\.|libpthread|libdl\.|librt\.|ld-linux|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas)'
+# the GPU machine has the C runtime, CUDA and NCCL (PyTorch's: put its folder on
+# LD_LIBRARY_PATH there); everything else travels
+skip='^(linux-vdso|libc\.|libm\.|libpthread|libdl\.|librt\.|ld-linux|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libnccl)'
 for b in "${bins[@]}" "${modules[@]}"; do
     ldd "$b" | awk '$3 ~ /^\// {print $1, $3}' | while read -r name path; do
         [[ "$name" =~ $skip ]] || cp -L "$path" "$stage/lib/$name"

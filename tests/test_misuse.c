@@ -233,6 +233,22 @@ static ex_status fake_allreduce(void *user, float *buf, size_t n, char *why, siz
 
 /* Communicators, ranks and the all-reduce node given bad arguments, and the plan's
  * all-reduce through a communicator that sums, fails, or does not fit the graph. */
+/* Device sums that a CPU plan must never call. */
+static ex_status no_device_sum(void *user, const float *src, float *dst, size_t n, void *queue,
+                               char *why, size_t len)
+{
+    (void)user, (void)src, (void)dst, (void)n, (void)queue, (void)why, (void)len;
+    fail_msg("a CPU plan called the communicator's device sums");
+    return EX_ERR_COMM;
+}
+
+static ex_status no_device_wait(void *user, double waited_s, char *why, size_t len)
+{
+    (void)user, (void)waited_s, (void)why, (void)len;
+    fail_msg("a CPU plan waited through the communicator");
+    return EX_ERR_COMM;
+}
+
 static void data_parallel(void **state)
 {
     (void)state;
@@ -248,7 +264,7 @@ static void data_parallel(void **state)
     bad.allreduce_sum = NULL;
     assert_false(ex_comm_valid(&bad, msg, sizeof msg));
     assert_non_null(strstr(msg, "allreduce_sum"));
-    ex_ctx_set_ranks(NULL, 2); /* no context: no crash */
+    ex_ctx_set_ranks(NULL, 2);                   /* no context: no crash */
     assert_null(ex_allreduce(NULL, NULL, 1.0f)); /* no context: no tensor */
     assert_int_equal(ex_plan_set_comm(NULL, &good), EX_ERR_ARG);
     ex_ctx *ctx = ex_ctx_new();
@@ -277,6 +293,20 @@ static void data_parallel(void **state)
     bad = good;
     bad.size = 0;
     assert_int_equal(ex_plan_set_comm(p, &bad), EX_ERR_ARG);
+    /* device sums: all three fields or none; refused for a backend without them, and
+     * another backend's go unused (the sums then go through the host) */
+    bad = good;
+    bad.device_backend = "cpu";
+    assert_false(ex_comm_valid(&bad, msg, sizeof msg));
+    assert_non_null(strstr(msg, "together"));
+    assert_int_equal(ex_plan_set_comm(p, &bad), EX_ERR_ARG);
+    bad.allreduce_device = no_device_sum;
+    bad.device_waiting = no_device_wait;
+    assert_int_equal(ex_plan_set_comm(p, &bad), EX_ERR_UNSUPPORTED);
+    assert_non_null(strstr(ex_plan_error(p), "cannot"));
+    bad.device_backend = "cuda";
+    assert_int_equal(ex_plan_set_comm(p, &bad), EX_OK);
+    assert_int_equal(ex_plan_run(p), EX_OK);
     assert_int_equal(ex_plan_set_comm(p, &good), EX_OK);
     assert_int_equal(ex_plan_run(p), EX_OK);
     assert_int_equal(ex_plan_read(p, y, yv, sizeof yv), EX_OK);

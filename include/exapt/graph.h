@@ -94,7 +94,11 @@ void ex_plan_free(ex_plan *plan);
 /** The communicator that the plan's ex_allreduce nodes sum over (see exapt/comm.h); the
  *  plan keeps a copy of the struct, not of what user points to. Its size must be the rank
  *  count the graph was built for (ex_ctx_set_ranks); a plan without one is a group of
- *  one. EX_ERR_ARG for a NULL plan or an invalid communicator (ex_comm_valid). */
+ *  one. The sums go through the host (allreduce_sum), or, when the communicator's
+ *  device_backend names the plan's backend, run on the device inside the step
+ *  (allreduce_device). EX_ERR_ARG for a NULL plan or an invalid communicator
+ *  (ex_comm_valid) or one the backend refuses; EX_ERR_UNSUPPORTED when device_backend names
+ *  the plan's backend and that backend has no device sums (only "cuda" has). */
 ex_status ex_plan_set_comm(ex_plan *plan, const ex_comm *comm);
 
 /** Runs the plan once. */

@@ -97,8 +97,8 @@ typedef enum ex_op {
     EX_OP_QGLOBAL_AVG_POOL,
     /* fused inference forms (forward only) */
     EX_OP_PWCONV_BN,
-    /* data parallelism: carried out by the plan through its communicator, never by a
-       backend (ex_plan_set_comm) */
+    /* data parallelism: carried out by the plan through its communicator, or by the
+       backend its device sums serve (ex_plan_set_comm) */
     EX_OP_ALLREDUCE,
     EX_OP_COUNT
 } ex_op;
