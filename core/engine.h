@@ -155,6 +155,16 @@ ex_tensor *ex__bn_bwd_reduce(ex_ctx *ctx, ex_tensor *xs, ex_tensor *stats, ex_te
 ex_tensor *ex__bn_bwd_data(ex_ctx *ctx, ex_tensor *xs, ex_tensor *stats, ex_tensor *dy,
                            ex_tensor *red, ex_tensor *gamma, bool xhat, int ranks);
 
+/* ---- data parallelism ---- */
+/** Elements per bucket of gradients summed by one ALLREDUCE (1 MiB of f32). */
+#define EX_GRAD_BUCKET (1 << 18)
+/** Replaces each non-NULL g[i] (f32 gradients) by scale times its sum over the ranks,
+ *  gathered last first into buckets of about EX_GRAD_BUCKET elements: each gradient is
+ *  copied into its bucket, one ALLREDUCE sums the bucket, and g[i] becomes a view of its
+ *  part. Last first: the backward pass makes the last layers' gradients first, so the
+ *  first buckets' sums can run while it goes on. */
+void ex__allreduce_buckets(ex_ctx *ctx, int n, ex_tensor **g, float scale);
+
 /* ---- the op table ---- */
 typedef struct ex_op_info {
     const char *name;

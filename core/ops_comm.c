@@ -23,6 +23,40 @@ bool ex_comm_valid(const ex_comm *c, char *msg, size_t msg_len)
     return !why;
 }
 
+/* Sums g[first .. last] (the non-NULL ones, total elements) through one bucket, laid out
+ * last first. */
+static void bucket_sum(ex_ctx *ctx, ex_tensor **g, int first, int last, int64_t total, float scale)
+{
+    ex_tensor *bucket = ex__unwritten(ctx, 1, &total);
+    for (int64_t i = last, at = 0; i >= first; i--)
+        if (g[i]) {
+            int64_t n = ex__numel(g[i]);
+            ex_copy_into(ctx, ex_reshape(ctx, g[i], 1, &n), ex_slice(ctx, bucket, 0, at, n));
+            at += n;
+        }
+    ex_tensor *sum = ex_allreduce(ctx, bucket, scale);
+    for (int64_t i = last, at = 0; i >= first; i--)
+        if (g[i]) {
+            int64_t n = ex__numel(g[i]);
+            g[i] = ex_reshape(ctx, ex_slice(ctx, sum, 0, at, n), g[i]->ndim, g[i]->ne);
+            at += n;
+        }
+}
+
+void ex__allreduce_buckets(ex_ctx *ctx, int n, ex_tensor **g, float scale)
+{
+    int64_t total = 0;
+    int last = n - 1;
+    for (int i = n - 1; i >= 0; i--) {
+        total += g[i] ? ex__numel(g[i]) : 0;
+        if (total >= EX_GRAD_BUCKET || (i == 0 && total > 0)) {
+            bucket_sum(ctx, g, i, last, total, scale);
+            total = 0;
+            last = i - 1;
+        }
+    }
+}
+
 ex_tensor *ex_allreduce(ex_ctx *ctx, ex_tensor *x, float scale)
 {
     if (!ex__check(ctx, "allreduce", 1, &x))

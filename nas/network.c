@@ -9,6 +9,7 @@
 
 #include "core/abi.h"
 #include "core/clock.h"
+#include "core/engine.h"
 #include "core/fileio.h"
 #include "exapt/safetensors.h"
 #include "nas/derived.h"
@@ -117,9 +118,8 @@ static void train_step(ex_network *n)
         for (int i = 0; i < count; i++)
             w[i] = n->net.params[i].t;
         ex_graph_gradients(ctx, total, count, w, g);
-        for (int i = 0; i < count; i++)
-            if (g[i])
-                g[i] = group_mean(n, g[i]);
+        if (ranks(n) > 1) /* in buckets, last parameter first */
+            ex__allreduce_buckets(ctx, count, g, 1.0f / (float)ranks(n));
         int nl = 0;
         for (int i = 0; i < count; i++)
             if (g[i])

@@ -165,12 +165,12 @@ static int ranks(const ex_search *s)
     return s->cfg.comm ? s->cfg.comm->size : 1;
 }
 
-/* The gradients' average over the group (each rank's loss is the mean over its share). */
+/* The gradients' average over the group (each rank's loss is the mean over its share), in
+ * buckets, last parameter first (ex__allreduce_buckets). */
 static void average(ex_search *s, int n, ex_tensor **g)
 {
-    for (int i = 0; ranks(s) > 1 && i < n; i++)
-        if (g[i])
-            g[i] = ex_allreduce(s->ctx, g[i], 1.0f / (float)ranks(s));
+    if (ranks(s) > 1)
+        ex__allreduce_buckets(s->ctx, n, g, 1.0f / (float)ranks(s));
 }
 
 /* Architecture weights and candidate masks of both cell kinds, as the mode draws them.
