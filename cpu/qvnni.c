@@ -170,18 +170,19 @@ QG_TARGET static int32_t qg_row(const cpu_qgemm *q, int64_t r, int64_t k4, int32
 }
 
 /* One thread's part of cpu_qgemm_run: the columns [v0, v1) of the images' 16-pixel vectors
- * (image i's vector v at i nv + v), everything it reads packed by itself, so the threads
- * never wait for each other. wr: mp row pointers, bias mp, wq the packed weights (NULL
- * where the weights' rows are read as they lie), xp the packed B. */
-QG_TARGET static void qg_part(const cpu_qgemm *q, int64_t v0, int64_t v1, int64_t nv, int64_t mp,
-                              int64_t k4, const qg_word **wr, int32_t *bias, int32_t *wq,
-                              uint8_t *xp)
+ * (image i's vector v at i nv + v) of the rows [r0, r1) (whole blocks), everything it reads
+ * packed by itself, so the threads never wait for each other. wr: row pointers, bias, wq
+ * the packed weights (NULL where the weights' rows are read as they lie), all indexed by
+ * row from 0; xp the packed B. */
+QG_TARGET static void qg_part(const cpu_qgemm *q, int64_t v0, int64_t v1, int64_t nv, int64_t r0,
+                              int64_t r1, int64_t k4, const qg_word **wr, int32_t *bias,
+                              int32_t *wq, uint8_t *xp)
 {
-    for (int64_t r = 0; r < mp; r++) {
+    for (int64_t r = r0; r < r1; r++) {
         if (r < q->m) {
             bias[r] = qg_row(q, r, k4, wq ? wq + r * k4 : NULL);
             wr[r] = wq ? wq + r * k4 : (const qg_word *)(const void *)(q->a + r * q->lda);
-        } else { /* rows past m: made (as row m - 1) and never stored */
+        } else { /* rows past m: made (as row m - 1, in the same block) and never stored */
             bias[r] = 0;
             wr[r] = wr[q->m - 1];
         }
@@ -192,39 +193,58 @@ QG_TARGET static void qg_part(const cpu_qgemm *q, int64_t v0, int64_t v1, int64_
         const int8_t *bi = q->b + i * q->sb + p0;
         for (int64_t g = 0; g < (q->k + 3) / 4; g++)
             qg_pack_group(bi, q->ldb, q->k, q->n - p0, g, cols, xp + g * gs);
-        for (int64_t r0 = 0; r0 < mp; r0 += QG_ROWS)
+        for (int64_t rb = r0; rb < r1; rb += QG_ROWS)
             for (int64_t c = 0; c < cols; c += QG_COLS) {
                 int vecs = (int)((cols - c) / 16 < 4 ? (cols - c) / 16 : 4);
-                qg_block(q, wr + r0, k4, xp + 4 * c, gs, bias + r0, i, r0, p0 + c, vecs);
+                qg_block(q, wr + rb, k4, xp + 4 * c, gs, bias + rb, i, rb, p0 + c, vecs);
             }
         at = i * nv + b;
+    }
+}
+
+/* A thread's share of cpu_qgemm_run: vectors [v[0], v[1]) of rows [r[0], r[1]). Many
+ * vectors: contiguous runs of them, as even as they come, over all rows. One image of few
+ * vectors (a small plane): runs of row blocks over every vector instead, each thread
+ * packing the whole image: vectors would leave most threads idle or with a vector or two,
+ * and a thread's output channels are then the ones the next depthwise or element-wise
+ * node, which splits channels the same way, reads on the same core. */
+static void qg_share(const cpu_qgemm *q, int64_t nv, int64_t mp, int64_t t, int64_t nt,
+                     int64_t v[2], int64_t r[2])
+{
+    int64_t total = q->images * nv, blocks = mp / QG_ROWS;
+    if (q->images == 1 && nv < 8 * nt && blocks >= nt) {
+        v[0] = 0, v[1] = total;
+        r[0] = blocks * t / nt * QG_ROWS, r[1] = blocks * (t + 1) / nt * QG_ROWS;
+    } else {
+        v[0] = total * t / nt, v[1] = total * (t + 1) / nt;
+        r[0] = 0, r[1] = mp;
     }
 }
 
 bool cpu_qgemm_run(const cpu_exec *e, const cpu_qgemm *q, int threads)
 {
     int64_t k4 = (q->k + 3) / 4, mp = (q->m + QG_ROWS - 1) / QG_ROWS * QG_ROWS;
-    int64_t nv = (q->n + 15) / 16, total = q->images * nv;
+    int64_t nv = (q->n + 15) / 16;
     /* the weights' rows are read as they lie where they are whole aligned words */
     bool direct = q->k % 4 == 0 && q->lda % 4 == 0 && (uintptr_t)q->a % 4 == 0;
     bool ok = true;
     (void)threads; /* read by the OpenMP pragmas only */
 #pragma omp parallel num_threads(threads)
     {
-        int64_t nt = 1, t = 0;
+        int64_t nt = 1, t = 0, v[2], r[2];
 #ifdef _OPENMP
         nt = omp_get_num_threads();
         t = omp_get_thread_num();
 #endif
-        /* contiguous runs of vectors, as even as they come */
-        int64_t v0 = total * t / nt, v1 = total * (t + 1) / nt;
+        qg_share(q, nv, mp, t, nt, v, r);
         /* a run packs at most nv vectors of an image at a time */
-        int64_t span = v1 - v0 < nv ? v1 - v0 : nv;
+        int64_t span = v[1] - v[0] < nv ? v[1] - v[0] : nv;
+        bool work = v[1] > v[0] && r[1] > r[0];
         size_t wbytes = direct ? 0 : (size_t)(q->m * k4) * sizeof(int32_t);
         size_t bytes = (size_t)mp * (sizeof(int32_t *) + sizeof(int32_t)) + wbytes +
                        (size_t)(k4 * 64 * span) + 64;
-        char *mem = v1 > v0 ? cpu_alloc(e, bytes) : NULL;
-        if (v1 > v0 && !mem) {
+        char *mem = work ? cpu_alloc(e, bytes) : NULL;
+        if (work && !mem) {
 #pragma omp atomic write
             ok = false;
         } else if (mem) {
@@ -232,7 +252,7 @@ bool cpu_qgemm_run(const cpu_exec *e, const cpu_qgemm *q, int threads)
             int32_t *bias = (int32_t *)(void *)(wr + mp);
             int32_t *wq = direct ? NULL : bias + mp;
             uint8_t *xp = (uint8_t *)(bias + mp) + wbytes;
-            qg_part(q, v0, v1, nv, mp, k4, wr, bias, wq, xp);
+            qg_part(q, v[0], v[1], nv, r[0], r[1], k4, wr, bias, wq, xp);
         }
         free(mem);
     }

@@ -451,6 +451,11 @@ static void convolutions(qfam *s)
     conv_case_rq(s, "qpwconv_rq of 70 channels, 81 pixels", C_POINT, xw, 13, 1, 1, one, false,
                  RQ_CHANNEL);
     conv_case_rq(s, "qpwconv_rq of a slice, relu", C_POINT, xp, 4, 1, 1, one, true, RQ_TENSOR_RELU);
+    /* one image of few pixels: the threads split the rows, the last block short */
+    int64_t x1[4] = {1, 70, 9, 9};
+    conv_case(s, "qpwconv of one image, 81 pixels", C_POINT, x1, 13, 1, 1, one, false);
+    conv_case_rq(s, "qpwconv_rq of one image, 81 pixels", C_POINT, x1, 13, 1, 1, one, false,
+                 RQ_CHANNEL);
     /* planes of whole words, of fewer bytes than a word, and an odd channel count over
      * planes of 2 mod 4 bytes (Vulkan's i8 words, docs/vulkan.md) */
     int64_t xq[4] = {2, 8, 4, 7}, xt[4] = {2, 6, 1, 3}, xo[4] = {2, 3, 5, 6};
