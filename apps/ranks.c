@@ -58,6 +58,7 @@ static int world_size(void)
     return env_int(names, 1);
 }
 
+#ifdef EXAPT_HAVE_MPI
 static int local_rank(void)
 {
     static const char *const names[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
@@ -74,6 +75,7 @@ static double comm_timeout(void)
     double t = v ? atof(v) : 0.0;
     return t > 0.0 ? t : 45.0;
 }
+#endif
 
 int cli_ranks_start(cli_global *g)
 {
