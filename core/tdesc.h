@@ -188,6 +188,22 @@ enum {
     EX_BN_STATS_FINISH = 2   /**< its statistics from the group's mean and biased var */
 };
 
+/** The sources node n writes besides dst, one bit per source (bit s: source s), for every
+ *  backend that orders nodes by what they touch: SGD's parameter and momentum (not the
+ *  gradient, lr or a clip's norm, which every SGD of a step reads), Adam's parameter and
+ *  moments, the running statistics of a training BN_STATS in the plain or finish form
+ *  (the moments form only reads x). */
+static inline uint32_t ex_td_updated_sources(const ex_node_exec *n)
+{
+    switch (n->op) {
+    case EX_OP_SGD: return 1u | 1u << 2;
+    case EX_OP_ADAM: return 1u | 1u << 2 | 1u << 3;
+    case EX_OP_BN_STATS:
+        return n->ip[0] && n->ip[1] != EX_BN_STATS_MOMENTS ? 1u << 1 | 1u << 2 : 0u;
+    default: return 0u;
+    }
+}
+
 /** Whether t is an f32 [C] tensor (rows 1) or [2, C] one in a buffer. */
 static inline bool ex_td_bn_vec_ok(const ex_tdesc *t, int rows, int64_t c)
 {

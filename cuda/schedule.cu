@@ -131,25 +131,12 @@ bool range_of(const ex_tdesc *t, bool write, access *a)
     return true;
 }
 
-/* Whether node n writes its source s besides dst: SGD's parameter and momentum (not the
- * gradient, lr or a clip's norm, which every SGD of a step reads), Adam's parameter and
- * moments, a training BN_STATS's running statistics (not x; not the moments form). */
-bool writes_source(const ex_node_exec *n, int s)
-{
-    switch (n->op) {
-    case EX_OP_SGD: return s == 0 || s == 2;
-    case EX_OP_ADAM: return s == 0 || s == 2 || s == 3;
-    case EX_OP_BN_STATS: return n->ip[0] && n->ip[1] != EX_BN_STATS_MOMENTS && (s == 1 || s == 2);
-    default: return false;
-    }
-}
-
 void accesses(const ex_node_exec *n, int64_t i, const cu_sched_node &sn, bool conditional,
               std::vector<access> &out)
 {
     access a;
     for (int s = 0; s < n->nsrc; s++)
-        if (range_of(&n->src[s], writes_source(n, s), &a))
+        if (range_of(&n->src[s], s < 32 && (ex_td_updated_sources(n) >> s & 1u), &a))
             out.push_back(a);
     if (range_of(n->gate, false, &a))
         out.push_back(a);

@@ -55,18 +55,6 @@ static int overlap(vk_access x, vk_access y)
     return x.block == y.block && x.lo < y.hi && y.lo < x.hi;
 }
 
-unsigned vk_updated_sources(const ex_node_exec *n)
-{
-    switch (n->op) {
-    case EX_OP_SGD: return 1u | 1u << 2;
-    case EX_OP_ADAM: return 1u | 1u << 2 | 1u << 3;
-    /* training statistics and the finish move the running statistics; the moments (ip1 =
-     * 1) only read x */
-    case EX_OP_BN_STATS: return n->ip[0] && n->ip[1] != 1 ? 1u << 1 | 1u << 2 : 0u;
-    default: return 0u;
-    }
-}
-
 /* Whether the node writes any of bytes a: dst, or a source it updates. */
 static int node_writes(const vk_exec *e, vk_access a)
 {
@@ -75,7 +63,7 @@ static int node_writes(const vk_exec *e, vk_access a)
         return 0;
     if (n->dst.buf && overlap(a, vk_span_of(&n->dst)))
         return 1;
-    unsigned upd = vk_updated_sources(n);
+    uint32_t upd = ex_td_updated_sources(n);
     for (int i = 0; upd && i < n->nsrc && i < 32; i++)
         if (((upd >> i) & 1u) && n->src && n->src[i].buf && overlap(a, vk_span_of(&n->src[i])))
             return 1;

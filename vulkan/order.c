@@ -144,7 +144,7 @@ static int note(ord_map *m, vk_access a, int write, int64_t level)
 static int accesses(const ex_node_exec *n, vk_access *a, int *write)
 {
     int k = 0;
-    unsigned upd = vk_updated_sources(n);
+    uint32_t upd = ex_td_updated_sources(n);
     for (int i = 0; i < n->nsrc && n->src; i++)
         if (n->src[i].buf) {
             a[k] = vk_span_of(&n->src[i]);

@@ -216,9 +216,6 @@ ex_status vkx_pipeline(vk_backend *b, vk_shader_id sh, int writes, int32_t varia
 void vk_bind_begin(vk_exec *e);
 /** The bytes of a block a tensor's elements span. */
 vk_access vk_span_of(const ex_tdesc *t);
-/** Sources an op updates in place besides dst (bit i: source i): optimizer states,
- *  running statistics. SGD's gradient, lr and (clipped) norm, source 4, are only read. */
-unsigned vk_updated_sources(const ex_node_exec *n);
 /** The order to record count nodes in (order[k]: the k-th node to record) and the round
  *  each starts in (level[i] for node i), node i spanning passes[i] (at least 1) rounds:
  *  by round, a round's nodes grouped by op, each op's in the plan's order
