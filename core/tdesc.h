@@ -170,6 +170,118 @@ static inline bool ex_td_relu_mask_ok(const ex_node_exec *n)
     "ip6 (fused ReLU) %d with %d sources: expected 0 with 2 sources, or 1 on a depthwise op "      \
     "(the data gradient with x as a third source)"
 
+/** A convolution's window: x [n, ci, h, w], w [co, ci (1 when depthwise), kh, kw] and
+ *  y [n, co, ho, wo] under stride (sh, sw), padding (ph, pw) and dilation (dh, dw). */
+typedef struct ex_td_conv_geom {
+    int64_t n, ci, co, h, w, kh, kw, ho, wo;
+    int64_t sh, sw, ph, pw, dh, dw;
+    int depthwise;
+    int relu; /**< the input is max(x, 0) (ip6, depthwise only) */
+} ex_td_conv_geom;
+
+/** Output extent of one spatial dimension, or -1 when not even one window fits. */
+static inline int64_t ex_td_conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d)
+{
+    int64_t span = in + 2 * p - d * (k - 1) - 1;
+    return span < 0 ? -1 : span / s + 1;
+}
+
+/** Decodes a convolution's window from ip0..5 (stride, padding, dilation, each h then w;
+ *  docs/ops.md) and the 4-d shapes xn, wn, yn, as every backend does for the f32 and the
+ *  int8 convolutions: EX_ERR_ARG when ip0..5 are out of range, EX_ERR_SHAPE when the
+ *  shapes do not fit them; why (len bytes) gets the message. relu is left 0. */
+static inline ex_status ex_td_conv_geom_of(const int32_t *ip, const int64_t xn[4],
+                                           const int64_t wn[4], const int64_t yn[4], int depthwise,
+                                           ex_td_conv_geom *g, char *why, size_t len)
+{
+    if (ip[0] < 1 || ip[1] < 1 || ip[2] < 0 || ip[3] < 0 || ip[4] < 1 || ip[5] < 1) {
+        snprintf(why, len, "bad geometry stride %dx%d pad %dx%d dilation %dx%d", ip[0], ip[1],
+                 ip[2], ip[3], ip[4], ip[5]);
+        return EX_ERR_ARG;
+    }
+    int64_t ho = ex_td_conv_out(xn[2], wn[2], ip[0], ip[2], ip[4]);
+    int64_t wo = ex_td_conv_out(xn[3], wn[3], ip[1], ip[3], ip[5]);
+    *g = (ex_td_conv_geom){xn[0], xn[1], wn[0], xn[2], xn[3], wn[2], wn[3],     ho, wo,
+                           ip[0], ip[1], ip[2], ip[3], ip[4], ip[5], depthwise, 0};
+    bool ok = g->ho > 0 && g->wo > 0 && g->kh > 0 && g->kw > 0 && yn[0] == g->n && yn[1] == g->co &&
+              yn[2] == g->ho && yn[3] == g->wo;
+    ok = ok && (depthwise ? wn[1] == 1 && g->co == g->ci : wn[1] == g->ci);
+    if (!ok) {
+        snprintf(why, len,
+                 "x [%lld,%lld,%lld,%lld], w [%lld,%lld,%lld,%lld] and y [%lld,%lld,%lld,%lld] "
+                 "do not fit stride %dx%d pad %dx%d dilation %dx%d",
+                 (long long)xn[0], (long long)xn[1], (long long)xn[2], (long long)xn[3],
+                 (long long)wn[0], (long long)wn[1], (long long)wn[2], (long long)wn[3],
+                 (long long)yn[0], (long long)yn[1], (long long)yn[2], (long long)yn[3], ip[0],
+                 ip[1], ip[2], ip[3], ip[4], ip[5]);
+        return EX_ERR_SHAPE;
+    }
+    return EX_OK;
+}
+
+/** The window of an int8 convolution (QCONV2D, QDWCONV2D; and QPWCONV and QLINEAR as a
+ *  1x1 window) whose operands' dtypes and ranks are checked: ex_td_conv_geom_of, and a
+ *  bias of nbias elements, one per output channel. */
+static inline ex_status ex_td_qconv_geom_of(const int32_t *ip, const int64_t xn[4],
+                                            const int64_t wn[4], const int64_t yn[4], int64_t nbias,
+                                            int depthwise, ex_td_conv_geom *g, char *why,
+                                            size_t len)
+{
+    ex_status st = ex_td_conv_geom_of(ip, xn, wn, yn, depthwise, g, why, len);
+    if (st == EX_OK && nbias != g->co) {
+        snprintf(why, len, "bias [%lld] for %lld output channels", (long long)nbias,
+                 (long long)g->co);
+        return EX_ERR_SHAPE;
+    }
+    return st;
+}
+
+/** An f32 convolution node in its roles: x input, w filter, y output, whichever of them
+ *  is the node's dst. */
+typedef struct ex_td_conv {
+    ex_td_conv_geom g;
+    const ex_tdesc *x, *w, *y;
+} ex_td_conv;
+
+/** Checks and decodes a node of CONV2D, DWCONV2D or one of their gradients as every
+ *  backend does (forward x, w -> y; data gradient dy, w -> dx; filter gradient x, dy ->
+ *  dw): the fused ReLU (ex_td_conv_relu) and, on the data gradient, its mask source; three
+ *  4-d f32 operands in buffers, dst with no stride 0; the window (ex_td_conv_geom_of). EX_ERR_ARG
+ * or EX_ERR_SHAPE with the message in why (len bytes). */
+static inline ex_status ex_td_conv_of(const ex_node_exec *nd, ex_td_conv *c, char *why, size_t len)
+{
+    int relu = nd->src ? ex_td_conv_relu(nd) : -1;
+    if (relu < 0) {
+        snprintf(why, len, EX_TD_CONV_RELU_MSG, nd->ip[6], nd->nsrc);
+        return EX_ERR_ARG;
+    }
+    for (int i = 0; i < 3; i++) {
+        const ex_tdesc *t = i < 2 ? &nd->src[i] : &nd->dst;
+        if (t->dtype != EX_F32 || t->ndim != 4 || t->buf == NULL) {
+            snprintf(why, len, "operand %d must be a 4-d f32 tensor", i);
+            return EX_ERR_ARG;
+        }
+    }
+    if (!ex_td_dst_ok(nd->dst.ne, nd->dst.st)) {
+        snprintf(why, len, "dst broadcasts (stride 0)");
+        return EX_ERR_ARG;
+    }
+    bool data = nd->op == EX_OP_CONV2D_BWD_DATA || nd->op == EX_OP_DWCONV2D_BWD_DATA;
+    bool filter = nd->op == EX_OP_CONV2D_BWD_FILTER || nd->op == EX_OP_DWCONV2D_BWD_FILTER;
+    if (relu && data && !ex_td_relu_mask_ok(nd)) {
+        snprintf(why, len, EX_TD_RELU_MASK_MSG);
+        return EX_ERR_SHAPE;
+    }
+    c->x = data ? &nd->dst : &nd->src[0];
+    c->w = filter ? &nd->dst : &nd->src[1];
+    c->y = !data && !filter ? &nd->dst : data ? &nd->src[0] : &nd->src[1];
+    int dw = nd->op == EX_OP_DWCONV2D || nd->op == EX_OP_DWCONV2D_BWD_DATA ||
+             nd->op == EX_OP_DWCONV2D_BWD_FILTER;
+    ex_status st = ex_td_conv_geom_of(nd->ip, c->x->ne, c->w->ne, c->y->ne, dw, &c->g, why, len);
+    c->g.relu = relu;
+    return st;
+}
+
 /** What source 0 of a batch-norm backward node (BN_BWD_REDUCE, BN_BWD_DATA) holds, from
  *  ip1 (docs/ops.md): 0 for x, 1 for x̂ itself (the output of an affine-free BN_APPLY, kept
  *  in x's stead so that x dies after the forward pass); -1 when ip1 is neither. */

@@ -41,13 +41,6 @@ int conv_threads(const cpu_exec *e)
 #endif
 }
 
-/** Output extent of one spatial dimension, or -1 when not even one window fits. */
-static int64_t conv_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d)
-{
-    int64_t span = in + 2 * p - d * (k - 1) - 1;
-    return span < 0 ? -1 : span / s + 1;
-}
-
 void conv_valid(int64_t off, int64_t s, int64_t in, int64_t out, int64_t *lo, int64_t *hi)
 {
     int64_t a = off < 0 ? (-off + s - 1) / s : 0;
@@ -56,61 +49,6 @@ void conv_valid(int64_t off, int64_t s, int64_t in, int64_t out, int64_t *lo, in
         b = out;
     *lo = a < b ? a : b;
     *hi = b;
-}
-
-static ex_status conv_check_types(const cpu_exec *e, const ex_node_exec *nd, const char *name)
-{
-    const ex_tdesc *t[3] = {&nd->src[0], &nd->src[1], &nd->dst};
-    for (int i = 0; i < 3; i++) {
-        if (t[i]->dtype != EX_F32 || t[i]->ndim != 4)
-            return cpu_fail(e, EX_ERR_ARG, "%s: operand %d must be a 4-d f32 tensor", name, i);
-    }
-    const int32_t *ip = nd->ip;
-    if (ip[0] < 1 || ip[1] < 1 || ip[2] < 0 || ip[3] < 0 || ip[4] < 1 || ip[5] < 1)
-        return cpu_fail(e, EX_ERR_ARG, "%s: bad geometry stride %dx%d pad %dx%d dilation %dx%d",
-                        name, ip[0], ip[1], ip[2], ip[3], ip[4], ip[5]);
-    return EX_OK;
-}
-
-/** Reads the geometry from the operands in their roles (x input, w filter, y output;
- *  whichever of them is the node's dst) and checks that the three shapes agree. */
-static ex_status conv_geom_of(const cpu_exec *e, const ex_node_exec *nd, const ex_tdesc *x,
-                              const ex_tdesc *w, const ex_tdesc *y, int depthwise, const char *name,
-                              conv_geom *g)
-{
-    ex_status st = conv_check_types(e, nd, name);
-    if (st != EX_OK)
-        return st;
-    const int32_t *ip = nd->ip;
-    *g = (conv_geom){.n = x->ne[0],
-                     .ci = x->ne[1],
-                     .h = x->ne[2],
-                     .w = x->ne[3],
-                     .co = w->ne[0],
-                     .kh = w->ne[2],
-                     .kw = w->ne[3],
-                     .sh = ip[0],
-                     .sw = ip[1],
-                     .ph = ip[2],
-                     .pw = ip[3],
-                     .dh = ip[4],
-                     .dw = ip[5],
-                     .depthwise = depthwise};
-    g->ho = conv_out_size(g->h, g->kh, g->sh, g->ph, g->dh);
-    g->wo = conv_out_size(g->w, g->kw, g->sw, g->pw, g->dw);
-    int ok = g->ho > 0 && g->wo > 0 && g->kh > 0 && g->kw > 0 && y->ne[0] == g->n &&
-             y->ne[1] == g->co && y->ne[2] == g->ho && y->ne[3] == g->wo;
-    ok = ok && (depthwise ? w->ne[1] == 1 && g->co == g->ci : w->ne[1] == g->ci);
-    if (!ok)
-        return cpu_fail(e, EX_ERR_SHAPE,
-                        "%s: x [%lld,%lld,%lld,%lld], w [%lld,%lld,%lld,%lld] and y "
-                        "[%lld,%lld,%lld,%lld] do not fit stride %dx%d pad %dx%d dilation %dx%d",
-                        name, (long long)x->ne[0], (long long)x->ne[1], (long long)x->ne[2],
-                        (long long)x->ne[3], (long long)w->ne[0], (long long)w->ne[1],
-                        (long long)w->ne[2], (long long)w->ne[3], (long long)y->ne[0],
-                        (long long)y->ne[1], (long long)y->ne[2], (long long)y->ne[3], ip[0], ip[1],
-                        ip[2], ip[3], ip[4], ip[5]);
-    return EX_OK;
 }
 
 /* ---- reference: one loop nest per pass, dense and depthwise alike ---- */
@@ -461,38 +399,24 @@ static void conv_fast_bwd_filter(const cpu_exec *e, const conv_geom *g, const co
 /* ---- entry points ---- */
 
 /** The data gradient's third source (fused ReLU): x, shaped like dx. */
-static ex_status conv_mask_of(const cpu_exec *e, const ex_node_exec *nd, const char *name,
-                              conv_t4 *mask)
+ex_status conv_prepare(const cpu_exec *e, const ex_node_exec *nd, const char *name, conv_ops *o)
 {
-    if (!ex_td_relu_mask_ok(nd))
-        return cpu_fail(e, EX_ERR_SHAPE, "%s: " EX_TD_RELU_MASK_MSG, name);
-    *mask = conv_t4_of(&nd->src[2]);
-    return EX_OK;
-}
-
-ex_status conv_prepare(const cpu_exec *e, const ex_node_exec *nd, int which, int depthwise,
-                       const char *name, conv_ops *o)
-{
-    int relu = ex_td_conv_relu(nd);
-    if (relu < 0 || nd->src == NULL)
-        return cpu_fail(e, EX_ERR_ARG, "%s: " EX_TD_CONV_RELU_MSG, name, nd->ip[6], nd->nsrc);
-    /* which: 0 forward (x, w -> y), 1 backward data (dy, w -> dx), 2 filter (x, dy -> dw) */
-    const ex_tdesc *x = which == 1 ? &nd->dst : &nd->src[0];
-    const ex_tdesc *w = which == 2 ? &nd->dst : &nd->src[1];
-    const ex_tdesc *y = which == 0 ? &nd->dst : which == 1 ? &nd->src[0] : &nd->src[1];
-    ex_status st = conv_geom_of(e, nd, x, w, y, depthwise, name, &o->g);
-    if (st == EX_OK && relu && which == 1)
-        st = conv_mask_of(e, nd, name, &o->mask);
+    ex_td_conv c;
+    char why[320];
+    ex_status st = ex_td_conv_of(nd, &c, why, sizeof why);
     if (st != EX_OK)
-        return st;
-    o->g.relu = relu;
-    o->x = conv_t4_of(x);
-    o->w = conv_t4_of(w);
-    o->y = conv_t4_of(y);
+        return cpu_fail(e, st, "%s: %s", name, why);
+    o->g = c.g;
+    o->x = conv_t4_of(c.x);
+    o->w = conv_t4_of(c.w);
+    o->y = conv_t4_of(c.y);
+    if (c.g.relu && nd->op == EX_OP_DWCONV2D_BWD_DATA)
+        o->mask = conv_t4_of(&nd->src[2]);
     return EX_OK;
 }
 
-/** Runs one dense pass on the fast path: which as in conv_prepare. */
+/** Runs one dense pass on the fast path: which is 0 forward, 1 data gradient, 2 filter
+ *  gradient. */
 static ex_status conv_fast(const cpu_exec *e, conv_ops *o, int which, const char *name)
 {
     conv_ws ws;
@@ -512,7 +436,7 @@ static ex_status conv_fast(const cpu_exec *e, conv_ops *o, int which, const char
 CPU_OP(conv2d)
 {
     conv_ops o;
-    ex_status st = conv_prepare(e, n, 0, 0, "conv2d", &o);
+    ex_status st = conv_prepare(e, n, "conv2d", &o);
     if (st != EX_OK)
         return st;
     if (!e->reference)
@@ -524,7 +448,7 @@ CPU_OP(conv2d)
 CPU_OP(conv2d_bwd_data)
 {
     conv_ops o;
-    ex_status st = conv_prepare(e, n, 1, 0, "conv2d_bwd_data", &o);
+    ex_status st = conv_prepare(e, n, "conv2d_bwd_data", &o);
     if (st != EX_OK)
         return st;
     if (!e->reference)
@@ -536,7 +460,7 @@ CPU_OP(conv2d_bwd_data)
 CPU_OP(conv2d_bwd_filter)
 {
     conv_ops o;
-    ex_status st = conv_prepare(e, n, 2, 0, "conv2d_bwd_filter", &o);
+    ex_status st = conv_prepare(e, n, "conv2d_bwd_filter", &o);
     if (st != EX_OK)
         return st;
     if (!e->reference)

@@ -25,12 +25,8 @@ static inline float *conv_plane(const conv_t4 *t, int64_t a, int64_t b)
     return t->p + a * t->st[0] + b * t->st[1];
 }
 
-typedef struct conv_geom {
-    int64_t n, ci, co, h, w, kh, kw, ho, wo;
-    int64_t sh, sw, ph, pw, dh, dw;
-    int depthwise;
-    int relu; /* ip6: the input is max(x, 0) (depthwise only) */
-} conv_geom;
+/** The window of a convolution, decoded in core (core/tdesc.h). */
+typedef ex_td_conv_geom conv_geom;
 
 /** The three roles of one node's operands, and the fused ReLU's mask source (the
  *  data gradient's input x). */
@@ -46,11 +42,10 @@ int conv_threads(const cpu_exec *e);
  *  that needs no bounds test. */
 void conv_valid(int64_t off, int64_t s, int64_t in, int64_t out, int64_t *lo, int64_t *hi);
 
-/** Checks node nd of a convolution pass and reads its operands into o: which is 0 for the
- *  forward pass (x, w -> y), 1 for the data gradient (dy, w -> dx), 2 for the filter
- *  gradient (x, dy -> dw); depthwise says which kind. */
-ex_status conv_prepare(const cpu_exec *e, const ex_node_exec *nd, int which, int depthwise,
-                       const char *name, conv_ops *o);
+/** Checks node nd of a convolution pass (ex_td_conv_of) and reads its operands into o in
+ *  their roles: x, w, y whichever is dst, and the fused ReLU's mask (the data gradient's
+ *  x). name prefixes a refusal's message. */
+ex_status conv_prepare(const cpu_exec *e, const ex_node_exec *nd, const char *name, conv_ops *o);
 
 /** The reference passes: plain loop nests with double accumulators (mask: the fused
  *  ReLU's input x, read where g->relu). */

@@ -1013,7 +1013,8 @@ static void dw_relu_mask(const cpu_exec *e, const conv_geom *g, const conv_t4 *x
 
 /* ---- entry points ---- */
 
-/** A depthwise pass on the fast path (which as in conv_prepare), the fused ReLU around it. */
+/** A depthwise pass on the fast path (which: 0 forward, 1 data gradient, 2 filter
+ *  gradient), the fused ReLU around it. */
 static ex_status dw_fast(const cpu_exec *e, conv_ops *o, int which, const char *name)
 {
     float *copy = NULL;
@@ -1038,7 +1039,7 @@ static ex_status dw_fast(const cpu_exec *e, conv_ops *o, int which, const char *
 CPU_OP(dwconv2d)
 {
     conv_ops o;
-    ex_status st = conv_prepare(e, n, 0, 1, "dwconv2d", &o);
+    ex_status st = conv_prepare(e, n, "dwconv2d", &o);
     if (st != EX_OK)
         return st;
     if (!e->reference)
@@ -1050,7 +1051,7 @@ CPU_OP(dwconv2d)
 CPU_OP(dwconv2d_bwd_data)
 {
     conv_ops o;
-    ex_status st = conv_prepare(e, n, 1, 1, "dwconv2d_bwd_data", &o);
+    ex_status st = conv_prepare(e, n, "dwconv2d_bwd_data", &o);
     if (st != EX_OK)
         return st;
     if (!e->reference)
@@ -1062,7 +1063,7 @@ CPU_OP(dwconv2d_bwd_data)
 CPU_OP(dwconv2d_bwd_filter)
 {
     conv_ops o;
-    ex_status st = conv_prepare(e, n, 2, 1, "dwconv2d_bwd_filter", &o);
+    ex_status st = conv_prepare(e, n, "dwconv2d_bwd_filter", &o);
     if (st != EX_OK)
         return st;
     if (!e->reference)

@@ -375,6 +375,13 @@ static void q_put_rows(const q_out *o, const ex_tdesc *y, int64_t at, int64_t ys
     }
 }
 
+/* The shape of a 2-d or 4-d operand as 4 dims: [a, b] as [a, b, 1, 1]. */
+static void q_dims4(const ex_tdesc *t, int64_t ne[4])
+{
+    for (int d = 0; d < 4; d++)
+        ne[d] = d < t->ndim ? t->ne[d] : 1;
+}
+
 static ex_status q_conv_check(const cpu_exec *e, const ex_node_exec *n, int xdims, int wdims)
 {
     int rq = n->op == EX_OP_QLINEAR ? (n->nsrc == 3 ? 0 : -1) : ex_td_qconv_rq(n);
@@ -389,6 +396,19 @@ static ex_status q_conv_check(const cpu_exec *e, const ex_node_exec *n, int xdim
         x->ndim != xdims || w->ndim != wdims)
         return cpu_fail(e, EX_ERR_ARG, "cpu: %s: operands of the wrong dtype or rank",
                         ex_op_name(n->op));
+    /* the window; QPWCONV's and QLINEAR's 2-d operands [a, b] as [a, b, 1, 1] */
+    static const int32_t unit[6] = {1, 1, 0, 0, 1, 1};
+    int64_t xn[4], wn[4], yn[4];
+    q_dims4(x, xn);
+    q_dims4(w, wn);
+    q_dims4(&n->dst, yn);
+    bool window = n->op == EX_OP_QCONV2D || n->op == EX_OP_QDWCONV2D;
+    ex_td_conv_geom g;
+    char why[320];
+    ex_status st = ex_td_qconv_geom_of(window ? n->ip : unit, xn, wn, yn, b->ne[0],
+                                       n->op == EX_OP_QDWCONV2D, &g, why, sizeof why);
+    if (st != EX_OK)
+        return cpu_fail(e, st, "cpu: %s: %s", ex_op_name(n->op), why);
     return EX_OK;
 }
 
@@ -712,8 +732,6 @@ CPU_OP(qdwconv2d)
     ex_status st = q_conv_check(e, n, 4, 4);
     if (st != EX_OK)
         return st;
-    if (n->src[1].ne[1] != 1)
-        return cpu_fail(e, EX_ERR_SHAPE, "cpu: qdwconv2d: w is not [C, 1, Kh, Kw]");
     if (e->reference) {
         q_conv_ref(n, true);
         return EX_OK;

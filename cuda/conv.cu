@@ -11,32 +11,8 @@
  * partials in order. No atomics, so results are repeatable. */
 #include "cuda/cuda.h"
 
-typedef struct conv_geom {
-    int64_t n, ci, co, h, w, kh, kw, ho, wo;
-    int64_t sh, sw, ph, pw, dh, dw;
-    int depthwise;
-    int relu; /* ip6: the input is max(x, 0) (depthwise only) */
-} conv_geom;
-
-/** Output extent of one spatial dimension, or -1 when not even one window fits. */
-static int64_t conv_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d)
-{
-    int64_t span = in + 2 * p - d * (k - 1) - 1;
-    return span < 0 ? -1 : span / s + 1;
-}
-
-static ex_status conv_check_types(cu_exec *e, const ex_node_exec *nd, const char *name)
-{
-    const ex_tdesc *t[3] = {&nd->src[0], &nd->src[1], &nd->dst};
-    for (int i = 0; i < 3; i++)
-        if (t[i]->dtype != EX_F32 || t[i]->ndim != 4 || t[i]->buf == NULL)
-            return cu_fail(e, EX_ERR_ARG, "%s: operand %d must be a 4-d f32 tensor", name, i);
-    const int32_t *ip = nd->ip;
-    if (ip[0] < 1 || ip[1] < 1 || ip[2] < 0 || ip[3] < 0 || ip[4] < 1 || ip[5] < 1)
-        return cu_fail(e, EX_ERR_ARG, "%s: bad geometry stride %dx%d pad %dx%d dilation %dx%d",
-                       name, ip[0], ip[1], ip[2], ip[3], ip[4], ip[5]);
-    return EX_OK;
-}
+/** The window of a convolution, decoded in core (core/tdesc.h). */
+typedef ex_td_conv_geom conv_geom;
 
 /** The operands in their roles: x input, w filter, y output, whichever is the node's dst;
  *  and the fused ReLU's mask source (the data gradient's input x). */
@@ -45,64 +21,20 @@ typedef struct conv_ops {
     cu_t4 x, w, y, mask;
 } conv_ops;
 
-/** The data gradient's third source (fused ReLU): x, shaped like dx. */
-static ex_status conv_mask_of(cu_exec *e, const ex_node_exec *nd, const char *name, cu_t4 *mask)
+/* Checks the node (ex_td_conv_of) and reads its operands in their roles. */
+static ex_status conv_prepare(cu_exec *e, const ex_node_exec *nd, const char *name, conv_ops *o)
 {
-    if (!ex_td_relu_mask_ok(nd))
-        return cu_fail(e, EX_ERR_SHAPE, "%s: " EX_TD_RELU_MASK_MSG, name);
-    *mask = cu_t4_of(&nd->src[2]);
-    return EX_OK;
-}
-
-/* which: 0 forward (x, w -> y), 1 backward data (dy, w -> dx), 2 filter (x, dy -> dw). */
-static ex_status conv_prepare(cu_exec *e, const ex_node_exec *nd, int which, int depthwise,
-                              const char *name, conv_ops *o)
-{
-    int relu = ex_td_conv_relu(nd);
-    if (relu < 0 || nd->src == NULL)
-        return cu_fail(e, EX_ERR_ARG, "%s: " EX_TD_CONV_RELU_MSG, name, nd->ip[6], nd->nsrc);
-    ex_status st = conv_check_types(e, nd, name);
-    if (st == EX_OK && relu && which == 1)
-        st = conv_mask_of(e, nd, name, &o->mask);
+    ex_td_conv c;
+    char why[320];
+    ex_status st = ex_td_conv_of(nd, &c, why, sizeof why);
     if (st != EX_OK)
-        return st;
-    const ex_tdesc *x = which == 1 ? &nd->dst : &nd->src[0];
-    const ex_tdesc *w = which == 2 ? &nd->dst : &nd->src[1];
-    const ex_tdesc *y = which == 0 ? &nd->dst : which == 1 ? &nd->src[0] : &nd->src[1];
-    const int32_t *ip = nd->ip;
-    conv_geom *g = &o->g;
-    g->n = x->ne[0];
-    g->ci = x->ne[1];
-    g->h = x->ne[2];
-    g->w = x->ne[3];
-    g->co = w->ne[0];
-    g->kh = w->ne[2];
-    g->kw = w->ne[3];
-    g->sh = ip[0];
-    g->sw = ip[1];
-    g->ph = ip[2];
-    g->pw = ip[3];
-    g->dh = ip[4];
-    g->dw = ip[5];
-    g->depthwise = depthwise;
-    g->relu = relu;
-    g->ho = conv_out_size(g->h, g->kh, g->sh, g->ph, g->dh);
-    g->wo = conv_out_size(g->w, g->kw, g->sw, g->pw, g->dw);
-    int ok = g->ho > 0 && g->wo > 0 && g->kh > 0 && g->kw > 0 && y->ne[0] == g->n &&
-             y->ne[1] == g->co && y->ne[2] == g->ho && y->ne[3] == g->wo;
-    ok = ok && (depthwise ? w->ne[1] == 1 && g->co == g->ci : w->ne[1] == g->ci);
-    if (!ok)
-        return cu_fail(e, EX_ERR_SHAPE,
-                       "%s: x [%lld,%lld,%lld,%lld], w [%lld,%lld,%lld,%lld] and y "
-                       "[%lld,%lld,%lld,%lld] do not fit stride %dx%d pad %dx%d dilation %dx%d",
-                       name, (long long)x->ne[0], (long long)x->ne[1], (long long)x->ne[2],
-                       (long long)x->ne[3], (long long)w->ne[0], (long long)w->ne[1],
-                       (long long)w->ne[2], (long long)w->ne[3], (long long)y->ne[0],
-                       (long long)y->ne[1], (long long)y->ne[2], (long long)y->ne[3], ip[0], ip[1],
-                       ip[2], ip[3], ip[4], ip[5]);
-    o->x = cu_t4_of(x);
-    o->w = cu_t4_of(w);
-    o->y = cu_t4_of(y);
+        return cu_fail(e, st, "%s: %s", name, why);
+    o->g = c.g;
+    o->x = cu_t4_of(c.x);
+    o->w = cu_t4_of(c.w);
+    o->y = cu_t4_of(c.y);
+    if (c.g.relu && nd->op == EX_OP_DWCONV2D_BWD_DATA)
+        o->mask = cu_t4_of(&nd->src[2]);
     return EX_OK;
 }
 
@@ -361,7 +293,7 @@ static ex_status conv_run(cu_exec *e, const ex_node_exec *nd, int which, int dep
                           const char *name)
 {
     conv_ops o = {};
-    ex_status st = conv_prepare(e, nd, which, depthwise, name, &o);
+    ex_status st = conv_prepare(e, nd, name, &o);
     if (st != EX_OK)
         return st;
     if (!conv_fits(&o.g))

@@ -686,42 +686,29 @@ static ex_status q_acc_operands(cu_exec *e, const ex_node_exec *n, int xdims, in
 }
 
 /* Checks x i8 [N, Ci, H, W], w i8 [Co, Ci (1 for depthwise), Kh, Kw], bias i32 [Co] and
- * dst [N, Co, Ho, Wo] (i32, or i8 through rq) against the geometry in ip0..5, as the f32
- * CONV2D's. */
-static ex_status q_conv_prep(cu_exec *e, const ex_node_exec *n, int dw, q_conv_g *g, q_rq *rq)
+ * dst [N, Co, Ho, Wo] (i32, or i8 through rq) against the geometry in ip0..5
+ * (ex_td_qconv_geom_of). */
+static ex_status q_conv_prep(cu_exec *e, const ex_node_exec *n, q_conv_g *g, q_rq *rq)
 {
     ex_status st = q_acc_operands(e, n, 4, 4, rq);
     if (st != EX_OK)
         return st;
+    ex_td_conv_geom c;
+    char why[320];
+    const ex_tdesc *x = &n->src[0];
+    st = ex_td_qconv_geom_of(n->ip, x->ne, n->src[1].ne, n->dst.ne, n->src[2].ne[0],
+                             n->op == EX_OP_QDWCONV2D, &c, why, sizeof why);
+    if (st != EX_OK)
+        return cu_fail(e, st, "%s: %s", q_name(n), why);
     const int32_t *ip = n->ip;
-    if (ip[0] < 1 || ip[1] < 1 || ip[2] < 0 || ip[3] < 0 || ip[4] < 1 || ip[5] < 1)
-        return cu_fail(e, EX_ERR_ARG, "%s: bad geometry stride %dx%d pad %dx%d dilation %dx%d",
-                       q_name(n), ip[0], ip[1], ip[2], ip[3], ip[4], ip[5]);
-    const ex_tdesc *x = &n->src[0], *w = &n->src[1], *b = &n->src[2], *y = &n->dst;
-    int64_t kh = w->ne[2], kw = w->ne[3];
-    int64_t sh = x->ne[2] + 2 * (int64_t)ip[2] - (int64_t)ip[4] * (kh - 1) - 1;
-    int64_t sw = x->ne[3] + 2 * (int64_t)ip[3] - (int64_t)ip[5] * (kw - 1) - 1;
-    int64_t ho = sh < 0 ? -1 : sh / ip[0] + 1, wo = sw < 0 ? -1 : sw / ip[1] + 1;
-    bool ok = kh > 0 && kw > 0 && ho > 0 && wo > 0 && y->ne[0] == x->ne[0] &&
-              y->ne[1] == w->ne[0] && y->ne[2] == ho && y->ne[3] == wo && b->ne[0] == w->ne[0];
-    ok = ok && (dw ? w->ne[1] == 1 && w->ne[0] == x->ne[1] : w->ne[1] == x->ne[1]);
-    if (!ok)
-        return cu_fail(e, EX_ERR_SHAPE,
-                       "%s: x [%lld,%lld,%lld,%lld], w [%lld,%lld,%lld,%lld], bias [%lld] and y "
-                       "[%lld,%lld,%lld,%lld] do not fit stride %dx%d pad %dx%d dilation %dx%d",
-                       q_name(n), (long long)x->ne[0], (long long)x->ne[1], (long long)x->ne[2],
-                       (long long)x->ne[3], (long long)w->ne[0], (long long)w->ne[1],
-                       (long long)w->ne[2], (long long)w->ne[3], (long long)b->ne[0],
-                       (long long)y->ne[0], (long long)y->ne[1], (long long)y->ne[2],
-                       (long long)y->ne[3], ip[0], ip[1], ip[2], ip[3], ip[4], ip[5]);
+    int64_t kh = c.kh, kw = c.kw, ho = c.ho, wo = c.wo;
     const int64_t lim = (int64_t)1 << 30;
     if (x->ne[2] * x->ne[3] >= lim || ho * wo >= lim || kh * kw >= lim || ip[2] >= lim / 2 ||
         ip[3] >= lim / 2 || ip[4] * kh >= lim || ip[5] * kw >= lim)
         return cu_fail(e, EX_ERR_UNSUPPORTED, "%s: planes or filters of 2^30 elements or more",
                        q_name(n));
-    q_conv_g r = {(int)x->ne[2], (int)x->ne[3], (int)ho,  (int)wo,  (int)kh,
-                  (int)kw,       ip[0],         ip[1],    ip[2],    ip[3],
-                  ip[4],         ip[5],         x->ne[0], x->ne[1], w->ne[0]};
+    q_conv_g r = {(int)x->ne[2], (int)x->ne[3], (int)ho, (int)wo, (int)kh,  (int)kw,  ip[0], ip[1],
+                  ip[2],         ip[3],         ip[4],   ip[5],   x->ne[0], x->ne[1], c.co};
     *g = r;
     return EX_OK;
 }
@@ -773,7 +760,7 @@ CU_OP(qdwconv2d)
 {
     q_conv_g g;
     q_rq rq;
-    ex_status st = q_conv_prep(e, n, 1, &g, &rq);
+    ex_status st = q_conv_prep(e, n, &g, &rq);
     if (st != EX_OK || e->dry)
         return st;
     cu_t4 x = cu_t4_of(&n->src[0]), w = cu_t4_of(&n->src[1]), y = cu_t4_of(&n->dst);
@@ -1120,7 +1107,7 @@ CU_OP(qconv2d)
     q_conv_g g;
     q_gemm q;
     memset(&q, 0, sizeof q);
-    ex_status st = q_conv_prep(e, n, 0, &g, &q.rq);
+    ex_status st = q_conv_prep(e, n, &g, &q.rq);
     if (st != EX_OK)
         return st;
     const ex_tdesc *x = &n->src[0], *w = &n->src[1];

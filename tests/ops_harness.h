@@ -217,7 +217,7 @@ void family_conv(void **state);
 void family_gemm(void **state);
 void family_pool(void **state);
 void family_batchnorm(void **state);
-/** A synchronized batch norm's node forms, alone and assembled over ranks (CUDA: refused). */
+/** A synchronized batch norm's node forms, alone and assembled over ranks. */
 void family_sync_batchnorm(void **state);
 void family_nas(void **state);
 void family_random(void **state);
@@ -225,6 +225,8 @@ void family_random(void **state);
 void family_quant(void **state);
 /** Malformed fused requantizes of the int8 convolutions (sources, dst dtype, ip7). */
 void qconv_rq_errors(void **state);
+/** Malformed windows of the int8 convolutions (stride, padding, shapes, bias) refused. */
+void qconv_window_errors(void **state);
 void family_optim(void **state);
 /** Convolution nodes with malformed fused-ReLU flags, given to the backend directly. */
 void conv_flag_errors(void **state);

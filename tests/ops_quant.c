@@ -633,6 +633,82 @@ void qconv_rq_errors(void **state)
                  s->backend_name);
 }
 
+/* ---- malformed windows of the int8 convolutions, given to the backend directly ---- */
+
+typedef struct win_case {
+    ex_op op;
+    int stride, pad, wci, ho, nbias;
+    ex_status want;
+} win_case;
+
+/* One node of re_desc's layout giving the i32 sums: x [2, 4, 8, 8], w [4, wci, 3, 3] ([4, 4]
+ * for the pointwise one), bias [nbias], y [2, 4, ho, 8]. */
+static ex_status win_run(const suite *s, ex_buffer *buf, const win_case *c)
+{
+    const ex_backend_iface *f = ex__backend_iface_of(s->be);
+    void *im = ex__backend_impl_of(s->be);
+    bool pw = c->op == EX_OP_QPWCONV;
+    int64_t xne[4] = {2, 4, 8, 8}, wne[4] = {4, c->wci, 3, 3}, yne[4] = {2, 4, c->ho, 8},
+            nb = c->nbias;
+    ex_tdesc src[3] = {re_desc(buf, RE_X, EX_I8, 4, xne),
+                       re_desc(buf, RE_W, EX_I8, pw ? 2 : 4, wne),
+                       re_desc(buf, RE_B, EX_I32, 1, &nb)};
+    ex_node_exec n = {.op = c->op,
+                      .nsrc = 3,
+                      .src = src,
+                      .dst = re_desc(buf, RE_Y, EX_I32, 4, yne),
+                      .ip = {c->stride, c->stride, c->pad, c->pad, 1, 1},
+                      .tag = {-1, -1, -1}};
+    ex_status st = f->compute(im, &n, 1, NULL);
+    return st == EX_OK ? f->synchronize(im) : st;
+}
+
+void qconv_window_errors(void **state)
+{
+    suite *s = *state;
+    const ex_backend_iface *f = ex__backend_iface_of(s->be);
+    void *im = ex__backend_impl_of(s->be);
+    ex_buffer *buf = NULL;
+    assert_int_equal(f->buffer_alloc(im, RE_END, &buf), EX_OK);
+    assert_int_equal(f->fill(im, buf, 0, RE_END, 0x01010101u), EX_OK);
+    /* the first three and the last are well formed; every backend refuses the others alike
+     * (core/tdesc.h decodes the window for all of them) */
+    static const win_case cases[] = {
+        {EX_OP_QCONV2D, 1, 1, 4, 8, 4, EX_OK},
+        {EX_OP_QDWCONV2D, 1, 1, 1, 8, 4, EX_OK},
+        {EX_OP_QPWCONV, 1, 1, 4, 8, 4, EX_OK},
+        {EX_OP_QCONV2D, 0, 1, 4, 8, 4, EX_ERR_ARG},
+        {EX_OP_QCONV2D, 1, -1, 4, 8, 4, EX_ERR_ARG},
+        {EX_OP_QCONV2D, 1, 0, 4, 8, 4, EX_ERR_SHAPE},
+        {EX_OP_QCONV2D, 1, 1, 3, 8, 4, EX_ERR_SHAPE},
+        {EX_OP_QCONV2D, 1, 1, 4, 8, 3, EX_ERR_SHAPE},
+        {EX_OP_QDWCONV2D, 1, 1, 4, 8, 4, EX_ERR_SHAPE},
+        {EX_OP_QDWCONV2D, 2, 1, 1, 8, 4, EX_ERR_SHAPE},
+        {EX_OP_QPWCONV, 1, 1, 4, 7, 4, EX_ERR_SHAPE},
+        {EX_OP_QPWCONV, 1, 1, 3, 8, 4, EX_ERR_SHAPE},
+        {EX_OP_QPWCONV, 1, 1, 4, 8, 2, EX_ERR_SHAPE},
+        {EX_OP_QCONV2D, 1, 1, 4, 8, 4, EX_OK},
+    };
+    int failed = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const win_case *c = &cases[i];
+        ex_status st = win_run(s, buf, c);
+        const char *msg = f->error(im);
+        if (st != c->want || (st != EX_OK && (!msg || !*msg))) {
+            print_error("FAIL [%s] %s, stride %d, pad %d, w [4, %d, 3, 3], y [2, 4, %d, 8], "
+                        "bias [%d]: %s (%s), expected %s\n",
+                        s->backend_name, ex_op_name(c->op), c->stride, c->pad, c->wci, c->ho,
+                        c->nbias, ex_status_str(st), msg ? msg : "no message",
+                        ex_status_str(c->want));
+            failed++;
+        }
+    }
+    f->buffer_free(im, buf);
+    if (failed)
+        fail_msg("%d malformed or valid int8 convolution windows were handled wrongly on %s",
+                 failed, s->backend_name);
+}
+
 void family_quant(void **state)
 {
     qfam f = {*state, 0};

@@ -26,26 +26,6 @@ _Static_assert(sizeof(conv_pc) <= VK_PC_BYTES, "conv.comp's push constants");
  *  the shares' scratch stays small (at most 4 bytes each). */
 #define CONV_FILTER_ITEMS 65536
 
-/** Output extent of one spatial dimension, or -1 when not even one window fits. */
-static int64_t conv_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d)
-{
-    int64_t span = in + 2 * p - d * (k - 1) - 1;
-    return span < 0 ? -1 : span / s + 1;
-}
-
-static ex_status conv_check_types(vk_exec *e, const ex_node_exec *nd)
-{
-    const ex_tdesc *t[3] = {&nd->src[0], &nd->src[1], &nd->dst};
-    for (int i = 0; i < 3; i++)
-        if (t[i]->dtype != EX_F32 || t[i]->ndim != 4 || t[i]->buf == NULL)
-            return vk_fail(e, EX_ERR_ARG, "operand %d must be a 4-d f32 tensor", i);
-    const int32_t *ip = nd->ip;
-    if (ip[0] < 1 || ip[1] < 1 || ip[2] < 0 || ip[3] < 0 || ip[4] < 1 || ip[5] < 1)
-        return vk_fail(e, EX_ERR_ARG, "bad geometry stride %dx%d pad %dx%d dilation %dx%d", ip[0],
-                       ip[1], ip[2], ip[3], ip[4], ip[5]);
-    return EX_OK;
-}
-
 /** Whether the shader's signed 32-bit coordinate arithmetic holds for this geometry. */
 static int conv_fits(const int64_t g[16])
 {
@@ -394,51 +374,22 @@ static ex_status conv_relu_mask(vk_exec *e, const ex_tdesc *x, const ex_tdesc *d
                        vk_groups(ex_td_numel(dx), 128), 1, 1);
 }
 
-/* The data gradient's third source (fused ReLU): x, shaped like dx, within the shaders'
- * 32-bit indexing. */
-static ex_status conv_mask_check(vk_exec *e, const ex_node_exec *nd)
-{
-    uint32_t st[4];
-    if (!ex_td_relu_mask_ok(nd))
-        return vk_fail(e, EX_ERR_SHAPE, EX_TD_RELU_MASK_MSG);
-    if (!conv_strides(&nd->src[2], st))
-        return vk_fail(e, EX_ERR_UNSUPPORTED, "operands beyond 32-bit indexing");
-    return EX_OK;
-}
-
 /* which: 0 forward (x, w -> y), 1 backward data (dy, w -> dx), 2 filter (x, dy -> dw). */
 static ex_status conv_run(vk_exec *e, const ex_node_exec *nd, int which, int depthwise)
 {
-    int relu = ex_td_conv_relu(nd);
-    if (relu < 0 || nd->src == NULL)
-        return vk_fail(e, EX_ERR_ARG, EX_TD_CONV_RELU_MSG, nd->ip[6], nd->nsrc);
-    ex_status st = conv_check_types(e, nd);
-    if (st == EX_OK && relu && which == 1)
-        st = conv_mask_check(e, nd);
+    ex_td_conv c;
+    char why[320];
+    ex_status st = ex_td_conv_of(nd, &c, why, sizeof why);
     if (st != EX_OK)
-        return st;
-    const ex_tdesc *x = which == 1 ? &nd->dst : &nd->src[0];
-    const ex_tdesc *w = which == 2 ? &nd->dst : &nd->src[1];
-    const ex_tdesc *y = which == 0 ? &nd->dst : which == 1 ? &nd->src[0] : &nd->src[1];
-    const int32_t *ip = nd->ip;
-    int64_t g[16] = {x->ne[0], x->ne[1], w->ne[0], depthwise, x->ne[2], x->ne[3], 0,     0,
-                     w->ne[2], w->ne[3], ip[0],    ip[1],     ip[2],    ip[3],    ip[4], ip[5]};
-    g[6] = conv_out_size(g[4], g[8], g[10], g[12], g[14]);
-    g[7] = conv_out_size(g[5], g[9], g[11], g[13], g[15]);
-    int ok = g[6] > 0 && g[7] > 0 && g[8] > 0 && g[9] > 0 && y->ne[0] == g[0] && y->ne[1] == g[2] &&
-             y->ne[2] == g[6] && y->ne[3] == g[7];
-    ok = ok && (depthwise ? w->ne[1] == 1 && g[2] == g[1] : w->ne[1] == g[1]);
-    if (!ok)
-        return vk_fail(e, EX_ERR_SHAPE,
-                       "x [%lld,%lld,%lld,%lld], w [%lld,%lld,%lld,%lld] and y "
-                       "[%lld,%lld,%lld,%lld] do not fit stride %dx%d pad %dx%d dilation %dx%d",
-                       (long long)x->ne[0], (long long)x->ne[1], (long long)x->ne[2],
-                       (long long)x->ne[3], (long long)w->ne[0], (long long)w->ne[1],
-                       (long long)w->ne[2], (long long)w->ne[3], (long long)y->ne[0],
-                       (long long)y->ne[1], (long long)y->ne[2], (long long)y->ne[3], ip[0], ip[1],
-                       ip[2], ip[3], ip[4], ip[5]);
-    if (!ex_td_dst_ok(nd->dst.ne, nd->dst.st))
-        return vk_fail(e, EX_ERR_ARG, "dst broadcasts (stride 0)");
+        return vk_fail(e, st, "%s", why);
+    uint32_t mask_st[4];
+    if (c.g.relu && which == 1 && !conv_strides(&nd->src[2], mask_st))
+        return vk_fail(e, EX_ERR_UNSUPPORTED, "operands beyond 32-bit indexing");
+    const ex_tdesc *x = c.x, *w = c.w, *y = c.y;
+    int relu = c.g.relu;
+    /* g: n ci co depthwise | h w ho wo | kh kw sh sw | ph pw dh dw, as the shaders take it */
+    int64_t g[16] = {c.g.n,  c.g.ci, c.g.co, depthwise, c.g.h,  c.g.w,  c.g.ho, c.g.wo,
+                     c.g.kh, c.g.kw, c.g.sh, c.g.sw,    c.g.ph, c.g.pw, c.g.dh, c.g.dw};
     conv_pc pc;
     memset(&pc, 0, sizeof pc);
     if (!conv_fits(g) || !conv_strides(x, pc.sx) || !conv_strides(w, pc.sw) ||

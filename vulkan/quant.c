@@ -412,10 +412,9 @@ static ex_status q_conv(vk_exec *e, const ex_node_exec *nd)
     if (st != EX_OK)
         return st;
     const int32_t *ip = nd->ip;
-    if (kernel &&
-        (ip[0] < 1 || ip[1] < 1 || ip[2] < 0 || ip[3] < 0 || ip[4] < 1 || ip[5] < 1 || ip[6] != 0))
-        return vk_fail(e, EX_ERR_ARG, "bad geometry stride %dx%d pad %dx%d dilation %dx%d relu %d",
-                       ip[0], ip[1], ip[2], ip[3], ip[4], ip[5], ip[6]);
+    if (kernel && ip[6] != 0)
+        return vk_fail(e, EX_ERR_ARG, "ip6 %d: expected 0 (no fused ReLU before the window)",
+                       ip[6]);
     int64_t xn[4], xs[4], wn[4], ws[4], yn[4], ys[4];
     q_as4(w, wn, ws);
     if (lin) {
@@ -427,39 +426,26 @@ static ex_status q_conv(vk_exec *e, const ex_node_exec *nd)
         if (pw && xn[2] == yn[2] && xn[3] == yn[3])
             q_flatten_planes(xn, xs, yn, ys);
     }
-    /* geometry: kernel, stride, padding, dilation (1x1, 1, 0, 1 without a window) */
-    int64_t kh = wn[2], kw = wn[3], sh = 1, sw = 1, ph = 0, pw_ = 0, dh = 1, dw_ = 1;
-    if (kernel) {
-        sh = ip[0], sw = ip[1], ph = ip[2], pw_ = ip[3], dh = ip[4], dw_ = ip[5];
-    }
-    int64_t ho = xn[2] + 2 * ph - dh * (kh - 1) - 1, wo = xn[3] + 2 * pw_ - dw_ * (kw - 1) - 1;
-    ho = ho < 0 ? -1 : ho / sh + 1;
-    wo = wo < 0 ? -1 : wo / sw + 1;
-    int64_t co = wn[0];
-    int ok = ho > 0 && wo > 0 && kh > 0 && kw > 0 && yn[0] == xn[0] && yn[1] == co && yn[2] == ho &&
-             yn[3] == wo && b->ne[0] == co;
-    ok = ok && (dw ? wn[1] == 1 && co == xn[1] : wn[1] == xn[1]);
-    if (!ok)
-        return vk_fail(e, EX_ERR_SHAPE,
-                       "x [%lld,%lld,%lld,%lld], w [%lld,%lld,%lld,%lld], bias [%lld] and dst "
-                       "[%lld,%lld,%lld,%lld] do not fit stride %lldx%lld pad %lldx%lld dilation "
-                       "%lldx%lld",
-                       (long long)xn[0], (long long)xn[1], (long long)xn[2], (long long)xn[3],
-                       (long long)wn[0], (long long)wn[1], (long long)wn[2], (long long)wn[3],
-                       (long long)b->ne[0], (long long)yn[0], (long long)yn[1], (long long)yn[2],
-                       (long long)yn[3], (long long)sh, (long long)sw, (long long)ph,
-                       (long long)pw_, (long long)dh, (long long)dw_);
+    /* the window (pointwise and linear: 1x1, stride 1, no padding, dilation 1) */
+    static const int32_t unit[6] = {1, 1, 0, 0, 1, 1};
+    ex_td_conv_geom g;
+    char why[320];
+    st = ex_td_qconv_geom_of(kernel ? ip : unit, xn, wn, yn, b->ne[0], dw, &g, why, sizeof why);
+    if (st != EX_OK)
+        return vk_fail(e, st, "%s", why);
+    int64_t kh = g.kh, kw = g.kw, sh = g.sh, sw = g.sw, ph = g.ph, pw_ = g.pw, dh = g.dh,
+            dw_ = g.dw, ho = g.ho, wo = g.wo, co = g.co;
     if (!ex_td_dst_ok(yn, ys))
         return vk_fail(e, EX_ERR_ARG, "dst broadcasts (stride 0)");
     qc_pc pc;
     memset(&pc, 0, sizeof pc);
     /* the shader's signed coordinates: the windows' extents below 2^30 */
     const int64_t lim = (int64_t)1 << 30;
-    ok = q_pair(kh, kw, &pc.k) && q_pair(sh, sw, &pc.s) && q_pair(ph, pw_, &pc.p) &&
-         q_pair(dh, dw_, &pc.dil) && (ho - 1) * sh + (kh - 1) * dh < lim &&
-         (wo - 1) * sw + (kw - 1) * dw_ < lim && xn[2] < lim && xn[3] < lim &&
-         q_strides(xn, xs, pc.sx) && q_strides(wn, ws, pc.sw) && q_strides(yn, ys, pc.sy) &&
-         b->st[0] >= 0 && b->st[0] * (co - 1) <= INT32_MAX;
+    int ok = q_pair(kh, kw, &pc.k) && q_pair(sh, sw, &pc.s) && q_pair(ph, pw_, &pc.p) &&
+             q_pair(dh, dw_, &pc.dil) && (ho - 1) * sh + (kh - 1) * dh < lim &&
+             (wo - 1) * sw + (kw - 1) * dw_ < lim && xn[2] < lim && xn[3] < lim &&
+             q_strides(xn, xs, pc.sx) && q_strides(wn, ws, pc.sw) && q_strides(yn, ys, pc.sy) &&
+             b->st[0] >= 0 && b->st[0] * (co - 1) <= INT32_MAX;
     if (!ok)
         return vk_fail(e, EX_ERR_UNSUPPORTED, "operands beyond the shader's 32-bit indexing");
     if (rq && (st = q_conv_rq(e, nd, co, &pc)) != EX_OK)
