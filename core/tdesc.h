@@ -282,6 +282,44 @@ static inline ex_status ex_td_conv_of(const ex_node_exec *nd, ex_td_conv *c, cha
     return st;
 }
 
+/** A pooling window: x [n, c, h, w] into y [n, c, ho, wo] by kh x kw windows at stride
+ *  (sh, sw) with padding (ph, pw). */
+typedef struct ex_td_pool_geom {
+    int64_t n, c, h, w, ho, wo;
+    int64_t kh, kw, sh, sw, ph, pw;
+} ex_td_pool_geom;
+
+/** Decodes a pooling window from ip0..5 (kernel, stride, padding, each h then w;
+ *  docs/ops.md) and the 4-d shapes of its input xn and output yn, as every backend does
+ *  for the f32 and the int8 pools: EX_ERR_ARG when ip0..5 are out of range (padding must
+ *  stay below the window, so that every window holds an input element), EX_ERR_SHAPE when
+ *  the shapes do not fit them; why (len bytes) gets the message. */
+static inline ex_status ex_td_pool_geom_of(const int32_t *ip, const int64_t xn[4],
+                                           const int64_t yn[4], ex_td_pool_geom *g, char *why,
+                                           size_t len)
+{
+    if (ip[0] < 1 || ip[1] < 1 || ip[2] < 1 || ip[3] < 1 || ip[4] < 0 || ip[5] < 0 ||
+        ip[4] >= ip[0] || ip[5] >= ip[1]) {
+        snprintf(why, len, "bad geometry kernel %dx%d stride %dx%d pad %dx%d", ip[0], ip[1], ip[2],
+                 ip[3], ip[4], ip[5]);
+        return EX_ERR_ARG;
+    }
+    int64_t sh = xn[2] + 2 * (int64_t)ip[4] - ip[0], sw = xn[3] + 2 * (int64_t)ip[5] - ip[1];
+    int64_t ho = sh < 0 ? -1 : sh / ip[2] + 1, wo = sw < 0 ? -1 : sw / ip[3] + 1;
+    *g = (ex_td_pool_geom){xn[0], xn[1], xn[2], xn[3], ho,    wo,
+                           ip[0], ip[1], ip[2], ip[3], ip[4], ip[5]};
+    if (ho < 1 || wo < 1 || yn[0] != xn[0] || yn[1] != xn[1] || yn[2] != ho || yn[3] != wo) {
+        snprintf(why, len,
+                 "input [%lld,%lld,%lld,%lld] and output [%lld,%lld,%lld,%lld] do not fit kernel "
+                 "%dx%d stride %dx%d pad %dx%d",
+                 (long long)xn[0], (long long)xn[1], (long long)xn[2], (long long)xn[3],
+                 (long long)yn[0], (long long)yn[1], (long long)yn[2], (long long)yn[3], ip[0],
+                 ip[1], ip[2], ip[3], ip[4], ip[5]);
+        return EX_ERR_SHAPE;
+    }
+    return EX_OK;
+}
+
 /** What source 0 of a batch-norm backward node (BN_BWD_REDUCE, BN_BWD_DATA) holds, from
  *  ip1 (docs/ops.md): 0 for x, 1 for x̂ itself (the output of an affine-free BN_APPLY, kept
  *  in x's stead so that x dies after the forward pass); -1 when ip1 is neither. */

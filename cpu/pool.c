@@ -36,10 +36,8 @@ static inline int pool_tid(void)
 #endif
 }
 
-typedef struct pool_geom {
-    int64_t n, c, h, w, ho, wo;
-    int64_t kh, kw, sh, sw, ph, pw;
-} pool_geom;
+/** A pooling window, decoded in core (core/tdesc.h). */
+typedef ex_td_pool_geom pool_geom;
 
 /** One (n, c) plane of a 4-d operand: element 0 and the row and column strides. */
 typedef struct pool_plane {
@@ -82,39 +80,13 @@ static ex_status pool_check_types(const cpu_exec *e, const ex_node_exec *nd, int
     return EX_OK;
 }
 
-/** Reads the geometry of input in and output out and checks that they agree. Padding must
- *  stay below the window, so that every window holds at least one input element. */
+/** Reads the window of input in and output out (ex_td_pool_geom_of). */
 static ex_status pool_geom_of(const cpu_exec *e, const ex_node_exec *nd, const ex_tdesc *in,
                               const ex_tdesc *out, const char *name, pool_geom *g)
 {
-    const int32_t *ip = nd->ip;
-    if (ip[0] < 1 || ip[1] < 1 || ip[2] < 1 || ip[3] < 1 || ip[4] < 0 || ip[5] < 0 ||
-        ip[4] >= ip[0] || ip[5] >= ip[1])
-        return cpu_fail(e, EX_ERR_ARG, "%s: bad geometry kernel %dx%d stride %dx%d pad %dx%d", name,
-                        ip[0], ip[1], ip[2], ip[3], ip[4], ip[5]);
-    *g = (pool_geom){.n = in->ne[0],
-                     .c = in->ne[1],
-                     .h = in->ne[2],
-                     .w = in->ne[3],
-                     .kh = ip[0],
-                     .kw = ip[1],
-                     .sh = ip[2],
-                     .sw = ip[3],
-                     .ph = ip[4],
-                     .pw = ip[5]};
-    int64_t sh = g->h + 2 * g->ph - g->kh, sw = g->w + 2 * g->pw - g->kw;
-    g->ho = sh < 0 ? -1 : sh / g->sh + 1;
-    g->wo = sw < 0 ? -1 : sw / g->sw + 1;
-    if (g->ho < 1 || g->wo < 1 || out->ne[0] != g->n || out->ne[1] != g->c || out->ne[2] != g->ho ||
-        out->ne[3] != g->wo)
-        return cpu_fail(e, EX_ERR_SHAPE,
-                        "%s: input [%lld,%lld,%lld,%lld] and output [%lld,%lld,%lld,%lld] do "
-                        "not fit kernel %dx%d stride %dx%d pad %dx%d",
-                        name, (long long)in->ne[0], (long long)in->ne[1], (long long)in->ne[2],
-                        (long long)in->ne[3], (long long)out->ne[0], (long long)out->ne[1],
-                        (long long)out->ne[2], (long long)out->ne[3], ip[0], ip[1], ip[2], ip[3],
-                        ip[4], ip[5]);
-    return EX_OK;
+    char why[256];
+    ex_status st = ex_td_pool_geom_of(nd->ip, in->ne, out->ne, g, why, sizeof why);
+    return st == EX_OK ? EX_OK : cpu_fail(e, st, "%s: %s", name, why);
 }
 
 static ex_status pool_same_shape(const cpu_exec *e, const ex_tdesc *a, const ex_tdesc *b,

@@ -918,12 +918,16 @@ static ex_status q_pool(const cpu_exec *e, const ex_node_exec *nd, bool max)
     if (!ex_td_valid(x, EX_I8) || !ex_td_valid(y, EX_I8) || x->ndim != 4 || y->ndim != 4)
         return cpu_fail(e, EX_ERR_ARG, "cpu: %s: x and y must be i8 [N, C, H, W]",
                         ex_op_name(nd->op));
+    ex_td_pool_geom g;
+    char why[256];
+    st = ex_td_pool_geom_of(nd->ip, x->ne, y->ne, &g, why, sizeof why);
+    if (st != EX_OK)
+        return cpu_fail(e, st, "cpu: %s: %s", ex_op_name(nd->op), why);
     int kh = nd->ip[0], kw = nd->ip[1], sh = nd->ip[2], sw = nd->ip[3], ph = nd->ip[4],
         pw = nd->ip[5];
     const int8_t *xv = cpu_i8(x);
     /* the row kernel: max pooling over dense rows, windows that overlap x */
-    bool dense = max && !e->reference && x->st[3] == 1 && y->st[3] == 1 && kh > 0 && kw > 0 &&
-                 sh > 0 && sw > 0 && ph >= 0 && pw >= 0 && ph < kh && pw < kw;
+    bool dense = max && !e->reference && x->st[3] == 1 && y->st[3] == 1;
 #pragma omp parallel for schedule(static) num_threads(q_threads(e))
     for (int64_t nc = 0; nc < y->ne[0] * y->ne[1]; nc++) {
         int64_t n = nc / y->ne[1], c = nc % y->ne[1];

@@ -501,22 +501,12 @@ static ex_status q_pool(cu_exec *e, const ex_node_exec *n, int max)
         return st;
     const ex_tdesc *x = &n->src[0], *y = &n->dst;
     const int32_t *ip = n->ip;
-    /* padding below the window keeps every window on at least one input element */
-    if (ip[0] < 1 || ip[1] < 1 || ip[2] < 1 || ip[3] < 1 || ip[4] < 0 || ip[5] < 0 ||
-        ip[4] >= ip[0] || ip[5] >= ip[1])
-        return cu_fail(e, EX_ERR_ARG, "%s: bad geometry kernel %dx%d stride %dx%d pad %dx%d",
-                       q_name(n), ip[0], ip[1], ip[2], ip[3], ip[4], ip[5]);
-    int64_t sh = x->ne[2] + 2 * (int64_t)ip[4] - ip[0], sw = x->ne[3] + 2 * (int64_t)ip[5] - ip[1];
-    int64_t ho = sh < 0 ? -1 : sh / ip[2] + 1, wo = sw < 0 ? -1 : sw / ip[3] + 1;
-    if (ho < 1 || wo < 1 || y->ne[0] != x->ne[0] || y->ne[1] != x->ne[1] || y->ne[2] != ho ||
-        y->ne[3] != wo)
-        return cu_fail(e, EX_ERR_SHAPE,
-                       "%s: x [%lld,%lld,%lld,%lld] and y [%lld,%lld,%lld,%lld] do not fit kernel "
-                       "%dx%d stride %dx%d pad %dx%d",
-                       q_name(n), (long long)x->ne[0], (long long)x->ne[1], (long long)x->ne[2],
-                       (long long)x->ne[3], (long long)y->ne[0], (long long)y->ne[1],
-                       (long long)y->ne[2], (long long)y->ne[3], ip[0], ip[1], ip[2], ip[3], ip[4],
-                       ip[5]);
+    ex_td_pool_geom pg;
+    char why[256];
+    st = ex_td_pool_geom_of(ip, x->ne, y->ne, &pg, why, sizeof why);
+    if (st != EX_OK)
+        return cu_fail(e, st, "%s: %s", q_name(n), why);
+    int64_t ho = pg.ho, wo = pg.wo;
     const int64_t lim = (int64_t)1 << 30;
     if (x->ne[2] * x->ne[3] >= lim || ho * wo >= lim)
         return cu_fail(e, EX_ERR_UNSUPPORTED, "%s: planes of 2^30 elements or more", q_name(n));

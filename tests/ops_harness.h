@@ -225,7 +225,8 @@ void family_random(void **state);
 void family_quant(void **state);
 /** Malformed fused requantizes of the int8 convolutions (sources, dst dtype, ip7). */
 void qconv_rq_errors(void **state);
-/** Malformed windows of the int8 convolutions (stride, padding, shapes, bias) refused. */
+/** Malformed windows of the int8 convolutions (stride, padding, shapes, bias) and pools
+ *  (kernel, stride, padding, shapes) refused. */
 void qconv_window_errors(void **state);
 void family_optim(void **state);
 /** Convolution nodes with malformed fused-ReLU flags, given to the backend directly. */

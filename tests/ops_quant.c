@@ -633,7 +633,7 @@ void qconv_rq_errors(void **state)
                  s->backend_name);
 }
 
-/* ---- malformed windows of the int8 convolutions, given to the backend directly ---- */
+/* ---- malformed windows of the int8 convolutions and pools, given to the backend directly ---- */
 
 typedef struct win_case {
     ex_op op;
@@ -661,6 +661,56 @@ static ex_status win_run(const suite *s, ex_buffer *buf, const win_case *c)
                       .tag = {-1, -1, -1}};
     ex_status st = f->compute(im, &n, 1, NULL);
     return st == EX_OK ? f->synchronize(im) : st;
+}
+
+typedef struct pwin_case {
+    ex_op op;
+    int k, stride, pad, ho;
+    ex_status want;
+} pwin_case;
+
+/* One pooling node of re_desc's layout: x i8 [2, 4, 8, 8] into y i8 [2, 4, ho, 8]. */
+static ex_status pwin_run(const suite *s, ex_buffer *buf, const pwin_case *c)
+{
+    const ex_backend_iface *f = ex__backend_iface_of(s->be);
+    void *im = ex__backend_impl_of(s->be);
+    int64_t xne[4] = {2, 4, 8, 8}, yne[4] = {2, 4, c->ho, 8};
+    ex_tdesc x = re_desc(buf, RE_X, EX_I8, 4, xne);
+    ex_node_exec n = {.op = c->op,
+                      .nsrc = 1,
+                      .src = &x,
+                      .dst = re_desc(buf, RE_Y, EX_I8, 4, yne),
+                      .ip = {c->k, c->k, c->stride, c->stride, c->pad, c->pad},
+                      .tag = {-1, -1, -1}};
+    ex_status st = f->compute(im, &n, 1, NULL);
+    return st == EX_OK ? f->synchronize(im) : st;
+}
+
+/* The pools' part of qconv_window_errors: the number of cases handled wrongly. */
+static int qpool_window_errors(const suite *s, ex_buffer *buf)
+{
+    const ex_backend_iface *f = ex__backend_iface_of(s->be);
+    void *im = ex__backend_impl_of(s->be);
+    static const pwin_case cases[] = {
+        {EX_OP_QMAX_POOL, 3, 1, 1, 8, EX_OK},        {EX_OP_QAVG_POOL, 3, 1, 1, 8, EX_OK},
+        {EX_OP_QAVG_POOL, 0, 1, 0, 8, EX_ERR_ARG},   {EX_OP_QMAX_POOL, 3, 0, 1, 8, EX_ERR_ARG},
+        {EX_OP_QMAX_POOL, 3, 1, 3, 8, EX_ERR_ARG},   {EX_OP_QAVG_POOL, 3, 1, 0, 8, EX_ERR_SHAPE},
+        {EX_OP_QMAX_POOL, 3, 2, 1, 8, EX_ERR_SHAPE}, {EX_OP_QAVG_POOL, 3, 1, 1, 8, EX_OK},
+    };
+    int failed = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const pwin_case *c = &cases[i];
+        ex_status st = pwin_run(s, buf, c);
+        const char *msg = f->error(im);
+        if (st != c->want || (st != EX_OK && (!msg || !*msg))) {
+            print_error("FAIL [%s] %s, kernel %d, stride %d, pad %d, y [2, 4, %d, 8]: %s (%s), "
+                        "expected %s\n",
+                        s->backend_name, ex_op_name(c->op), c->k, c->stride, c->pad, c->ho,
+                        ex_status_str(st), msg ? msg : "no message", ex_status_str(c->want));
+            failed++;
+        }
+    }
+    return failed;
 }
 
 void qconv_window_errors(void **state)
@@ -703,9 +753,11 @@ void qconv_window_errors(void **state)
             failed++;
         }
     }
+    failed += qpool_window_errors(s, buf);
     f->buffer_free(im, buf);
     if (failed)
-        fail_msg("%d malformed or valid int8 convolution windows were handled wrongly on %s",
+        fail_msg("%d malformed or valid int8 convolution or pooling windows were handled wrongly "
+                 "on %s",
                  failed, s->backend_name);
 }
 

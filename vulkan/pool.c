@@ -37,28 +37,18 @@ static ex_status pool_check_types(vk_exec *e, const ex_node_exec *nd, int nsrc)
     return EX_OK;
 }
 
-/** Fills the geometry of input in and output out into pc and checks that they agree.
- *  Padding must stay below the window, so that every window holds an input element. */
+/** Fills the window of input in and output out (ex_td_pool_geom_of) into pc, within the
+ *  shader's 32-bit coordinates. */
 static ex_status pool_geom(vk_exec *e, const ex_node_exec *nd, const ex_tdesc *in,
                            const ex_tdesc *out, pool_pc *pc)
 {
+    ex_td_pool_geom w;
+    char why[256];
+    ex_status st = ex_td_pool_geom_of(nd->ip, in->ne, out->ne, &w, why, sizeof why);
+    if (st != EX_OK)
+        return vk_fail(e, st, "%s", why);
     const int32_t *ip = nd->ip;
-    if (ip[0] < 1 || ip[1] < 1 || ip[2] < 1 || ip[3] < 1 || ip[4] < 0 || ip[5] < 0 ||
-        ip[4] >= ip[0] || ip[5] >= ip[1])
-        return vk_fail(e, EX_ERR_ARG, "bad geometry kernel %dx%d stride %dx%d pad %dx%d", ip[0],
-                       ip[1], ip[2], ip[3], ip[4], ip[5]);
-    int64_t sh = in->ne[2] + 2 * (int64_t)ip[4] - ip[0],
-            sw = in->ne[3] + 2 * (int64_t)ip[5] - ip[1];
-    int64_t ho = sh < 0 ? -1 : sh / ip[2] + 1, wo = sw < 0 ? -1 : sw / ip[3] + 1;
-    if (ho < 1 || wo < 1 || out->ne[0] != in->ne[0] || out->ne[1] != in->ne[1] ||
-        out->ne[2] != ho || out->ne[3] != wo)
-        return vk_fail(e, EX_ERR_SHAPE,
-                       "input [%lld,%lld,%lld,%lld] and output [%lld,%lld,%lld,%lld] do "
-                       "not fit kernel %dx%d stride %dx%d pad %dx%d",
-                       (long long)in->ne[0], (long long)in->ne[1], (long long)in->ne[2],
-                       (long long)in->ne[3], (long long)out->ne[0], (long long)out->ne[1],
-                       (long long)out->ne[2], (long long)out->ne[3], ip[0], ip[1], ip[2], ip[3],
-                       ip[4], ip[5]);
+    int64_t sh = w.h + 2 * w.ph - w.kh, sw = w.w + 2 * w.pw - w.kw, ho = w.ho, wo = w.wo;
     /* the shader's signed coordinates: padded extents and strided spans below 2^30 */
     const int64_t lim = (int64_t)1 << 30;
     if (sh + ip[0] >= lim || sw + ip[1] >= lim || ho * ip[2] >= lim || wo * ip[3] >= lim)

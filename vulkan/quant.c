@@ -508,22 +508,13 @@ static ex_status q_pool(vk_exec *e, const ex_node_exec *n)
         return st;
     const ex_tdesc *x = &n->src[0], *y = &n->dst;
     const int32_t *ip = n->ip;
-    /* padding below the window, so that every window holds an input element */
-    if (ip[0] < 1 || ip[1] < 1 || ip[2] < 1 || ip[3] < 1 || ip[4] < 0 || ip[5] < 0 ||
-        ip[4] >= ip[0] || ip[5] >= ip[1])
-        return vk_fail(e, EX_ERR_ARG, "bad geometry kernel %dx%d stride %dx%d pad %dx%d", ip[0],
-                       ip[1], ip[2], ip[3], ip[4], ip[5]);
-    int64_t sh = x->ne[2] + 2 * (int64_t)ip[4] - ip[0], sw = x->ne[3] + 2 * (int64_t)ip[5] - ip[1];
-    int64_t ho = sh < 0 ? -1 : sh / ip[2] + 1, wo = sw < 0 ? -1 : sw / ip[3] + 1;
-    if (ho < 1 || wo < 1 || y->ne[0] != x->ne[0] || y->ne[1] != x->ne[1] || y->ne[2] != ho ||
-        y->ne[3] != wo)
-        return vk_fail(e, EX_ERR_SHAPE,
-                       "x [%lld,%lld,%lld,%lld] and dst [%lld,%lld,%lld,%lld] do not fit kernel "
-                       "%dx%d stride %dx%d pad %dx%d",
-                       (long long)x->ne[0], (long long)x->ne[1], (long long)x->ne[2],
-                       (long long)x->ne[3], (long long)y->ne[0], (long long)y->ne[1],
-                       (long long)y->ne[2], (long long)y->ne[3], ip[0], ip[1], ip[2], ip[3], ip[4],
-                       ip[5]);
+    ex_td_pool_geom pg;
+    char why[256];
+    st = ex_td_pool_geom_of(ip, x->ne, y->ne, &pg, why, sizeof why);
+    if (st != EX_OK)
+        return vk_fail(e, st, "%s", why);
+    int64_t ho = pg.ho, wo = pg.wo;
+    int64_t sh = pg.h + 2 * pg.ph - pg.kh, sw = pg.w + 2 * pg.pw - pg.kw;
     const int64_t lim = (int64_t)1 << 30;
     if (sh + ip[0] >= lim || sw + ip[1] >= lim || ho * ip[2] >= lim || wo * ip[3] >= lim)
         return vk_fail(e, EX_ERR_UNSUPPORTED, "planes beyond 32-bit coordinates");
