@@ -320,6 +320,76 @@ static inline ex_status ex_td_pool_geom_of(const int32_t *ip, const int64_t xn[4
     return EX_OK;
 }
 
+/** A tensor's shape as text, "[2,3,8,8]", in out (96 bytes); returns out. */
+static inline const char *ex_td_shape_str(const ex_tdesc *t, char out[96])
+{
+    size_t at = 0;
+    out[at++] = '[';
+    out[at] = 0;
+    for (int d = 0; d < t->ndim && d < EX_MAX_DIMS && at < 80; d++)
+        at += (size_t)snprintf(out + at, 96 - at, d ? ",%lld" : "%lld", (long long)t->ne[d]);
+    snprintf(out + at, 96 - at, "]");
+    return out;
+}
+
+/** Checks a node of the GEMM family as every backend does: its sources, f32 operands of
+ *  the op's ranks in buffers, a dst with no stride 0, and shapes that fit. MATMUL a [m, k]
+ *  x b [k, n] -> [m, n]; LINEAR x [n, k], w [o, k] and a bias [o] or none -> [n, o];
+ *  PWCONV x [N, Ci, H, W], w [Co, Ci] -> y [N, Co, H, W]; PWCONV_BWD_FILTER x, dy [N, Co,
+ *  H, W] -> dw [Co, Ci]. EX_ERR_ARG or EX_ERR_SHAPE with the message in why (len bytes);
+ *  EX_ERR_ARG for another op. */
+static inline ex_status ex_td_gemm_of(const ex_node_exec *nd, char *why, size_t len)
+{
+    static const int mm[3] = {2, 2, 2}, lin[4] = {2, 2, 1, 2}, pw[3] = {4, 2, 4},
+                     pwf[3] = {4, 4, 2};
+    ex_op op = nd->op;
+    bool linear = op == EX_OP_LINEAR, filter = op == EX_OP_PWCONV_BWD_FILTER;
+    const int *dims = op == EX_OP_MATMUL   ? mm
+                      : linear             ? (nd->nsrc == 3 ? lin : mm)
+                      : op == EX_OP_PWCONV ? pw
+                      : filter             ? pwf
+                                           : NULL;
+    if (!dims) {
+        snprintf(why, len, "%s is not of the GEMM family", ex_op_name(op));
+        return EX_ERR_ARG;
+    }
+    if (nd->nsrc < 2 || nd->nsrc > (linear ? 3 : 2) || nd->src == NULL) {
+        snprintf(why, len, "unexpected source count %d", nd->nsrc);
+        return EX_ERR_ARG;
+    }
+    for (int i = 0; i <= nd->nsrc; i++) {
+        const ex_tdesc *t = i < nd->nsrc ? &nd->src[i] : &nd->dst;
+        if (t->dtype != EX_F32 || t->ndim != dims[i] || t->buf == NULL) {
+            snprintf(why, len, "operand %d must be a %d-d f32 tensor", i, dims[i]);
+            return EX_ERR_ARG;
+        }
+    }
+    const ex_tdesc *d = &nd->dst;
+    for (int k = 0; k < d->ndim; k++)
+        if (d->ne[k] > 1 && d->st[k] == 0) {
+            snprintf(why, len, "dst broadcasts (stride 0)");
+            return EX_ERR_ARG;
+        }
+    const int64_t *a = nd->src[0].ne, *b = nd->src[1].ne, *c = d->ne;
+    bool ok;
+    if (op == EX_OP_MATMUL) {
+        ok = a[1] == b[0] && c[0] == a[0] && c[1] == b[1];
+    } else if (linear) {
+        ok = a[1] == b[1] && c[0] == a[0] && c[1] == b[0] &&
+             (nd->nsrc < 3 || nd->src[2].ne[0] == b[0]);
+    } else {
+        const int64_t *x = a, *w = filter ? c : b, *y = filter ? b : c;
+        ok = y[0] == x[0] && y[2] == x[2] && y[3] == x[3] && w[0] == y[1] && w[1] == x[1];
+    }
+    if (!ok) {
+        char sa[96], sb[96], sc[96];
+        snprintf(why, len, "%s x %s -> %s do not fit", ex_td_shape_str(&nd->src[0], sa),
+                 ex_td_shape_str(&nd->src[1], sb), ex_td_shape_str(d, sc));
+        return EX_ERR_SHAPE;
+    }
+    return EX_OK;
+}
+
 /** What source 0 of a batch-norm backward node (BN_BWD_REDUCE, BN_BWD_DATA) holds, from
  *  ip1 (docs/ops.md): 0 for x, 1 for x̂ itself (the output of an affine-free BN_APPLY, kept
  *  in x's stead so that x dies after the forward pass); -1 when ip1 is neither. */

@@ -160,20 +160,6 @@ static void gm_ref(const gm_mat *a, const gm_mat *b, const gm_mat *c)
     }
 }
 
-static ex_status gm_check(const cpu_exec *e, const ex_node_exec *nd, int nsrc_min, int nsrc_max,
-                          const int *ndims, const char *name)
-{
-    if (nd->nsrc < nsrc_min || nd->nsrc > nsrc_max)
-        return cpu_fail(e, EX_ERR_ARG, "%s: unexpected source count %d", name, nd->nsrc);
-    for (int i = 0; i <= nd->nsrc; i++) {
-        const ex_tdesc *t = i < nd->nsrc ? &nd->src[i] : &nd->dst;
-        if (t->dtype != EX_F32 || t->ndim != ndims[i])
-            return cpu_fail(e, EX_ERR_ARG, "%s: operand %d must be a %d-d f32 tensor", name, i,
-                            ndims[i]);
-    }
-    return EX_OK;
-}
-
 static gm_mat gm_mat2(const ex_tdesc *t)
 {
     return (gm_mat){cpu_f32(t), t->ne[0], t->ne[1], t->st[0], t->st[1]};
@@ -239,23 +225,12 @@ static void pw_ref_bwd_filter(const ex_tdesc *x, const ex_tdesc *dy, const ex_td
         }
 }
 
-static ex_status pw_check(const cpu_exec *e, const ex_node_exec *nd, const ex_tdesc *x,
-                          const ex_tdesc *w, const ex_tdesc *y, const char *name)
+/* Checks a node of the GEMM family (ex_td_gemm_of); name prefixes a refusal. */
+static ex_status gm_check(const cpu_exec *e, const ex_node_exec *nd, const char *name)
 {
-    static const int fwd_dims[3] = {4, 2, 4}, filter_dims[3] = {4, 4, 2};
-    ex_status st = gm_check(e, nd, 2, 2, w == &nd->dst ? filter_dims : fwd_dims, name);
-    if (st != EX_OK)
-        return st;
-    if (y->ne[0] != x->ne[0] || y->ne[2] != x->ne[2] || y->ne[3] != x->ne[3] ||
-        w->ne[0] != y->ne[1] || w->ne[1] != x->ne[1])
-        return cpu_fail(e, EX_ERR_SHAPE,
-                        "%s: x [%lld,%lld,%lld,%lld], w [%lld,%lld], y [%lld,%lld,%lld,%lld] "
-                        "do not fit",
-                        name, (long long)x->ne[0], (long long)x->ne[1], (long long)x->ne[2],
-                        (long long)x->ne[3], (long long)w->ne[0], (long long)w->ne[1],
-                        (long long)y->ne[0], (long long)y->ne[1], (long long)y->ne[2],
-                        (long long)y->ne[3]);
-    return EX_OK;
+    char why[320];
+    ex_status st = ex_td_gemm_of(nd, why, sizeof why);
+    return st == EX_OK ? EX_OK : cpu_fail(e, st, "%s: %s", name, why);
 }
 
 /** y = w r(x) (r: the ReLU where relu is set), then with scale row c of y times scale[c]
@@ -291,12 +266,10 @@ static ex_status pw_blas(const cpu_exec *e, const gm_mat *wm, const ex_tdesc *x,
 
 CPU_OP(pwconv)
 {
-    if (n->nsrc != 2)
-        return cpu_fail(e, EX_ERR_ARG, "pwconv: expected 2 sources, got %d", n->nsrc);
-    const ex_tdesc *x = &n->src[0], *w = &n->src[1], *y = &n->dst;
-    ex_status st = pw_check(e, n, x, w, y, "pwconv");
+    ex_status st = gm_check(e, n, "pwconv");
     if (st != EX_OK)
         return st;
+    const ex_tdesc *x = &n->src[0], *w = &n->src[1], *y = &n->dst;
     gm_mat xm, ym, wm = gm_mat2(w);
     if (e->reference || !gm_sample(x, 0, &xm) || !gm_sample(y, 0, &ym)) {
         pw_ref(x, w, y);
@@ -402,12 +375,10 @@ CPU_OP(pwconv_bn)
 /** dw = sum over samples, in index order, of dy_n x_n^T (sgemm with beta 1). */
 CPU_OP(pwconv_bwd_filter)
 {
-    if (n->nsrc != 2)
-        return cpu_fail(e, EX_ERR_ARG, "pwconv_bwd_filter: expected 2 sources, got %d", n->nsrc);
-    const ex_tdesc *x = &n->src[0], *dy = &n->src[1], *dw = &n->dst;
-    ex_status st = pw_check(e, n, x, dw, dy, "pwconv_bwd_filter");
+    ex_status st = gm_check(e, n, "pwconv_bwd_filter");
     if (st != EX_OK)
         return st;
+    const ex_tdesc *x = &n->src[0], *dy = &n->src[1], *dw = &n->dst;
     gm_mat xm, dym;
     if (e->reference || !gm_sample(x, 0, &xm) || !gm_sample(dy, 0, &dym) || x->ne[0] == 0) {
         pw_ref_bwd_filter(x, dy, dw);
@@ -445,36 +416,15 @@ CPU_OP(pwconv_bwd_filter)
 
 CPU_OP(matmul)
 {
-    static const int dims[3] = {2, 2, 2};
-    ex_status st = gm_check(e, n, 2, 2, dims, "matmul");
+    ex_status st = gm_check(e, n, "matmul");
     if (st != EX_OK)
         return st;
     gm_mat a = gm_mat2(&n->src[0]), b = gm_mat2(&n->src[1]), c = gm_mat2(&n->dst);
-    if (a.cols != b.rows || c.rows != a.rows || c.cols != b.cols)
-        return cpu_fail(e, EX_ERR_SHAPE, "matmul: [%lld,%lld] x [%lld,%lld] -> [%lld,%lld]",
-                        (long long)a.rows, (long long)a.cols, (long long)b.rows, (long long)b.cols,
-                        (long long)c.rows, (long long)c.cols);
     if (e->reference) {
         gm_ref(&a, &b, &c);
         return EX_OK;
     }
     return gm_gemm(e, &a, &b, &c, 0.0f);
-}
-
-static ex_status lin_check(const cpu_exec *e, const ex_node_exec *nd)
-{
-    static const int dims[4] = {2, 2, 1, 2};
-    static const int dims_nb[3] = {2, 2, 2};
-    ex_status st = gm_check(e, nd, 2, 3, nd->nsrc == 3 ? dims : dims_nb, "linear");
-    if (st != EX_OK)
-        return st;
-    const ex_tdesc *x = &nd->src[0], *w = &nd->src[1], *y = &nd->dst;
-    int ok = x->ne[1] == w->ne[1] && y->ne[0] == x->ne[0] && y->ne[1] == w->ne[0];
-    if (!ok || (nd->nsrc == 3 && nd->src[2].ne[0] != w->ne[0]))
-        return cpu_fail(e, EX_ERR_SHAPE, "linear: x [%lld,%lld], w [%lld,%lld] -> [%lld,%lld]",
-                        (long long)x->ne[0], (long long)x->ne[1], (long long)w->ne[0],
-                        (long long)w->ne[1], (long long)y->ne[0], (long long)y->ne[1]);
-    return EX_OK;
 }
 
 static void lin_ref(const gm_mat *x, const gm_mat *wt, const gm_mat *y, const ex_tdesc *b)
@@ -492,7 +442,7 @@ static void lin_ref(const gm_mat *x, const gm_mat *wt, const gm_mat *y, const ex
 
 CPU_OP(linear)
 {
-    ex_status st = lin_check(e, n);
+    ex_status st = gm_check(e, n, "linear");
     if (st != EX_OK)
         return st;
     const ex_tdesc *b = n->nsrc == 3 ? &n->src[2] : NULL;

@@ -170,20 +170,6 @@ static gm_job gm_single(gm_mat a, gm_mat b, gm_mat c)
     return j;
 }
 
-static ex_status gm_check(cu_exec *e, const ex_node_exec *nd, int nsrc_min, int nsrc_max,
-                          const int *ndims, const char *name)
-{
-    if (nd->nsrc < nsrc_min || nd->nsrc > nsrc_max || nd->src == NULL)
-        return cu_fail(e, EX_ERR_ARG, "%s: unexpected source count %d", name, nd->nsrc);
-    for (int i = 0; i <= nd->nsrc; i++) {
-        const ex_tdesc *t = i < nd->nsrc ? &nd->src[i] : &nd->dst;
-        if (t->dtype != EX_F32 || t->ndim != ndims[i] || t->buf == NULL)
-            return cu_fail(e, EX_ERR_ARG, "%s: operand %d must be a %d-d f32 tensor", name, i,
-                           ndims[i]);
-    }
-    return EX_OK;
-}
-
 static gm_mat gm_mat2(const ex_tdesc *t)
 {
     gm_mat m = {cu_f32(t), t->ne[0], t->ne[1], t->st[0], t->st[1]};
@@ -209,25 +195,12 @@ static int gm_sample(const ex_tdesc *t, gm_mat *m)
     return 1;
 }
 
-static ex_status pw_check(cu_exec *e, const ex_node_exec *nd, const ex_tdesc *x, const ex_tdesc *w,
-                          const ex_tdesc *y, const char *name)
+/* Checks a node of the GEMM family (ex_td_gemm_of); name prefixes a refusal. */
+static ex_status gm_check(cu_exec *e, const ex_node_exec *nd, const char *name)
 {
-    static const int fwd_dims[3] = {4, 2, 4}, filter_dims[3] = {4, 4, 2};
-    if (nd->nsrc != 2)
-        return cu_fail(e, EX_ERR_ARG, "%s: expected 2 sources, got %d", name, nd->nsrc);
-    ex_status st = gm_check(e, nd, 2, 2, w == &nd->dst ? filter_dims : fwd_dims, name);
-    if (st != EX_OK)
-        return st;
-    if (y->ne[0] != x->ne[0] || y->ne[2] != x->ne[2] || y->ne[3] != x->ne[3] ||
-        w->ne[0] != y->ne[1] || w->ne[1] != x->ne[1])
-        return cu_fail(e, EX_ERR_SHAPE,
-                       "%s: x [%lld,%lld,%lld,%lld], w [%lld,%lld], y [%lld,%lld,%lld,%lld] "
-                       "do not fit",
-                       name, (long long)x->ne[0], (long long)x->ne[1], (long long)x->ne[2],
-                       (long long)x->ne[3], (long long)w->ne[0], (long long)w->ne[1],
-                       (long long)y->ne[0], (long long)y->ne[1], (long long)y->ne[2],
-                       (long long)y->ne[3]);
-    return EX_OK;
+    char why[320];
+    ex_status st = ex_td_gemm_of(nd, why, sizeof why);
+    return st == EX_OK ? EX_OK : cu_fail(e, st, "%s: %s", name, why);
 }
 
 /* x and y (dy) with the filter w as pointwise.cu takes them; 0 when H and W do not fold. */
@@ -311,10 +284,10 @@ static ex_status pw_forward(cu_exec *e, const ex_tdesc *x, const ex_tdesc *w, co
 
 CU_OP(pwconv)
 {
-    const ex_tdesc *x = &n->src[0], *w = &n->src[1], *y = &n->dst;
-    ex_status st = pw_check(e, n, x, w, y, "pwconv");
+    ex_status st = gm_check(e, n, "pwconv");
     if (st != EX_OK)
         return st;
+    const ex_tdesc *x = &n->src[0], *w = &n->src[1], *y = &n->dst;
     return pw_forward(e, x, w, y, "pwconv");
 }
 
@@ -521,10 +494,10 @@ __global__ void pw_filter_direct_kernel(cu_t4 x, cu_t4 dy, gm_mat dw, const floa
 
 CU_OP(pwconv_bwd_filter)
 {
-    const ex_tdesc *x = &n->src[0], *dy = &n->src[1], *dw = &n->dst;
-    ex_status st = pw_check(e, n, x, dw, dy, "pwconv_bwd_filter");
+    ex_status st = gm_check(e, n, "pwconv_bwd_filter");
     if (st != EX_OK)
         return st;
+    const ex_tdesc *x = &n->src[0], *dy = &n->src[1], *dw = &n->dst;
     gm_mat xm, dym, dwm = gm_mat2(dw);
     if (!gm_sample(x, &xm) || !gm_sample(dy, &dym) || x->ne[0] == 0) {
         if (e->dry || dwm.rows * dwm.cols == 0)
@@ -559,33 +532,12 @@ CU_OP(pwconv_bwd_filter)
 
 CU_OP(matmul)
 {
-    static const int dims[3] = {2, 2, 2};
-    ex_status st = gm_check(e, n, 2, 2, dims, "matmul");
+    ex_status st = gm_check(e, n, "matmul");
     if (st != EX_OK)
         return st;
     gm_mat a = gm_mat2(&n->src[0]), b = gm_mat2(&n->src[1]), c = gm_mat2(&n->dst);
-    if (a.cols != b.rows || c.rows != a.rows || c.cols != b.cols)
-        return cu_fail(e, EX_ERR_SHAPE, "matmul: [%lld,%lld] x [%lld,%lld] -> [%lld,%lld]",
-                       (long long)a.rows, (long long)a.cols, (long long)b.rows, (long long)b.cols,
-                       (long long)c.rows, (long long)c.cols);
     gm_job j = gm_single(a, b, c);
     return gm_run(e, &j);
-}
-
-static ex_status lin_check(cu_exec *e, const ex_node_exec *nd)
-{
-    static const int dims[4] = {2, 2, 1, 2};
-    static const int dims_nb[3] = {2, 2, 2};
-    ex_status st = gm_check(e, nd, 2, 3, nd->nsrc == 3 ? dims : dims_nb, "linear");
-    if (st != EX_OK)
-        return st;
-    const ex_tdesc *x = &nd->src[0], *w = &nd->src[1], *y = &nd->dst;
-    int ok = x->ne[1] == w->ne[1] && y->ne[0] == x->ne[0] && y->ne[1] == w->ne[0];
-    if (!ok || (nd->nsrc == 3 && nd->src[2].ne[0] != w->ne[0]))
-        return cu_fail(e, EX_ERR_SHAPE, "linear: x [%lld,%lld], w [%lld,%lld] -> [%lld,%lld]",
-                       (long long)x->ne[0], (long long)x->ne[1], (long long)w->ne[0],
-                       (long long)w->ne[1], (long long)y->ne[0], (long long)y->ne[1]);
-    return EX_OK;
 }
 
 /* y[i, j] += b[j] after the product, as the CPU backend adds it. */
@@ -603,7 +555,7 @@ __global__ void bias_kernel(gm_mat y, const float *b, int64_t bs, const float *g
 
 CU_OP(linear)
 {
-    ex_status st = lin_check(e, n);
+    ex_status st = gm_check(e, n, "linear");
     if (st != EX_OK)
         return st;
     gm_mat x = gm_mat2(&n->src[0]), wt = gm_transpose(gm_mat2(&n->src[1])), y = gm_mat2(&n->dst);

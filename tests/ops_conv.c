@@ -396,6 +396,87 @@ void conv_flag_errors(void **state)
                  s->backend_name);
 }
 
+/* ---- malformed GEMM-family nodes given to the backend directly ---- */
+
+typedef struct gmx_case {
+    ex_op op;
+    int nsrc;
+    int64_t a[4], b[4], y[4]; /* shapes; rank: the dims up to the first 0 */
+    int64_t nbias;            /* LINEAR's third source, or the third source given to PWCONV */
+    bool y_bcast;             /* dst's first stride 0 */
+    ex_status want;
+} gmx_case;
+
+/* A dense f32 tensor of fl_buffer's floats at float offset at, shaped ne (rank: the dims
+ * up to the first 0). */
+static ex_tdesc gmx_desc(ex_buffer *buf, int64_t at, const int64_t ne[4])
+{
+    ex_tdesc t = {.dtype = EX_F32, .buf = buf, .offset = (uint64_t)at * 4};
+    while (t.ndim < 4 && ne[t.ndim] > 0)
+        t.ndim++;
+    int64_t st = 1;
+    for (int d = t.ndim - 1; d >= 0; d--) {
+        t.ne[d] = ne[d];
+        t.st[d] = st;
+        st *= ne[d];
+    }
+    return t;
+}
+
+static ex_status gmx_run(const suite *s, ex_buffer *buf, const gmx_case *c)
+{
+    int64_t bias[4] = {c->nbias};
+    ex_tdesc src[3] = {gmx_desc(buf, 0, c->a), gmx_desc(buf, 128, c->b), gmx_desc(buf, 320, bias)};
+    ex_node_exec n = {.op = c->op, .nsrc = c->nsrc, .src = src, .tag = {-1, -1, -1}};
+    n.dst = gmx_desc(buf, 352, c->y);
+    if (c->y_bcast)
+        n.dst.st[0] = 0;
+    return fl_compute(s, &n);
+}
+
+void gemm_node_errors(void **state)
+{
+    suite *s = *state;
+    const ex_backend_iface *f = ex__backend_iface_of(s->be);
+    void *im = ex__backend_impl_of(s->be);
+    ex_buffer *buf = fl_buffer(s);
+    /* well formed: the first of each op and the last; every backend refuses the others
+     * alike (core/tdesc.h checks the family for all of them) */
+    static const gmx_case cases[] = {
+        {EX_OP_MATMUL, 2, {4, 5}, {5, 6}, {4, 6}, 0, false, EX_OK},
+        {EX_OP_MATMUL, 2, {4, 5}, {6, 6}, {4, 6}, 0, false, EX_ERR_SHAPE},
+        {EX_OP_MATMUL, 2, {4, 5}, {5, 6}, {4, 7}, 0, false, EX_ERR_SHAPE},
+        {EX_OP_MATMUL, 2, {4, 5}, {5, 6}, {4, 6}, 0, true, EX_ERR_ARG},
+        {EX_OP_MATMUL, 2, {1, 4, 5}, {5, 6}, {4, 6}, 0, false, EX_ERR_ARG},
+        {EX_OP_LINEAR, 3, {4, 5}, {6, 5}, {4, 6}, 6, false, EX_OK},
+        {EX_OP_LINEAR, 3, {4, 5}, {6, 5}, {4, 6}, 5, false, EX_ERR_SHAPE},
+        {EX_OP_LINEAR, 2, {4, 5}, {6, 4}, {4, 6}, 0, false, EX_ERR_SHAPE},
+        {EX_OP_PWCONV, 2, {2, 3, 4, 4}, {5, 3}, {2, 5, 4, 4}, 0, false, EX_OK},
+        {EX_OP_PWCONV, 2, {2, 3, 4, 4}, {5, 2}, {2, 5, 4, 4}, 0, false, EX_ERR_SHAPE},
+        {EX_OP_PWCONV, 2, {2, 3, 4, 4}, {5, 3}, {2, 5, 4, 3}, 0, false, EX_ERR_SHAPE},
+        {EX_OP_PWCONV, 3, {2, 3, 4, 4}, {5, 3}, {2, 5, 4, 4}, 5, false, EX_ERR_ARG},
+        {EX_OP_PWCONV_BWD_FILTER, 2, {2, 3, 4, 4}, {2, 5, 4, 4}, {5, 3}, 0, false, EX_OK},
+        {EX_OP_PWCONV_BWD_FILTER, 2, {2, 3, 4, 4}, {2, 5, 4, 4}, {5, 4}, 0, false, EX_ERR_SHAPE},
+        {EX_OP_MATMUL, 2, {4, 5}, {5, 6}, {4, 6}, 0, false, EX_OK},
+    };
+    int failed = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const gmx_case *c = &cases[i];
+        ex_status st = gmx_run(s, buf, c);
+        const char *msg = f->error(im);
+        if (st != c->want || (st != EX_OK && (!msg || !*msg))) {
+            print_error("FAIL [%s] case %zu, %s: %s (%s), expected %s\n", s->backend_name, i,
+                        ex_op_name(c->op), ex_status_str(st), msg ? msg : "no message",
+                        ex_status_str(c->want));
+            failed++;
+        }
+    }
+    f->buffer_free(im, buf);
+    if (failed)
+        fail_msg("%d malformed or valid GEMM-family nodes were handled wrongly on %s", failed,
+                 s->backend_name);
+}
+
 /* ---- malformed x-hat flags (ip1) of batch norm's backward, given to the backend directly ---- */
 
 static ex_tdesc bf_desc(ex_buffer *buf, int64_t at, bool per_channel)

@@ -231,6 +231,9 @@ void qconv_window_errors(void **state);
 void family_optim(void **state);
 /** Convolution nodes with malformed fused-ReLU flags, given to the backend directly. */
 void conv_flag_errors(void **state);
+/** Malformed MATMUL, LINEAR, PWCONV and PWCONV_BWD_FILTER nodes (sources, ranks, shapes, a
+ *  broadcasting dst) refused alike by every backend. */
+void gemm_node_errors(void **state);
 /** Batch norm's backward nodes with a bad ip1 (x-hat flag) fail alone, with a message. */
 void bn_flag_errors(void **state);
 /** A synchronized batch norm's node forms (BN_STATS ip1, BN_BWD_DATA ip2), well formed and

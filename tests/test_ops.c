@@ -101,6 +101,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_prestate(bn_flag_errors, &s),
         cmocka_unit_test_prestate(bn_sync_flag_errors, &s),
         cmocka_unit_test_prestate(family_gemm, &s),
+        cmocka_unit_test_prestate(gemm_node_errors, &s),
         cmocka_unit_test_prestate(family_pool, &s),
         cmocka_unit_test_prestate(family_batchnorm, &s),
         cmocka_unit_test_prestate(family_sync_batchnorm, &s),

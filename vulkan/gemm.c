@@ -89,21 +89,12 @@ static ex_status run(vk_exec *e, const gm_geom *g, const ex_tdesc *a, const ex_t
     return run_refs(e, g, vk_ref(e, a), vk_ref(e, b), vk_ref(e, c), bias);
 }
 
-static ex_status check(vk_exec *e, const ex_node_exec *nd, int nsrc_min, int nsrc_max,
-                       const int *ndims)
+/* Checks a node of the GEMM family (ex_td_gemm_of). */
+static ex_status check(vk_exec *e, const ex_node_exec *nd)
 {
-    if (nd->nsrc < nsrc_min || nd->nsrc > nsrc_max || nd->src == NULL)
-        return vk_fail(e, EX_ERR_ARG, "unexpected source count %d", nd->nsrc);
-    for (int i = 0; i <= nd->nsrc; i++) {
-        const ex_tdesc *t = i < nd->nsrc ? &nd->src[i] : &nd->dst;
-        if (t->dtype != EX_F32 || t->ndim != ndims[i] || !t->buf)
-            return vk_fail(e, EX_ERR_ARG, "operand %d must be a %d-d f32 tensor", i, ndims[i]);
-    }
-    const ex_tdesc *d = &nd->dst;
-    for (int k = 0; k < d->ndim; k++)
-        if (d->ne[k] > 1 && d->st[k] == 0)
-            return vk_fail(e, EX_ERR_ARG, "dst broadcasts (stride 0)");
-    return EX_OK;
+    char why[320];
+    ex_status st = ex_td_gemm_of(nd, why, sizeof why);
+    return st == EX_OK ? EX_OK : vk_fail(e, st, "%s", why);
 }
 
 /* A plain matrix product: no batch, no split levels. */
@@ -123,15 +114,10 @@ static gm_geom plain(int64_t m, int64_t n, int64_t k)
 
 static ex_status matmul(vk_exec *e, const ex_node_exec *n)
 {
-    static const int dims[3] = {2, 2, 2};
-    ex_status st = check(e, n, 2, 2, dims);
+    ex_status st = check(e, n);
     if (st != EX_OK)
         return st;
     const ex_tdesc *a = &n->src[0], *b = &n->src[1], *c = &n->dst;
-    if (a->ne[1] != b->ne[0] || c->ne[0] != a->ne[0] || c->ne[1] != b->ne[1])
-        return vk_fail(e, EX_ERR_SHAPE, "[%lld,%lld] x [%lld,%lld] -> [%lld,%lld]",
-                       (long long)a->ne[0], (long long)a->ne[1], (long long)b->ne[0],
-                       (long long)b->ne[1], (long long)c->ne[0], (long long)c->ne[1]);
     gm_geom g = plain(a->ne[0], b->ne[1], a->ne[1]);
     g.a_i = a->st[0];
     g.a_k0 = a->st[1];
@@ -144,17 +130,10 @@ static ex_status matmul(vk_exec *e, const ex_node_exec *n)
 
 static ex_status linear(vk_exec *e, const ex_node_exec *n)
 {
-    static const int dims[4] = {2, 2, 1, 2};
-    static const int dims_nb[3] = {2, 2, 2};
-    ex_status st = check(e, n, 2, 3, n->nsrc == 3 ? dims : dims_nb);
+    ex_status st = check(e, n);
     if (st != EX_OK)
         return st;
     const ex_tdesc *x = &n->src[0], *w = &n->src[1], *y = &n->dst;
-    int ok = x->ne[1] == w->ne[1] && y->ne[0] == x->ne[0] && y->ne[1] == w->ne[0];
-    if (!ok || (n->nsrc == 3 && n->src[2].ne[0] != w->ne[0]))
-        return vk_fail(e, EX_ERR_SHAPE, "x [%lld,%lld], w [%lld,%lld] -> [%lld,%lld]",
-                       (long long)x->ne[0], (long long)x->ne[1], (long long)w->ne[0],
-                       (long long)w->ne[1], (long long)y->ne[0], (long long)y->ne[1]);
     gm_geom g = plain(x->ne[0], w->ne[0], x->ne[1]);
     g.a_i = x->st[0];
     g.a_k0 = x->st[1];
@@ -163,24 +142,6 @@ static ex_status linear(vk_exec *e, const ex_node_exec *n)
     g.c_i = y->st[0];
     g.c_j0 = y->st[1];
     return run(e, &g, x, w, y, n->nsrc == 3 ? &n->src[2] : NULL);
-}
-
-static ex_status pw_check(vk_exec *e, const ex_node_exec *nd, const ex_tdesc *x, const ex_tdesc *w,
-                          const ex_tdesc *y)
-{
-    static const int fwd_dims[3] = {4, 2, 4}, filter_dims[3] = {4, 4, 2};
-    ex_status st = check(e, nd, 2, 2, w == &nd->dst ? filter_dims : fwd_dims);
-    if (st != EX_OK)
-        return st;
-    if (y->ne[0] != x->ne[0] || y->ne[2] != x->ne[2] || y->ne[3] != x->ne[3] ||
-        w->ne[0] != y->ne[1] || w->ne[1] != x->ne[1])
-        return vk_fail(e, EX_ERR_SHAPE,
-                       "x [%lld,%lld,%lld,%lld], w [%lld,%lld], y [%lld,%lld,%lld,%lld] do not fit",
-                       (long long)x->ne[0], (long long)x->ne[1], (long long)x->ne[2],
-                       (long long)x->ne[3], (long long)w->ne[0], (long long)w->ne[1],
-                       (long long)y->ne[0], (long long)y->ne[1], (long long)y->ne[2],
-                       (long long)y->ne[3]);
-    return EX_OK;
 }
 
 /* Mirrors pw.comp's push constants. */
@@ -249,9 +210,7 @@ static ex_status pw_run(vk_exec *e, const ex_node_exec *n, pw_pc *pc, int varian
 
 static ex_status pwconv(vk_exec *e, const ex_node_exec *n)
 {
-    if (n->nsrc != 2 || n->src == NULL)
-        return vk_fail(e, EX_ERR_ARG, "expected 2 sources, got %d", n->nsrc);
-    ex_status st = pw_check(e, n, &n->src[0], &n->src[1], &n->dst);
+    ex_status st = check(e, n);
     if (st != EX_OK)
         return st;
     pw_pc pc;
@@ -370,12 +329,10 @@ static int64_t wg_parts(int64_t k, int64_t co, int64_t ci, int64_t kc, int64_t *
  * it writes, then the scratch it reads and dw. */
 static ex_status pwconv_bwd_filter(vk_exec *e, const ex_node_exec *n)
 {
-    if (n->nsrc != 2 || n->src == NULL)
-        return vk_fail(e, EX_ERR_ARG, "expected 2 sources, got %d", n->nsrc);
-    const ex_tdesc *x = &n->src[0], *dy = &n->src[1], *dw = &n->dst;
-    ex_status st = pw_check(e, n, x, dw, dy);
+    ex_status st = check(e, n);
     if (st != EX_OK)
         return st;
+    const ex_tdesc *x = &n->src[0], *dy = &n->src[1], *dw = &n->dst;
     wg_pc pc;
     memset(&pc, 0, sizeof pc);
     int64_t co = dw->ne[0], ci = dw->ne[1], k = x->ne[0] * x->ne[2] * x->ne[3];
