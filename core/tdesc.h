@@ -390,6 +390,86 @@ static inline ex_status ex_td_gemm_of(const ex_node_exec *nd, char *why, size_t 
     return EX_OK;
 }
 
+/** A reduction's split of x's dims (SUM, MEAN, MAX over the axes of mask ip0, dims kept):
+ *  the kept dims (size, x stride, dst stride) and the reduced ones (size, x stride), each
+ *  in x's order with dims of size 1 left out; entries past nk and nr are size 1, stride 0. */
+typedef struct ex_td_reduce {
+    int nk, nr;
+    int64_t kne[4], kxs[4], kds[4];
+    int64_t rne[4], rxs[4];
+    int64_t nout, m; /**< outputs, elements reduced into each */
+} ex_td_reduce;
+
+/** Checks and decodes a reduction node as every backend does: one source; x and dst f32
+ *  of one rank (1 to 4), dst 1 on the reduced dims and x's size on the others, no empty
+ *  dim, no dim of the mask beyond x's, a dst that does not broadcast. EX_ERR_ARG or
+ *  EX_ERR_SHAPE with the message in why (len bytes). */
+static inline ex_status ex_td_reduce_of(const ex_node_exec *n, ex_td_reduce *g, char *why,
+                                        size_t len)
+{
+    if (n->nsrc != 1 || n->src == NULL) {
+        snprintf(why, len, "%d sources, expected 1", n->nsrc);
+        return EX_ERR_ARG;
+    }
+    const ex_tdesc *x = &n->src[0], *d = &n->dst;
+    if (x->dtype != EX_F32 || d->dtype != EX_F32) {
+        snprintf(why, len, "x and dst must be f32");
+        return EX_ERR_ARG;
+    }
+    if (x->ndim < 1 || x->ndim > 4 || d->ndim != x->ndim) {
+        snprintf(why, len, "x has %d dims, dst %d (dims are kept)", x->ndim, d->ndim);
+        return EX_ERR_SHAPE;
+    }
+    uint32_t axes = (uint32_t)n->ip[0];
+    if (axes >> x->ndim) {
+        snprintf(why, len, "axes 0x%x name a dim beyond x's %d", axes, x->ndim);
+        return EX_ERR_ARG;
+    }
+    *g = (ex_td_reduce){0, 0, {1, 1, 1, 1}, {0}, {0}, {1, 1, 1, 1}, {0}, 1, 1};
+    for (int k = 0; k < x->ndim; k++) {
+        int red = (axes >> k) & 1;
+        if (x->ne[k] < 1) {
+            snprintf(why, len, "x dim %d is empty", k);
+            return EX_ERR_SHAPE;
+        }
+        if (d->ne[k] != (red ? 1 : x->ne[k])) {
+            snprintf(why, len, "dst dim %d is %lld, expected %lld", k, (long long)d->ne[k],
+                     (long long)(red ? 1 : x->ne[k]));
+            return EX_ERR_SHAPE;
+        }
+        if (x->ne[k] == 1)
+            continue;
+        if (red) {
+            g->rne[g->nr] = x->ne[k];
+            g->rxs[g->nr++] = x->st[k];
+            g->m *= x->ne[k];
+        } else {
+            if (d->st[k] == 0) {
+                snprintf(why, len, "dst broadcasts (stride 0)");
+                return EX_ERR_ARG;
+            }
+            g->kne[g->nk] = x->ne[k];
+            g->kxs[g->nk] = x->st[k];
+            g->kds[g->nk++] = d->st[k];
+            g->nout *= x->ne[k];
+        }
+    }
+    return EX_OK;
+}
+
+/** FILL's i32 value from its f32 fp0, as every backend converts it: saturated, NaN as 0
+ *  (a plain cast of an out-of-range float is undefined in C). */
+static inline int32_t ex_td_fill_i32(float v)
+{
+    if (v != v)
+        return 0;
+    if (v >= 2147483648.0f)
+        return INT32_MAX;
+    if (v < -2147483648.0f)
+        return INT32_MIN;
+    return (int32_t)v;
+}
+
 /** What source 0 of a batch-norm backward node (BN_BWD_REDUCE, BN_BWD_DATA) holds, from
  *  ip1 (docs/ops.md): 0 for x, 1 for x̂ itself (the output of an affine-free BN_APPLY, kept
  *  in x's stead so that x dies after the forward pass); -1 when ip1 is neither. */

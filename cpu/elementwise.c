@@ -279,18 +279,6 @@ CPU_OP(relu_bwd)
     return ew_f32(e, n, "relu_bwd", 2, run_relu_bwd);
 }
 
-/* (int32)value, saturated: a plain cast of an out-of-range float is undefined in C. */
-static int32_t fill_i32(float v)
-{
-    if (v != v)
-        return 0;
-    if (v >= 2147483648.0f)
-        return INT32_MAX;
-    if (v < -2147483648.0f)
-        return INT32_MIN;
-    return (int32_t)v;
-}
-
 CPU_OP(fill)
 {
     ew_ops o;
@@ -305,7 +293,7 @@ CPU_OP(fill)
     if (n->dst.dtype == EX_F32) {
         memcpy(&bits, &n->fp[0], 4);
     } else if (n->dst.dtype == EX_I32) {
-        int32_t v = fill_i32(n->fp[0]);
+        int32_t v = ex_td_fill_i32(n->fp[0]);
         memcpy(&bits, &v, 4);
     } else {
         return cpu_fail(e, EX_ERR_ARG, "fill: dst must be f32 or i32");

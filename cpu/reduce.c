@@ -25,63 +25,18 @@ typedef enum red_kind { RED_SUM, RED_MEAN, RED_MAX } red_kind;
 
 /** Source dims split into kept ones (one output each) and reduced ones; size-1 dims are
  *  dropped, and an empty list stands as one dim of size 1. */
-typedef struct red_geom {
-    int nk, nr;
-    int64_t kne[4], kxs[4], kds[4]; /**< kept: size, x stride, dst stride */
-    int64_t rne[4], rxs[4];         /**< reduced: size, x stride */
-    int64_t nout, m;                /**< outputs, elements reduced into each */
-} red_geom;
-
-static ex_status red_check(const cpu_exec *e, const ex_node_exec *n, const char *op)
-{
-    if (n->nsrc != 1 || n->src == NULL)
-        return cpu_fail(e, EX_ERR_ARG, "%s: %d sources, expected 1", op, n->nsrc);
-    const ex_tdesc *x = &n->src[0], *d = &n->dst;
-    if (x->dtype != EX_F32 || d->dtype != EX_F32)
-        return cpu_fail(e, EX_ERR_ARG, "%s: x and dst must be f32", op);
-    if (x->ndim < 1 || x->ndim > 4 || d->ndim != x->ndim)
-        return cpu_fail(e, EX_ERR_SHAPE, "%s: x has %d dims, dst %d (dims are kept)", op, x->ndim,
-                        d->ndim);
-    if ((uint32_t)n->ip[0] >> x->ndim)
-        return cpu_fail(e, EX_ERR_ARG, "%s: axes 0x%x name a dim beyond x's %d", op,
-                        (unsigned)n->ip[0], x->ndim);
-    return EX_OK;
-}
+/** The split of x's dims, decoded in core (core/tdesc.h); an empty list holds one entry
+ *  of size 1. */
+typedef ex_td_reduce red_geom;
 
 static ex_status red_setup(const cpu_exec *e, const ex_node_exec *n, const char *op, red_geom *g)
 {
-    ex_status st = red_check(e, n, op);
+    char why[256];
+    ex_status st = ex_td_reduce_of(n, g, why, sizeof why);
     if (st != EX_OK)
-        return st;
-    const ex_tdesc *x = &n->src[0], *d = &n->dst;
-    uint32_t axes = (uint32_t)n->ip[0];
-    *g = (red_geom){.nout = 1, .m = 1};
-    for (int k = 0; k < x->ndim; k++) {
-        int red = (axes >> k) & 1;
-        if (x->ne[k] < 1)
-            return cpu_fail(e, EX_ERR_SHAPE, "%s: x dim %d is empty", op, k);
-        if (d->ne[k] != (red ? 1 : x->ne[k]))
-            return cpu_fail(e, EX_ERR_SHAPE, "%s: dst dim %d is %lld, expected %lld", op, k,
-                            (long long)d->ne[k], (long long)(red ? 1 : x->ne[k]));
-        if (x->ne[k] == 1)
-            continue;
-        if (red) {
-            g->rne[g->nr] = x->ne[k];
-            g->rxs[g->nr++] = x->st[k];
-            g->m *= x->ne[k];
-        } else {
-            if (d->st[k] == 0)
-                return cpu_fail(e, EX_ERR_ARG, "%s: dst broadcasts (stride 0)", op);
-            g->kne[g->nk] = x->ne[k];
-            g->kxs[g->nk] = x->st[k];
-            g->kds[g->nk++] = d->st[k];
-            g->nout *= x->ne[k];
-        }
-    }
-    if (g->nr == 0)
-        g->rne[g->nr++] = 1;
-    if (g->nk == 0)
-        g->kne[g->nk++] = 1;
+        return cpu_fail(e, st, "%s: %s", op, why);
+    g->nr += g->nr == 0;
+    g->nk += g->nk == 0;
     return EX_OK;
 }
 

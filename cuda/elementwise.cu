@@ -238,19 +238,6 @@ CU_OP(relu_bwd)
     return ew_f32<EW_RELU_BWD>(e, n, "relu_bwd", 2);
 }
 
-/* (int32)value, saturated as the CPU backend does: a plain cast of an out-of-range float
- * is undefined. */
-static int32_t fill_i32(float v)
-{
-    if (v != v)
-        return 0;
-    if (v >= 2147483648.0f)
-        return INT32_MAX;
-    if (v < -2147483648.0f)
-        return INT32_MIN;
-    return (int32_t)v;
-}
-
 CU_OP(fill)
 {
     ew_args o;
@@ -264,7 +251,7 @@ CU_OP(fill)
     if (n->dst.dtype == EX_F32) {
         memcpy(&o.bits, &n->fp[0], 4);
     } else if (n->dst.dtype == EX_I32) {
-        int32_t v = fill_i32(n->fp[0]);
+        int32_t v = ex_td_fill_i32(n->fp[0]);
         memcpy(&o.bits, &v, 4);
     } else {
         return cu_fail(e, EX_ERR_ARG, "fill: dst must be f32 or i32");

@@ -15,6 +15,8 @@ typedef enum red_kind { RED_SUM, RED_MEAN, RED_MAX } red_kind;
 
 /** Source dims split into kept ones (one output each) and reduced ones; size-1 dims are
  *  dropped and an empty list stands as one dim of size 1. */
+/** The split of x's dims (ex_td_reduce, an empty list holding one entry of size 1), and
+ *  what the kernels need besides. */
 typedef struct red_geom {
     int nk, nr;
     int64_t kne[4], kxs[4], kds[4]; /**< kept: size, x stride, dst stride */
@@ -25,60 +27,27 @@ typedef struct red_geom {
     int kind;
 } red_geom;
 
-static ex_status red_check(cu_exec *e, const ex_node_exec *n, const char *op)
-{
-    if (n->nsrc != 1 || n->src == NULL)
-        return cu_fail(e, EX_ERR_ARG, "%s: %d sources, expected 1", op, n->nsrc);
-    const ex_tdesc *x = &n->src[0], *d = &n->dst;
-    if (x->dtype != EX_F32 || d->dtype != EX_F32)
-        return cu_fail(e, EX_ERR_ARG, "%s: x and dst must be f32", op);
-    if (x->ndim < 1 || x->ndim > 4 || d->ndim != x->ndim)
-        return cu_fail(e, EX_ERR_SHAPE, "%s: x has %d dims, dst %d (dims are kept)", op, x->ndim,
-                       d->ndim);
-    if ((uint32_t)n->ip[0] >> x->ndim)
-        return cu_fail(e, EX_ERR_ARG, "%s: axes 0x%x name a dim beyond x's %d", op,
-                       (unsigned)n->ip[0], x->ndim);
-    return EX_OK;
-}
-
 static ex_status red_setup(cu_exec *e, const ex_node_exec *n, const char *op, red_geom *g)
 {
-    ex_status st = red_check(e, n, op);
+    ex_td_reduce r;
+    char why[256];
+    ex_status st = ex_td_reduce_of(n, &r, why, sizeof why);
     if (st != EX_OK)
-        return st;
-    const ex_tdesc *x = &n->src[0], *d = &n->dst;
-    uint32_t axes = (uint32_t)n->ip[0];
-    memset(g, 0, sizeof *g);
-    g->nout = g->m = 1;
-    for (int k = 0; k < x->ndim; k++) {
-        int red = (axes >> k) & 1;
-        if (x->ne[k] < 1)
-            return cu_fail(e, EX_ERR_SHAPE, "%s: x dim %d is empty", op, k);
-        if (d->ne[k] != (red ? 1 : x->ne[k]))
-            return cu_fail(e, EX_ERR_SHAPE, "%s: dst dim %d is %lld, expected %lld", op, k,
-                           (long long)d->ne[k], (long long)(red ? 1 : x->ne[k]));
-        if (x->ne[k] == 1)
-            continue;
-        if (red) {
-            g->rne[g->nr] = x->ne[k];
-            g->rxs[g->nr++] = x->st[k];
-            g->m *= x->ne[k];
-        } else {
-            if (d->st[k] == 0)
-                return cu_fail(e, EX_ERR_ARG, "%s: dst broadcasts (stride 0)", op);
-            g->kne[g->nk] = x->ne[k];
-            g->kxs[g->nk] = x->st[k];
-            g->kds[g->nk++] = d->st[k];
-            g->nout *= x->ne[k];
-        }
+        return cu_fail(e, st, "%s: %s", op, why);
+    g->nk = r.nk + (r.nk == 0);
+    g->nr = r.nr + (r.nr == 0);
+    for (int k = 0; k < 4; k++) {
+        g->kne[k] = r.kne[k];
+        g->kxs[k] = r.kxs[k];
+        g->kds[k] = r.kds[k];
+        g->rne[k] = r.rne[k];
+        g->rxs[k] = r.rxs[k];
     }
-    if (g->nr == 0)
-        g->rne[g->nr++] = 1;
-    if (g->nk == 0)
-        g->kne[g->nk++] = 1;
+    g->nout = r.nout;
+    g->m = r.m;
     g->nch = (g->m + CU_CHUNK - 1) / CU_CHUNK;
-    g->x = cu_f32(x);
-    g->dst = cu_f32(d);
+    g->x = cu_f32(&n->src[0]);
+    g->dst = cu_f32(&n->dst);
     return EX_OK;
 }
 
@@ -172,7 +141,7 @@ __global__ void red_combine_kernel(red_geom g, const double *part, const float *
 
 static ex_status red_exec(cu_exec *e, const ex_node_exec *n, const char *op, red_kind kind)
 {
-    red_geom g;
+    red_geom g = {};
     ex_status st = red_setup(e, n, op, &g);
     if (st != EX_OK)
         return st;

@@ -103,18 +103,6 @@ static ex_status f32_op(vk_exec *e, const ex_node_exec *n, int nsrc, int variant
     return st == EX_OK ? go(e, variant, &pc) : st;
 }
 
-/* (int32)value, saturated, as the CPU backend converts it. */
-static int32_t fill_i32(float v)
-{
-    if (v != v)
-        return 0;
-    if (v >= 2147483648.0f)
-        return INT32_MAX;
-    if (v < -2147483648.0f)
-        return INT32_MIN;
-    return (int32_t)v;
-}
-
 static ex_status fill(vk_exec *e, const ex_node_exec *n)
 {
     ew_pc pc;
@@ -127,7 +115,7 @@ static ex_status fill(vk_exec *e, const ex_node_exec *n)
     if (n->dst.dtype == EX_F32) {
         memcpy(&pc.bits, &n->fp[0], 4);
     } else if (n->dst.dtype == EX_I32) {
-        int32_t v = fill_i32(n->fp[0]);
+        int32_t v = ex_td_fill_i32(n->fp[0]);
         memcpy(&pc.bits, &v, 4);
     } else {
         return vk_fail(e, EX_ERR_ARG, "dst must be f32 or i32");

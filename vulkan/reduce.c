@@ -24,55 +24,19 @@ typedef struct mb_pc {
 _Static_assert(sizeof(red_pc) <= VK_PC_BYTES, "reduce.comp's push constants");
 _Static_assert(sizeof(mb_pc) <= VK_PC_BYTES, "max_bwd.comp's push constants");
 
-static ex_status red_check(vk_exec *e, const ex_node_exec *n)
-{
-    if (n->nsrc != 1 || n->src == NULL)
-        return vk_fail(e, EX_ERR_ARG, "%d sources, expected 1", n->nsrc);
-    const ex_tdesc *x = &n->src[0], *d = &n->dst;
-    if (x->dtype != EX_F32 || d->dtype != EX_F32)
-        return vk_fail(e, EX_ERR_ARG, "x and dst must be f32");
-    if (x->ndim < 1 || x->ndim > 4 || d->ndim != x->ndim)
-        return vk_fail(e, EX_ERR_SHAPE, "x has %d dims, dst %d (dims are kept)", x->ndim, d->ndim);
-    if ((uint32_t)n->ip[0] >> x->ndim)
-        return vk_fail(e, EX_ERR_ARG, "axes 0x%x name a dim beyond x's %d", (unsigned)n->ip[0],
-                       x->ndim);
-    return EX_OK;
-}
-
 /* Kept dims fill kne/kxs/kds from the right, reduced ones rne/rxs; unused entries are
  * size 1, stride 0. */
 static ex_status red_setup(vk_exec *e, const ex_node_exec *n, red_pc *pc)
 {
-    ex_status st = red_check(e, n);
+    ex_td_reduce r;
+    char why[256];
+    ex_status st = ex_td_reduce_of(n, &r, why, sizeof why);
     if (st != EX_OK)
-        return st;
+        return vk_fail(e, st, "%s", why);
     const ex_tdesc *x = &n->src[0], *d = &n->dst;
-    uint32_t axes = (uint32_t)n->ip[0];
-    int64_t kne[4] = {1, 1, 1, 1}, kxs[4] = {0}, kds[4] = {0}, rne[4] = {1, 1, 1, 1}, rxs[4] = {0};
-    int nk = 0, nr = 0;
-    int64_t nout = 1, m = 1;
-    for (int k = 0; k < x->ndim; k++) {
-        int red = (axes >> k) & 1;
-        if (x->ne[k] < 1)
-            return vk_fail(e, EX_ERR_SHAPE, "x dim %d is empty", k);
-        if (d->ne[k] != (red ? 1 : x->ne[k]))
-            return vk_fail(e, EX_ERR_SHAPE, "dst dim %d is %lld, expected %lld", k,
-                           (long long)d->ne[k], (long long)(red ? 1 : x->ne[k]));
-        if (x->ne[k] == 1)
-            continue;
-        if (red) {
-            rne[nr] = x->ne[k];
-            rxs[nr++] = x->st[k];
-            m *= x->ne[k];
-        } else {
-            if (d->st[k] == 0)
-                return vk_fail(e, EX_ERR_ARG, "dst broadcasts (stride 0)");
-            kne[nk] = x->ne[k];
-            kxs[nk] = x->st[k];
-            kds[nk++] = d->st[k];
-            nout *= x->ne[k];
-        }
-    }
+    const int64_t *kne = r.kne, *kxs = r.kxs, *kds = r.kds, *rne = r.rne, *rxs = r.rxs;
+    int nk = r.nk, nr = r.nr;
+    int64_t nout = r.nout, m = r.m;
     if (!vk_fits32(kne, kxs) || !vk_fits32(kne, kds) || !vk_fits32(rne, rxs))
         return vk_fail(e, EX_ERR_UNSUPPORTED, "x is beyond 32-bit indexing");
     memset(pc, 0, sizeof *pc);
