@@ -586,6 +586,87 @@ static inline int ex_td_bn_ranks(const ex_node_exec *n)
 /** The message for a node ex_td_bn_ranks() refuses; its argument is ip2. */
 #define EX_TD_BN_RANKS_MSG "ip2 (ranks, the count multiplier) is %d; expected >= 0"
 
+/** A batch norm's x [n, c, h, w] and m = n * h * w, the values one rank's statistics
+ *  count. */
+typedef struct ex_td_bn {
+    int64_t n, c, h, w, m;
+} ex_td_bn;
+
+/* Whether t is an f32 tensor of x's 4-d shape in a buffer. */
+static inline bool ex_td_bn_like_x(const ex_tdesc *t, const ex_tdesc *x)
+{
+    bool ok = t->dtype == EX_F32 && t->ndim == 4 && t->buf != NULL;
+    for (int d = 0; d < 4 && ok; d++)
+        ok = t->ne[d] == x->ne[d];
+    return ok;
+}
+
+/** Checks a BN_APPLY, BN_BWD_REDUCE or BN_BWD_DATA node as every backend does
+ *  (docs/ops.md): the source count; x, source 0, a 4-d f32 tensor; stats [2, C]; gamma and
+ *  beta [C] (together or neither); dy and a 4-d dst of x's shape; red and BN_BWD_REDUCE's
+ *  dst [2, C]; a dst that does not broadcast; the x-hat flag (ip1) and the ranks (ip2).
+ *  Fills g; EX_ERR_ARG or EX_ERR_SHAPE with the message in why (len bytes). */
+static inline ex_status ex_td_bn_of(const ex_node_exec *n, ex_td_bn *g, char *why, size_t len)
+{
+    ex_op op = n->op;
+    bool apply = op == EX_OP_BN_APPLY, reduce = op == EX_OP_BN_BWD_REDUCE;
+    int lo = apply ? 2 : reduce ? 3 : 4, hi = apply ? 4 : reduce ? 3 : 5;
+    if (!apply && !reduce && op != EX_OP_BN_BWD_DATA) {
+        snprintf(why, len, "%s is not checked here", ex_op_name(op));
+        return EX_ERR_ARG;
+    }
+    if (n->nsrc < lo || n->nsrc > hi || n->src == NULL) {
+        snprintf(why, len, "unexpected source count %d", n->nsrc);
+        return EX_ERR_ARG;
+    }
+    if (apply && n->nsrc == 3) {
+        snprintf(why, len, "gamma and beta come together");
+        return EX_ERR_ARG;
+    }
+    const ex_tdesc *x = &n->src[0];
+    if (x->dtype != EX_F32 || x->ndim != 4 || x->buf == NULL) {
+        snprintf(why, len, "x must be a 4-d f32 tensor");
+        return EX_ERR_ARG;
+    }
+    *g = (ex_td_bn){x->ne[0], x->ne[1], x->ne[2], x->ne[3], x->ne[0] * x->ne[2] * x->ne[3]};
+    /* each operand after x: its role's name and rows (0: x's 4-d shape; 1: [C]; 2: [2, C]) */
+    static const char *const names[3][6] = {{"stats", "gamma", "beta", "dst"},
+                                            {"stats", "dy", "dst"},
+                                            {"stats", "dy", "red", "gamma", "dst"}};
+    static const int rows[3][6] = {{2, 1, 1, 0}, {2, 0, 2}, {2, 0, 2, 1, 0}};
+    int k = apply ? 0 : reduce ? 1 : 2;
+    for (int i = 1; i <= n->nsrc; i++) {
+        bool last = i == n->nsrc;
+        const ex_tdesc *t = last ? &n->dst : &n->src[i];
+        int at = last ? (k == 0 ? 3 : k == 1 ? 2 : 4) : i - 1;
+        int r = rows[k][at];
+        bool ok = r == 0 ? ex_td_bn_like_x(t, x) : t->buf != NULL && ex_td_bn_vec_ok(t, r, g->c);
+        if (!ok) {
+            if (r == 0)
+                snprintf(why, len, "%s must be an f32 tensor of x's shape", names[k][at]);
+            else
+                snprintf(why, len, "%s must be an f32 [%s%lld] tensor", names[k][at],
+                         r == 1 ? "" : "2, ", (long long)g->c);
+            return EX_ERR_SHAPE;
+        }
+    }
+    int64_t ne[4], st[4];
+    ex_td_shape4(&n->dst, ne, st);
+    if (!ex_td_dst_ok(ne, st)) {
+        snprintf(why, len, "dst broadcasts (stride 0)");
+        return EX_ERR_ARG;
+    }
+    if (!apply && ex_td_bn_xhat(n) < 0) {
+        snprintf(why, len, EX_TD_BN_XHAT_MSG, n->ip[1]);
+        return EX_ERR_ARG;
+    }
+    if (op == EX_OP_BN_BWD_DATA && ex_td_bn_ranks(n) < 0) {
+        snprintf(why, len, EX_TD_BN_RANKS_MSG, n->ip[2]);
+        return EX_ERR_ARG;
+    }
+    return EX_OK;
+}
+
 /** SGD's node form, as every backend checks it: 4 sources, or 5 with a gradient clip
  *  folded in (source 4 the norm, one f32 element; fp[2] its max_norm, > 0). EX_OK, or the
  *  status to return with what is wrong written into why (no op name). */

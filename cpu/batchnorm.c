@@ -64,10 +64,9 @@ static inline float *bn_px(const bn_plane *p, int64_t h, int64_t w)
     return p->p + h * p->sr + w * p->sc;
 }
 
-/** x's shape and M = N*H*W, the count behind every per-channel statistic. */
-typedef struct bn_geom {
-    int64_t n, c, h, w, m;
-} bn_geom;
+/** x's shape and M = N*H*W, the count behind every per-channel statistic, decoded in core
+ *  (core/tdesc.h). */
+typedef ex_td_bn bn_geom;
 
 /* ---- contiguous runs and float vectors for the fast path ---- */
 
@@ -168,39 +167,19 @@ static int bn_runs(const bn_plane *ps, int np, int64_t h, int64_t w, int64_t *nr
 
 /* ---- shape checks ---- */
 
-static ex_status bn_check_4d(const cpu_exec *e, const ex_tdesc *t, const ex_tdesc *x,
-                             const char *name, const char *what)
+/** Checks a BN_APPLY, BN_BWD_REDUCE or BN_BWD_DATA node (ex_td_bn_of) and fills g. */
+static ex_status bn_of(const cpu_exec *e, const ex_node_exec *nd, const char *name, bn_geom *g)
 {
-    int ok = t->dtype == EX_F32 && t->ndim == 4;
-    for (int d = 0; d < 4 && ok; d++)
-        ok = t->ne[d] == x->ne[d];
-    if (!ok)
-        return cpu_fail(e, EX_ERR_SHAPE, "%s: %s must be an f32 tensor of x's shape", name, what);
-    return EX_OK;
+    char why[256];
+    ex_status st = ex_td_bn_of(nd, g, why, sizeof why);
+    return st == EX_OK ? EX_OK : cpu_fail(e, st, "%s: %s", name, why);
 }
 
-static ex_status bn_check_c(const cpu_exec *e, const ex_tdesc *t, int64_t rows, int64_t c,
-                            const char *name, const char *what)
+/** x [n, c, h, w] of a BN_STATS node that ex_td_bn_stats_check accepted, as g. */
+static void bn_stats_geom(const ex_node_exec *nd, bn_geom *g)
 {
-    int ok = t->dtype == EX_F32 && (rows == 1 ? t->ndim == 1 && t->ne[0] == c
-                                              : t->ndim == 2 && t->ne[0] == rows && t->ne[1] == c);
-    if (!ok)
-        return cpu_fail(e, EX_ERR_SHAPE, "%s: %s must be an f32 [%s%lld] tensor", name, what,
-                        rows == 1 ? "" : "2, ", (long long)c);
-    return EX_OK;
-}
-
-/** Checks the source count and x (source 0), and fills g. */
-static ex_status bn_begin(const cpu_exec *e, const ex_node_exec *nd, int nmin, int nmax,
-                          const char *name, bn_geom *g)
-{
-    if (nd->nsrc < nmin || nd->nsrc > nmax)
-        return cpu_fail(e, EX_ERR_ARG, "%s: unexpected source count %d", name, nd->nsrc);
     const ex_tdesc *x = &nd->src[0];
-    if (x->dtype != EX_F32 || x->ndim != 4)
-        return cpu_fail(e, EX_ERR_ARG, "%s: x must be a 4-d f32 tensor", name);
     *g = (bn_geom){x->ne[0], x->ne[1], x->ne[2], x->ne[3], x->ne[0] * x->ne[2] * x->ne[3]};
-    return EX_OK;
 }
 
 /* ---- statistics ---- */
@@ -381,9 +360,7 @@ CPU_OP(bn_stats)
         return EX_OK;
     }
     bn_geom g;
-    st = bn_begin(e, n, 3, 3, "bn_stats", &g);
-    if (st != EX_OK)
-        return st;
+    bn_stats_geom(n, &g);
     if (!n->ip[0]) {
         bn_vec rm = bn_vec_of(&n->src[1]), rv = bn_vec_of(&n->src[2]);
         for (int64_t k = 0; k < g.c; k++)
@@ -451,15 +428,7 @@ static void bn_apply_ref(const ex_node_exec *nd, const bn_geom *g)
 CPU_OP(bn_apply)
 {
     bn_geom g;
-    ex_status st = bn_begin(e, n, 2, 4, "bn_apply", &g);
-    if (st == EX_OK && n->nsrc == 3)
-        st = cpu_fail(e, EX_ERR_ARG, "bn_apply: gamma and beta come together");
-    if (st == EX_OK)
-        st = bn_check_c(e, &n->src[1], 2, g.c, "bn_apply", "stats");
-    for (int i = 2; i < n->nsrc && st == EX_OK; i++)
-        st = bn_check_c(e, &n->src[i], 1, g.c, "bn_apply", i == 2 ? "gamma" : "beta");
-    if (st == EX_OK)
-        st = bn_check_4d(e, &n->dst, &n->src[0], "bn_apply", "dst");
+    ex_status st = bn_of(e, n, "bn_apply", &g);
     if (st != EX_OK)
         return st;
     if (e->reference) {
@@ -604,15 +573,7 @@ static ex_status bn_reduce_fast(const cpu_exec *e, const ex_node_exec *nd, const
 CPU_OP(bn_bwd_reduce)
 {
     bn_geom g;
-    ex_status st = bn_begin(e, n, 3, 3, "bn_bwd_reduce", &g);
-    if (st == EX_OK)
-        st = bn_check_c(e, &n->src[1], 2, g.c, "bn_bwd_reduce", "stats");
-    if (st == EX_OK)
-        st = bn_check_4d(e, &n->src[2], &n->src[0], "bn_bwd_reduce", "dy");
-    if (st == EX_OK)
-        st = bn_check_c(e, &n->dst, 2, g.c, "bn_bwd_reduce", "dst");
-    if (st == EX_OK && ex_td_bn_xhat(n) < 0)
-        st = cpu_fail(e, EX_ERR_ARG, "bn_bwd_reduce: " EX_TD_BN_XHAT_MSG, n->ip[1]);
+    ex_status st = bn_of(e, n, "bn_bwd_reduce", &g);
     if (st != EX_OK)
         return st;
     if (!e->reference)
@@ -689,21 +650,7 @@ static void bn_bwd_data_plane(const bn_plane *x, const bn_plane *dy, const bn_pl
 CPU_OP(bn_bwd_data)
 {
     bn_geom g;
-    ex_status st = bn_begin(e, n, 4, 5, "bn_bwd_data", &g);
-    if (st == EX_OK)
-        st = bn_check_c(e, &n->src[1], 2, g.c, "bn_bwd_data", "stats");
-    if (st == EX_OK)
-        st = bn_check_4d(e, &n->src[2], &n->src[0], "bn_bwd_data", "dy");
-    if (st == EX_OK)
-        st = bn_check_c(e, &n->src[3], 2, g.c, "bn_bwd_data", "red");
-    if (st == EX_OK && n->nsrc == 5)
-        st = bn_check_c(e, &n->src[4], 1, g.c, "bn_bwd_data", "gamma");
-    if (st == EX_OK)
-        st = bn_check_4d(e, &n->dst, &n->src[0], "bn_bwd_data", "dst");
-    if (st == EX_OK && ex_td_bn_xhat(n) < 0)
-        st = cpu_fail(e, EX_ERR_ARG, "bn_bwd_data: " EX_TD_BN_XHAT_MSG, n->ip[1]);
-    if (st == EX_OK && ex_td_bn_ranks(n) < 0)
-        st = cpu_fail(e, EX_ERR_ARG, "bn_bwd_data: " EX_TD_BN_RANKS_MSG, n->ip[2]);
+    ex_status st = bn_of(e, n, "bn_bwd_data", &g);
     if (st != EX_OK)
         return st;
     /* red holds sums over every rank's batch (ip2 = R): the statistics count R times the

@@ -7,9 +7,8 @@
 #include "cuda/cuda.h"
 
 /** x's shape and M = N*H*W, the count behind every per-channel statistic. */
-typedef struct bn_geom {
-    int64_t n, c, h, w, m;
-} bn_geom;
+/** x [n, c, h, w] and m = n * h * w, decoded in core (core/tdesc.h). */
+typedef ex_td_bn bn_geom;
 
 /** A per-channel vector: a [C] tensor or one row of a [2, C] one. */
 typedef struct bn_vec {
@@ -71,44 +70,12 @@ __device__ __forceinline__ float bn_dx(float x, float d, float k, float c1, floa
     return k * (d - c1 - (x - mean) * inv * c2);
 }
 
-static ex_status bn_check_4d(cu_exec *e, const ex_tdesc *t, const ex_tdesc *x, const char *name,
-                             const char *what)
+/** Checks a BN_APPLY, BN_BWD_REDUCE or BN_BWD_DATA node (ex_td_bn_of) and fills g. */
+static ex_status bn_of(cu_exec *e, const ex_node_exec *nd, const char *name, bn_geom *g)
 {
-    int ok = t->dtype == EX_F32 && t->ndim == 4 && t->buf != NULL;
-    for (int d = 0; d < 4 && ok; d++)
-        ok = t->ne[d] == x->ne[d];
-    if (!ok)
-        return cu_fail(e, EX_ERR_SHAPE, "%s: %s must be an f32 tensor of x's shape", name, what);
-    return EX_OK;
-}
-
-static ex_status bn_check_c(cu_exec *e, const ex_tdesc *t, int64_t rows, int64_t c,
-                            const char *name, const char *what)
-{
-    int ok = t->dtype == EX_F32 && t->buf != NULL &&
-             (rows == 1 ? t->ndim == 1 && t->ne[0] == c
-                        : t->ndim == 2 && t->ne[0] == rows && t->ne[1] == c);
-    if (!ok)
-        return cu_fail(e, EX_ERR_SHAPE, "%s: %s must be an f32 [%s%lld] tensor", name, what,
-                       rows == 1 ? "" : "2, ", (long long)c);
-    return EX_OK;
-}
-
-/** Checks the source count and x (source 0), and fills g. */
-static ex_status bn_begin(cu_exec *e, const ex_node_exec *nd, int nmin, int nmax, const char *name,
-                          bn_geom *g)
-{
-    if (nd->nsrc < nmin || nd->nsrc > nmax || nd->src == NULL)
-        return cu_fail(e, EX_ERR_ARG, "%s: unexpected source count %d", name, nd->nsrc);
-    const ex_tdesc *x = &nd->src[0];
-    if (x->dtype != EX_F32 || x->ndim != 4 || x->buf == NULL)
-        return cu_fail(e, EX_ERR_ARG, "%s: x must be a 4-d f32 tensor", name);
-    g->n = x->ne[0];
-    g->c = x->ne[1];
-    g->h = x->ne[2];
-    g->w = x->ne[3];
-    g->m = x->ne[0] * x->ne[2] * x->ne[3];
-    return EX_OK;
+    char why[256];
+    ex_status st = ex_td_bn_of(nd, g, why, sizeof why);
+    return st == EX_OK ? EX_OK : cu_fail(e, st, "%s: %s", name, why);
 }
 
 __device__ __forceinline__ float bn_get(bn_vec v, int64_t c)
@@ -367,22 +334,10 @@ CU_OP(bn_stats)
     ex_status st = ex_td_bn_stats_check(n, &form, &c, why, sizeof why);
     if (st != EX_OK)
         return cu_fail(e, st, "bn_stats: %s", why);
-    bn_geom g = {};
-    if (form == EX_BN_STATS_FINISH) {
-        g.c = c;
-        g.m = n->ip[2];
-        st = bn_check_c(e, &n->src[0], 2, c, "bn_stats", "moments");
-    } else {
-        st = bn_begin(e, n, 3, 3, "bn_stats", &g);
-    }
-    if (st == EX_OK)
-        st = bn_check_c(e, &n->src[1], 1, g.c, "bn_stats", "running_mean");
-    if (st == EX_OK)
-        st = bn_check_c(e, &n->src[2], 1, g.c, "bn_stats", "running_var");
-    if (st == EX_OK)
-        st = bn_check_c(e, &n->dst, 2, g.c, "bn_stats", "dst");
-    if (st != EX_OK)
-        return st;
+    const ex_tdesc *x = &n->src[0];
+    bn_geom g = {x->ne[0], c, x->ne[2], x->ne[3], x->ne[0] * x->ne[2] * x->ne[3]};
+    if (form == EX_BN_STATS_FINISH)
+        g = (bn_geom){0, c, 0, 0, n->ip[2]};
     int train = n->ip[0] != 0;
     bn_args a = {};
     a.g = g;
@@ -443,15 +398,7 @@ __global__ void bn_apply_kernel(bn_args a, const float *gate)
 CU_OP(bn_apply)
 {
     bn_geom g = {};
-    ex_status st = bn_begin(e, n, 2, 4, "bn_apply", &g);
-    if (st == EX_OK && n->nsrc == 3)
-        st = cu_fail(e, EX_ERR_ARG, "bn_apply: gamma and beta come together");
-    if (st == EX_OK)
-        st = bn_check_c(e, &n->src[1], 2, g.c, "bn_apply", "stats");
-    for (int i = 2; i < n->nsrc && st == EX_OK; i++)
-        st = bn_check_c(e, &n->src[i], 1, g.c, "bn_apply", i == 2 ? "gamma" : "beta");
-    if (st == EX_OK)
-        st = bn_check_4d(e, &n->dst, &n->src[0], "bn_apply", "dst");
+    ex_status st = bn_of(e, n, "bn_apply", &g);
     if (st != EX_OK || e->dry)
         return st;
     bn_args a = {};
@@ -474,15 +421,7 @@ CU_OP(bn_apply)
 CU_OP(bn_bwd_reduce)
 {
     bn_geom g = {};
-    ex_status st = bn_begin(e, n, 3, 3, "bn_bwd_reduce", &g);
-    if (st == EX_OK)
-        st = bn_check_c(e, &n->src[1], 2, g.c, "bn_bwd_reduce", "stats");
-    if (st == EX_OK)
-        st = bn_check_4d(e, &n->src[2], &n->src[0], "bn_bwd_reduce", "dy");
-    if (st == EX_OK)
-        st = bn_check_c(e, &n->dst, 2, g.c, "bn_bwd_reduce", "dst");
-    if (st == EX_OK && ex_td_bn_xhat(n) < 0)
-        st = cu_fail(e, EX_ERR_ARG, "bn_bwd_reduce: " EX_TD_BN_XHAT_MSG, n->ip[1]);
+    ex_status st = bn_of(e, n, "bn_bwd_reduce", &g);
     if (st != EX_OK)
         return st;
     bn_args a = {};
@@ -536,21 +475,7 @@ __global__ void bn_bwd_data_kernel(bn_args a, const float *gate)
 CU_OP(bn_bwd_data)
 {
     bn_geom g = {};
-    ex_status st = bn_begin(e, n, 4, 5, "bn_bwd_data", &g);
-    if (st == EX_OK)
-        st = bn_check_c(e, &n->src[1], 2, g.c, "bn_bwd_data", "stats");
-    if (st == EX_OK)
-        st = bn_check_4d(e, &n->src[2], &n->src[0], "bn_bwd_data", "dy");
-    if (st == EX_OK)
-        st = bn_check_c(e, &n->src[3], 2, g.c, "bn_bwd_data", "red");
-    if (st == EX_OK && n->nsrc == 5)
-        st = bn_check_c(e, &n->src[4], 1, g.c, "bn_bwd_data", "gamma");
-    if (st == EX_OK)
-        st = bn_check_4d(e, &n->dst, &n->src[0], "bn_bwd_data", "dst");
-    if (st == EX_OK && ex_td_bn_xhat(n) < 0)
-        st = cu_fail(e, EX_ERR_ARG, "bn_bwd_data: " EX_TD_BN_XHAT_MSG, n->ip[1]);
-    if (st == EX_OK && ex_td_bn_ranks(n) < 0)
-        st = cu_fail(e, EX_ERR_ARG, "bn_bwd_data: " EX_TD_BN_RANKS_MSG, n->ip[2]);
+    ex_status st = bn_of(e, n, "bn_bwd_data", &g);
     if (st != EX_OK || e->dry)
         return st;
     /* red holds sums over every rank's batch (ip2 = R): the statistics count R times the

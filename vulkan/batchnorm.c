@@ -45,22 +45,6 @@ static void put4(uint32_t out[4], const int64_t v[4])
         out[d] = (uint32_t)v[d];
 }
 
-/* A 4-d operand of x's shape (dst: also writing each element once), within 32 bits. */
-static ex_status check_4d(vk_exec *e, const ex_tdesc *t, const ex_tdesc *x, const char *what,
-                          int written)
-{
-    int ok = t->dtype == EX_F32 && t->ndim == 4 && t->buf != NULL;
-    for (int d = 0; d < 4 && ok; d++)
-        ok = t->ne[d] == x->ne[d];
-    if (!ok)
-        return vk_fail(e, EX_ERR_SHAPE, "%s must be an f32 tensor of x's shape", what);
-    if (written && !ex_td_dst_ok(t->ne, t->st))
-        return vk_fail(e, EX_ERR_ARG, "%s broadcasts (stride 0)", what);
-    if (!vk_fits32(t->ne, t->st))
-        return vk_fail(e, EX_ERR_UNSUPPORTED, "%s is beyond 32-bit indexing", what);
-    return EX_OK;
-}
-
 /* A per-channel operand: [C] (rows 1) or [2, C]; written ones may not broadcast. */
 static ex_status check_c(vk_exec *e, const ex_tdesc *t, int rows, int64_t c, const char *what,
                          int written)
@@ -90,6 +74,24 @@ static ex_status begin(vk_exec *e, const ex_node_exec *n, int nmin, int nmax)
         return vk_fail(e, EX_ERR_ARG, "x must be a 4-d f32 tensor");
     if (!vk_fits32(x->ne, x->st))
         return vk_fail(e, EX_ERR_UNSUPPORTED, "x is beyond 32-bit indexing");
+    return EX_OK;
+}
+
+/* A BN_APPLY, BN_BWD_REDUCE or BN_BWD_DATA node checked as every backend checks it
+ * (ex_td_bn_of), with each operand within the shaders' 32-bit indexing. */
+static ex_status checked(vk_exec *e, const ex_node_exec *n)
+{
+    ex_td_bn g;
+    char why[256];
+    ex_status st = ex_td_bn_of(n, &g, why, sizeof why);
+    if (st != EX_OK)
+        return vk_fail(e, st, "%s", why);
+    for (int i = 0; i <= n->nsrc; i++) {
+        int64_t ne[4], sts[4];
+        ex_td_shape4(i < n->nsrc ? &n->src[i] : &n->dst, ne, sts);
+        if (!vk_fits32(ne, sts))
+            return vk_fail(e, EX_ERR_UNSUPPORTED, "operand %d is beyond 32-bit indexing", i);
+    }
     return EX_OK;
 }
 
@@ -225,18 +227,10 @@ static ex_status bn_stats(vk_exec *e, const ex_node_exec *n)
 
 static ex_status bn_bwd_reduce(vk_exec *e, const ex_node_exec *n)
 {
-    ex_status st = begin(e, n, 3, 3);
-    int64_t c = st == EX_OK ? n->src[0].ne[1] : 0;
-    if (st == EX_OK)
-        st = check_c(e, &n->src[1], 2, c, "stats", 0);
-    if (st == EX_OK)
-        st = check_4d(e, &n->src[2], &n->src[0], "dy", 0);
-    if (st == EX_OK)
-        st = check_c(e, &n->dst, 2, c, "dst", 1);
-    if (st == EX_OK && ex_td_bn_xhat(n) < 0)
-        st = vk_fail(e, EX_ERR_ARG, EX_TD_BN_XHAT_MSG, n->ip[1]);
+    ex_status st = checked(e, n);
     if (st != EX_OK)
         return st;
+    int64_t c = n->src[0].ne[1];
     const ex_tdesc *x = &n->src[0], *s = &n->src[1];
     bn_red_pc pc;
     memset(&pc, 0, sizeof pc);
@@ -295,16 +289,7 @@ static ex_status pointwise(vk_exec *e, int variant, bn_pw_pc *pc)
 
 static ex_status bn_apply(vk_exec *e, const ex_node_exec *n)
 {
-    ex_status st = begin(e, n, 2, 4);
-    int64_t c = st == EX_OK ? n->src[0].ne[1] : 0;
-    if (st == EX_OK && n->nsrc == 3)
-        st = vk_fail(e, EX_ERR_ARG, "gamma and beta come together");
-    if (st == EX_OK)
-        st = check_c(e, &n->src[1], 2, c, "stats", 0);
-    for (int i = 2; i < n->nsrc && st == EX_OK; i++)
-        st = check_c(e, &n->src[i], 1, c, i == 2 ? "gamma" : "beta", 0);
-    if (st == EX_OK)
-        st = check_4d(e, &n->dst, &n->src[0], "dst", 1);
+    ex_status st = checked(e, n);
     if (st != EX_OK)
         return st;
     bn_pw_pc pc;
@@ -320,30 +305,15 @@ static ex_status bn_apply(vk_exec *e, const ex_node_exec *n)
 
 static ex_status bn_bwd_data(vk_exec *e, const ex_node_exec *n)
 {
-    ex_status st = begin(e, n, 4, 5);
-    int64_t c = st == EX_OK ? n->src[0].ne[1] : 0;
-    if (st == EX_OK)
-        st = check_c(e, &n->src[1], 2, c, "stats", 0);
-    if (st == EX_OK)
-        st = check_4d(e, &n->src[2], &n->src[0], "dy", 0);
-    if (st == EX_OK)
-        st = check_c(e, &n->src[3], 2, c, "red", 0);
-    if (st == EX_OK && n->nsrc == 5)
-        st = check_c(e, &n->src[4], 1, c, "gamma", 0);
-    if (st == EX_OK)
-        st = check_4d(e, &n->dst, &n->src[0], "dst", 1);
-    if (st == EX_OK && ex_td_bn_xhat(n) < 0)
-        st = vk_fail(e, EX_ERR_ARG, EX_TD_BN_XHAT_MSG, n->ip[1]);
-    int ranks = ex_td_bn_ranks(n);
-    if (st == EX_OK && ranks < 0)
-        st = vk_fail(e, EX_ERR_ARG, EX_TD_BN_RANKS_MSG, n->ip[2]);
-    const ex_tdesc *x = &n->src[0];
-    if (st == EX_OK && ((uint64_t)ranks >= 1u << (32 - BN_RANKS) ||
-                        (uint64_t)ranks * (uint64_t)(x->ne[0] * x->ne[2] * x->ne[3]) > UINT32_MAX))
-        st = vk_fail(e, EX_ERR_UNSUPPORTED, "%d ranks of N*H*W %lld are beyond 32-bit counts",
-                     ranks, (long long)(x->ne[0] * x->ne[2] * x->ne[3]));
+    ex_status st = checked(e, n);
     if (st != EX_OK)
         return st;
+    int ranks = ex_td_bn_ranks(n);
+    const ex_tdesc *x = &n->src[0];
+    if ((uint64_t)ranks >= 1u << (32 - BN_RANKS) ||
+        (uint64_t)ranks * (uint64_t)(x->ne[0] * x->ne[2] * x->ne[3]) > UINT32_MAX)
+        return vk_fail(e, EX_ERR_UNSUPPORTED, "%d ranks of N*H*W %lld are beyond 32-bit counts",
+                       ranks, (long long)(x->ne[0] * x->ne[2] * x->ne[3]));
     bn_pw_pc pc;
     pw_common(e, n, &pc);
     pc.y = vk_ref(e, &n->src[2]);
