@@ -320,6 +320,28 @@ static inline ex_status ex_td_pool_geom_of(const int32_t *ip, const int64_t xn[4
     return EX_OK;
 }
 
+/** The shapes of a global average pool (GLOBAL_AVG_POOL, QGLOBAL_AVG_POOL), as every backend
+ *  checks them: x [N, C, H, W] with at least one pixel a plane, y [N, C, 1, 1]; the int8
+ *  form's planes at most 2^23 pixels (so that an i32 sum of i8 holds). EX_ERR_SHAPE with
+ *  the message in why (len bytes). */
+static inline ex_status ex_td_gap_of(const ex_node_exec *n, char *why, size_t len)
+{
+    const ex_tdesc *x = &n->src[0], *y = &n->dst;
+    if (y->ne[0] != x->ne[0] || y->ne[1] != x->ne[1] || y->ne[2] != 1 || y->ne[3] != 1 ||
+        x->ne[2] * x->ne[3] < 1) {
+        snprintf(why, len, "x [%lld,%lld,%lld,%lld] -> y [%lld,%lld,%lld,%lld]",
+                 (long long)x->ne[0], (long long)x->ne[1], (long long)x->ne[2], (long long)x->ne[3],
+                 (long long)y->ne[0], (long long)y->ne[1], (long long)y->ne[2],
+                 (long long)y->ne[3]);
+        return EX_ERR_SHAPE;
+    }
+    if (n->op == EX_OP_QGLOBAL_AVG_POOL && x->ne[2] * x->ne[3] > (int64_t)1 << 23) {
+        snprintf(why, len, "planes above 2^23 pixels");
+        return EX_ERR_SHAPE;
+    }
+    return EX_OK;
+}
+
 /** A tensor's shape as text, "[2,3,8,8]", in out (96 bytes); returns out. */
 static inline const char *ex_td_shape_str(const ex_tdesc *t, char out[96])
 {

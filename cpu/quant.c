@@ -85,7 +85,7 @@ typedef struct q_walk {
 
 static ex_status q_need(const cpu_exec *e, const ex_node_exec *n, int nsrc)
 {
-    if (n->nsrc != nsrc)
+    if (n->nsrc != nsrc || n->src == NULL)
         return cpu_fail(e, EX_ERR_ARG, "cpu: %s: %d sources, not %d", ex_op_name(n->op), n->nsrc,
                         nsrc);
     return EX_OK;
@@ -974,12 +974,16 @@ CPU_OP(qavg_pool)
 
 CPU_OP(qglobal_avg_pool)
 {
-    ex_node_exec g = *n;
+    ex_status st = q_need(e, n, 1);
+    if (st != EX_OK)
+        return st;
     const ex_tdesc *x = &n->src[0];
-    if (x->ndim != 4)
-        return cpu_fail(e, EX_ERR_ARG, "cpu: qglobal_avg_pool: x must be [N, C, H, W]");
-    if (x->ne[2] * x->ne[3] > (int64_t)1 << 23)
-        return cpu_fail(e, EX_ERR_SHAPE, "cpu: qglobal_avg_pool: planes above 2^23 pixels");
+    if (x->ndim != 4 || n->dst.ndim != 4)
+        return cpu_fail(e, EX_ERR_ARG, "cpu: qglobal_avg_pool: x and y must be [N, C, H, W]");
+    char why[160];
+    if ((st = ex_td_gap_of(n, why, sizeof why)) != EX_OK)
+        return cpu_fail(e, st, "cpu: qglobal_avg_pool: %s", why);
+    ex_node_exec g = *n;
     g.ip[0] = (int32_t)x->ne[2];
     g.ip[1] = (int32_t)x->ne[3];
     g.ip[2] = g.ip[3] = 1;

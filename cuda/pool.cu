@@ -806,12 +806,9 @@ CU_OP(global_avg_pool)
     if (st != EX_OK)
         return st;
     const ex_tdesc *x = &n->src[0], *y = &n->dst;
-    if (y->ne[0] != x->ne[0] || y->ne[1] != x->ne[1] || y->ne[2] != 1 || y->ne[3] != 1 ||
-        x->ne[2] * x->ne[3] < 1)
-        return cu_fail(
-            e, EX_ERR_SHAPE, "global_avg_pool: x [%lld,%lld,%lld,%lld] -> y [%lld,%lld,%lld,%lld]",
-            (long long)x->ne[0], (long long)x->ne[1], (long long)x->ne[2], (long long)x->ne[3],
-            (long long)y->ne[0], (long long)y->ne[1], (long long)y->ne[2], (long long)y->ne[3]);
+    char why[160];
+    if ((st = ex_td_gap_of(n, why, sizeof why)) != EX_OK)
+        return cu_fail(e, st, "global_avg_pool: %s", why);
     if (x->ne[2] * x->ne[3] > 0x7fffffff)
         return cu_fail(e, EX_ERR_UNSUPPORTED, "global_avg_pool: planes of 2^31 elements or more");
     if (e->dry)

@@ -584,14 +584,9 @@ CU_OP(qglobal_avg_pool)
     if (st != EX_OK)
         return st;
     const ex_tdesc *x = &n->src[0], *y = &n->dst;
-    if (y->ne[0] != x->ne[0] || y->ne[1] != x->ne[1] || y->ne[2] != 1 || y->ne[3] != 1 ||
-        x->ne[2] * x->ne[3] < 1)
-        return cu_fail(
-            e, EX_ERR_SHAPE, "qglobal_avg_pool: x [%lld,%lld,%lld,%lld] -> y [%lld,%lld,%lld,%lld]",
-            (long long)x->ne[0], (long long)x->ne[1], (long long)x->ne[2], (long long)x->ne[3],
-            (long long)y->ne[0], (long long)y->ne[1], (long long)y->ne[2], (long long)y->ne[3]);
-    if (x->ne[2] * x->ne[3] > (int64_t)1 << 23)
-        return cu_fail(e, EX_ERR_SHAPE, "qglobal_avg_pool: planes above 2^23 pixels");
+    char why[160];
+    if ((st = ex_td_gap_of(n, why, sizeof why)) != EX_OK)
+        return cu_fail(e, st, "qglobal_avg_pool: %s", why);
     if (e->dry)
         return EX_OK;
     int64_t planes = x->ne[0] * x->ne[1], per = CU_THREADS / 32;

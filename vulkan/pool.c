@@ -155,12 +155,9 @@ static ex_status global_avg_pool(vk_exec *e, const ex_node_exec *n)
     if (st != EX_OK)
         return st;
     const ex_tdesc *x = &n->src[0], *y = &n->dst;
-    if (y->ne[0] != x->ne[0] || y->ne[1] != x->ne[1] || y->ne[2] != 1 || y->ne[3] != 1 ||
-        x->ne[2] * x->ne[3] < 1)
-        return vk_fail(e, EX_ERR_SHAPE, "x [%lld,%lld,%lld,%lld] -> y [%lld,%lld,%lld,%lld]",
-                       (long long)x->ne[0], (long long)x->ne[1], (long long)x->ne[2],
-                       (long long)x->ne[3], (long long)y->ne[0], (long long)y->ne[1],
-                       (long long)y->ne[2], (long long)y->ne[3]);
+    char why[160];
+    if ((st = ex_td_gap_of(n, why, sizeof why)) != EX_OK)
+        return vk_fail(e, st, "%s", why);
     pool_pc pc;
     memset(&pc, 0, sizeof pc);
     for (int d = 0; d < 4; d++)

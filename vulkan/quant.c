@@ -534,14 +534,9 @@ static ex_status q_global_avg_pool(vk_exec *e, const ex_node_exec *n)
     if (st != EX_OK)
         return st;
     const ex_tdesc *x = &n->src[0], *y = &n->dst;
-    if (y->ne[0] != x->ne[0] || y->ne[1] != x->ne[1] || y->ne[2] != 1 || y->ne[3] != 1 ||
-        x->ne[2] * x->ne[3] < 1)
-        return vk_fail(e, EX_ERR_SHAPE, "x [%lld,%lld,%lld,%lld] -> dst [%lld,%lld,%lld,%lld]",
-                       (long long)x->ne[0], (long long)x->ne[1], (long long)x->ne[2],
-                       (long long)x->ne[3], (long long)y->ne[0], (long long)y->ne[1],
-                       (long long)y->ne[2], (long long)y->ne[3]);
-    if (x->ne[2] * x->ne[3] > (int64_t)1 << 23)
-        return vk_fail(e, EX_ERR_SHAPE, "planes above 2^23 pixels");
+    char why[160];
+    if ((st = ex_td_gap_of(n, why, sizeof why)) != EX_OK)
+        return vk_fail(e, st, "%s", why);
     pc.d = vk_ref(e, y);
     pc.x = vk_ref(e, x);
     int64_t words = ((int64_t)pc.n + 3) / 4;
