@@ -3,6 +3,7 @@
  * ncclCommAbort and an error on the others, never a hang. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,13 +48,37 @@ static void nap(long polls)
     nanosleep(&t, NULL);
 }
 
+static void *abort_comm(void *nc)
+{
+    ncclCommAbort(nc);
+    return NULL;
+}
+
+/* ncclCommAbort first raises the flag that ends the kernels waiting in the group's sums,
+ * then frees the communicator, which can wait without end once a peer is gone (for its
+ * proxy threads, or in cudaFree): it runs on a thread of its own, so that the error
+ * reaches the caller now. Without a thread it runs here. */
+static void abort_detached(ncclComm_t nc)
+{
+    pthread_attr_t a;
+    pthread_t t;
+    bool started = pthread_attr_init(&a) == 0;
+    if (started) {
+        started = pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED) == 0 &&
+                  pthread_create(&t, &a, abort_comm, nc) == 0;
+        pthread_attr_destroy(&a);
+    }
+    if (!started)
+        ncclCommAbort(nc);
+}
+
 /* Aborts the group's sums (the kernels waiting in them end) and remembers why. */
 static ex_status breaks(ex_nccl_comm *c, const char *why, char *msg, size_t len)
 {
     if (!c->broken) {
         snprintf(c->why, sizeof c->why, "nccl: rank %d of %d: %s", c->comm.rank, c->comm.size, why);
         if (c->nc)
-            ncclCommAbort(c->nc);
+            abort_detached(c->nc);
         c->nc = NULL;
         c->broken = true;
     }

@@ -25,9 +25,11 @@ ex_status ex_nccl_id(unsigned char id[EX_NCCL_ID_BYTES], char *msg, size_t msg_l
  *  EXAPT_CUDA_DEVICE), every rank on its own GPU. Joining and every sum wait at most
  *  timeout_s seconds for the other ranks; past that, or when NCCL reports that a rank
  *  failed, the communicator aborts its sums (the GPU work waiting in them ends) and
- *  fails with EX_ERR_COMM, as does every later call. EX_ERR_ARG for a NULL out or id, size
- *  below 1, a rank outside 0 .. size - 1, a negative device or a timeout not above 0;
- *  EX_ERR_COMM when CUDA or NCCL fail; messages in msg. *out is NULL on failure. */
+ *  fails with EX_ERR_COMM, as does every later call. The abort (ncclCommAbort, which can
+ *  wait without end once a peer is gone) runs on a detached thread of its own.
+ *  EX_ERR_ARG for a NULL out or id, size below 1, a rank outside 0 .. size - 1, a negative
+ *  device or a timeout not above 0; EX_ERR_COMM when CUDA or NCCL fail; messages in msg.
+ *  *out is NULL on failure. */
 ex_status ex_nccl_comm_new(int size, int rank, const unsigned char id[EX_NCCL_ID_BYTES], int device,
                            double timeout_s, ex_nccl_comm **out, char *msg, size_t msg_len);
 
