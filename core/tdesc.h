@@ -122,6 +122,34 @@ static inline int ex_td_dst_ok(const int64_t ne[4], const int64_t st[4])
     return 1;
 }
 
+/** The element-wise form as every backend checks it: nsrc sources; a dst of 1 to 4 dims in
+ *  a buffer with no stride 0; the first nalign sources broadcast to dst. Fills ne (dst's
+ *  shape padded to 4 dims), st[0] (dst's strides) and st[1 + i] (source i's, read as dst's
+ *  shape). EX_ERR_ARG or EX_ERR_SHAPE with the message in why (len bytes). */
+static inline ex_status ex_td_ew_of(const ex_node_exec *n, int nsrc, int nalign, int64_t ne[4],
+                                    int64_t (*st)[4], char *why, size_t len)
+{
+    if (n->nsrc != nsrc || (nsrc > 0 && n->src == NULL)) {
+        snprintf(why, len, "%d sources, expected %d", n->nsrc, nsrc);
+        return EX_ERR_ARG;
+    }
+    if (n->dst.ndim < 1 || n->dst.ndim > 4 || n->dst.buf == NULL) {
+        snprintf(why, len, "bad dst (ndim %d)", n->dst.ndim);
+        return EX_ERR_ARG;
+    }
+    ex_td_shape4(&n->dst, ne, st[0]);
+    if (!ex_td_dst_ok(ne, st[0])) {
+        snprintf(why, len, "dst broadcasts (stride 0)");
+        return EX_ERR_ARG;
+    }
+    for (int i = 0; i < nalign; i++)
+        if (!ex_td_align(&n->src[i], ne, st[1 + i])) {
+            snprintf(why, len, "source %d does not broadcast to dst", i);
+            return EX_ERR_SHAPE;
+        }
+    return EX_OK;
+}
+
 /** The fused-ReLU flag of a convolution-family node (ip6, docs/ops.md): 0 or 1, or -1 when
  *  the node is malformed: the flag is neither 0 nor 1, is set on a dense convolution, or
  *  DWCONV2D_BWD_DATA does not have x as its third source exactly when it is set. The

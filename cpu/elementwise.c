@@ -52,51 +52,19 @@ static int ew_valid(const ex_tdesc *t)
     return t->ndim >= 1 && t->ndim <= 4 && t->buf != NULL;
 }
 
-/* Strides of src read as dst's padded shape ne, or 0 when the shapes do not broadcast. */
-static int ew_broadcast(const ex_tdesc *src, const int64_t ne[4], int64_t st[4])
-{
-    int64_t sne[4];
-    if (!ew_valid(src))
-        return 0;
-    ex_td_shape4(src, sne, st);
-    for (int d = 0; d < 4; d++) {
-        if (sne[d] == ne[d])
-            continue;
-        if (sne[d] != 1)
-            return 0;
-        st[d] = 0;
-    }
-    return 1;
-}
-
-/* Writing the same element from two places would race, so dst must not broadcast. */
-static int ew_dst_ok(const int64_t ne[4], const int64_t st[4])
-{
-    for (int d = 0; d < 4; d++)
-        if (ne[d] > 1 && st[d] == 0)
-            return 0;
-    return 1;
-}
-
-/* Checks the source count and aligns dst and the first nalign sources. */
+/* Checks the node (ex_td_ew_of) and aligns dst and the first nalign sources. */
 static ex_status ew_setup(const cpu_exec *e, const ex_node_exec *n, const char *op, int nsrc,
                           int nalign, ew_ops *o)
 {
-    if (n->nsrc != nsrc || (nsrc > 0 && n->src == NULL))
-        return cpu_fail(e, EX_ERR_ARG, "%s: %d sources, expected %d", op, n->nsrc, nsrc);
-    if (!ew_valid(&n->dst))
-        return cpu_fail(e, EX_ERR_ARG, "%s: bad dst (ndim %d)", op, n->dst.ndim);
-    ex_td_shape4(&n->dst, o->ne, o->st[0]);
-    if (!ew_dst_ok(o->ne, o->st[0]))
-        return cpu_fail(e, EX_ERR_ARG, "%s: dst broadcasts (stride 0)", op);
+    char why[160];
+    ex_status st = ex_td_ew_of(n, nsrc, nalign, o->ne, o->st, why, sizeof why);
+    if (st != EX_OK)
+        return cpu_fail(e, st, "%s: %s", op, why);
     o->nop = 1 + nalign;
     o->nd = 4;
     o->base[0] = cpu_ptr(&n->dst);
-    for (int i = 0; i < nalign; i++) {
-        if (!ew_broadcast(&n->src[i], o->ne, o->st[1 + i]))
-            return cpu_fail(e, EX_ERR_SHAPE, "%s: source %d does not broadcast to dst", op, i);
+    for (int i = 0; i < nalign; i++)
         o->base[1 + i] = cpu_ptr(&n->src[i]);
-    }
     return EX_OK;
 }
 
@@ -325,12 +293,12 @@ CPU_OP(copy)
         return cpu_fail(e, EX_ERR_ARG, "copy: source and dst must both be f32 or both i32");
     int64_t ne[4], st[4];
     ex_td_shape4(&n->dst, ne, st);
-    if (!ew_broadcast(&n->src[0], ne, st)) {
+    if (!ex_td_align(&n->src[0], ne, st)) {
         if (ex_td_numel(&n->src[0]) != ex_td_numel(&n->dst))
             return cpu_fail(e, EX_ERR_SHAPE, "copy: %lld elements into %lld",
                             (long long)ex_td_numel(&n->src[0]), (long long)ex_td_numel(&n->dst));
         ex_td_shape4(&n->dst, ne, st);
-        if (!ew_dst_ok(ne, st))
+        if (!ex_td_dst_ok(ne, st))
             return cpu_fail(e, EX_ERR_ARG, "copy: dst broadcasts (stride 0)");
         copy_reshape(e, &n->dst, &n->src[0]);
         return EX_OK;

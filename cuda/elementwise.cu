@@ -138,23 +138,16 @@ static bool ew_dense(const ew_args *o)
 static ex_status ew_setup(cu_exec *e, const ex_node_exec *n, const char *op, int nsrc, int nalign,
                           ew_args *o)
 {
-    if (n->nsrc != nsrc || (nsrc > 0 && n->src == NULL))
-        return cu_fail(e, EX_ERR_ARG, "%s: %d sources, expected %d", op, n->nsrc, nsrc);
-    const ex_tdesc *d = &n->dst;
-    if (d->ndim < 1 || d->ndim > 4 || d->buf == NULL)
-        return cu_fail(e, EX_ERR_ARG, "%s: bad dst (ndim %d)", op, d->ndim);
     memset(o, 0, sizeof *o);
-    ex_td_shape4(d, o->ne, o->st[0]);
-    if (!ex_td_dst_ok(o->ne, o->st[0]))
-        return cu_fail(e, EX_ERR_ARG, "%s: dst broadcasts (stride 0)", op);
+    char why[160];
+    ex_status st = ex_td_ew_of(n, nsrc, nalign, o->ne, o->st, why, sizeof why);
+    if (st != EX_OK)
+        return cu_fail(e, st, "%s: %s", op, why);
     o->nop = 1 + nalign;
     o->nd = 4;
-    o->base[0] = cu_ptr(d);
-    for (int i = 0; i < nalign; i++) {
-        if (!ex_td_align(&n->src[i], o->ne, o->st[1 + i]))
-            return cu_fail(e, EX_ERR_SHAPE, "%s: source %d does not broadcast to dst", op, i);
+    o->base[0] = cu_ptr(&n->dst);
+    for (int i = 0; i < nalign; i++)
         o->base[1 + i] = cu_ptr(&n->src[i]);
-    }
     return EX_OK;
 }
 

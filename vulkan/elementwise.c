@@ -34,34 +34,25 @@ static ex_status need(vk_exec *e, const ex_tdesc *t, ex_dtype dt, const char *wh
 /* Checks the source count, aligns dst and the first nalign sources into pc. */
 static ex_status setup(vk_exec *e, const ex_node_exec *n, int nsrc, int nalign, ew_pc *pc)
 {
-    int64_t ne[4], st[4];
+    int64_t ne[4], st[3][4];
     memset(pc, 0, sizeof *pc);
-    if (n->nsrc != nsrc || (nsrc > 0 && n->src == NULL))
-        return vk_fail(e, EX_ERR_ARG, "%d sources, expected %d", n->nsrc, nsrc);
-    if (n->dst.ndim < 1 || n->dst.ndim > 4 || !n->dst.buf)
-        return vk_fail(e, EX_ERR_ARG, "bad dst (ndim %d)", n->dst.ndim);
-    ex_td_shape4(&n->dst, ne, st);
-    if (!ex_td_dst_ok(ne, st))
-        return vk_fail(e, EX_ERR_ARG, "dst broadcasts (stride 0)");
-    if (!vk_fits32(ne, st))
-        return vk_fail(e, EX_ERR_UNSUPPORTED, "dst is beyond 32-bit indexing");
+    char why[160];
+    ex_status s = ex_td_ew_of(n, nsrc, nalign, ne, st, why, sizeof why);
+    if (s != EX_OK)
+        return vk_fail(e, s, "%s", why);
+    for (int i = 0; i <= nalign; i++)
+        if (!vk_fits32(ne, st[i]))
+            return vk_fail(e, EX_ERR_UNSUPPORTED, "operand %d is beyond 32-bit indexing", i);
     put4(pc->ne, ne);
-    put4(pc->sd, st);
+    put4(pc->sd, st[0]);
     pc->n = (uint32_t)ex_td_numel(&n->dst);
     pc->d = vk_ref(e, &n->dst);
-    pc->a = pc->b = VK_NOREF;
-    for (int i = 0; i < nalign; i++) {
-        int64_t s[4];
-        if (!ex_td_align(&n->src[i], ne, s))
-            return vk_fail(e, EX_ERR_SHAPE, "source %d does not broadcast to dst", i);
-        if (!vk_fits32(ne, s))
-            return vk_fail(e, EX_ERR_UNSUPPORTED, "source %d is beyond 32-bit indexing", i);
-        put4(i == 0 ? pc->sa : pc->sb, s);
-        if (i == 0)
-            pc->a = vk_ref(e, &n->src[i]);
-        else
-            pc->b = vk_ref(e, &n->src[i]);
-    }
+    pc->a = nalign > 0 ? vk_ref(e, &n->src[0]) : VK_NOREF;
+    pc->b = nalign > 1 ? vk_ref(e, &n->src[1]) : VK_NOREF;
+    if (nalign > 0)
+        put4(pc->sa, st[1]);
+    if (nalign > 1)
+        put4(pc->sb, st[2]);
     return EX_OK;
 }
 
