@@ -274,8 +274,8 @@ typedef struct ex_td_conv {
 /** Checks and decodes a node of CONV2D, DWCONV2D or one of their gradients as every
  *  backend does (forward x, w -> y; data gradient dy, w -> dx; filter gradient x, dy ->
  *  dw): the fused ReLU (ex_td_conv_relu) and, on the data gradient, its mask source; three
- *  4-d f32 operands in buffers, dst with no stride 0; the window (ex_td_conv_geom_of). EX_ERR_ARG
- * or EX_ERR_SHAPE with the message in why (len bytes). */
+ *  4-d f32 operands in buffers, dst with no stride 0; the window (ex_td_conv_geom_of).
+ *  EX_ERR_ARG or EX_ERR_SHAPE with the message in why (len bytes). */
 static inline ex_status ex_td_conv_of(const ex_node_exec *nd, ex_td_conv *c, char *why, size_t len)
 {
     int relu = nd->src ? ex_td_conv_relu(nd) : -1;

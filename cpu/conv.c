@@ -398,7 +398,6 @@ static void conv_fast_bwd_filter(const cpu_exec *e, const conv_geom *g, const co
 
 /* ---- entry points ---- */
 
-/** The data gradient's third source (fused ReLU): x, shaped like dx. */
 ex_status conv_prepare(const cpu_exec *e, const ex_node_exec *nd, const char *name, conv_ops *o)
 {
     ex_td_conv c;

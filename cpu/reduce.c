@@ -23,10 +23,8 @@ static int red_threads(const cpu_exec *e)
 
 typedef enum red_kind { RED_SUM, RED_MEAN, RED_MAX } red_kind;
 
-/** Source dims split into kept ones (one output each) and reduced ones; size-1 dims are
- *  dropped, and an empty list stands as one dim of size 1. */
-/** The split of x's dims, decoded in core (core/tdesc.h); an empty list holds one entry
- *  of size 1. */
+/** Source dims split into kept ones (one output each) and reduced ones, decoded in core
+ *  (core/tdesc.h); size-1 dims are dropped, and an empty list stands as one dim of size 1. */
 typedef ex_td_reduce red_geom;
 
 static ex_status red_setup(const cpu_exec *e, const ex_node_exec *n, const char *op, red_geom *g)

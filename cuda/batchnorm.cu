@@ -6,8 +6,8 @@
  * Apply and backward-data are element-wise with the CPU fast path's float arithmetic. */
 #include "cuda/cuda.h"
 
-/** x's shape and M = N*H*W, the count behind every per-channel statistic. */
-/** x [n, c, h, w] and m = n * h * w, decoded in core (core/tdesc.h). */
+/** x's shape and M = N*H*W, the count behind every per-channel statistic, decoded in core
+ *  (core/tdesc.h). */
 typedef ex_td_bn bn_geom;
 
 /** A per-channel vector: a [C] tensor or one row of a [2, C] one. */

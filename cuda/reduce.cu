@@ -13,10 +13,9 @@
 
 typedef enum red_kind { RED_SUM, RED_MEAN, RED_MAX } red_kind;
 
-/** Source dims split into kept ones (one output each) and reduced ones; size-1 dims are
- *  dropped and an empty list stands as one dim of size 1. */
-/** The split of x's dims (ex_td_reduce, an empty list holding one entry of size 1), and
- *  what the kernels need besides. */
+/** Source dims split into kept ones (one output each) and reduced ones (ex_td_reduce);
+ *  size-1 dims are dropped and an empty list stands as one dim of size 1. Then what the
+ *  kernels need besides. */
 typedef struct red_geom {
     int nk, nr;
     int64_t kne[4], kxs[4], kds[4]; /**< kept: size, x stride, dst stride */

@@ -135,8 +135,9 @@ void accesses(const ex_node_exec *n, int64_t i, const cu_sched_node &sn, bool co
               std::vector<access> &out)
 {
     access a;
+    uint32_t updated = ex_td_updated_sources(n);
     for (int s = 0; s < n->nsrc; s++)
-        if (range_of(&n->src[s], s < 32 && (ex_td_updated_sources(n) >> s & 1u), &a))
+        if (range_of(&n->src[s], s < 32 && (updated >> s & 1u), &a))
             out.push_back(a);
     if (range_of(n->gate, false, &a))
         out.push_back(a);
