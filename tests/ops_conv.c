@@ -411,16 +411,10 @@ typedef struct gmx_case {
  * up to the first 0). */
 static ex_tdesc gmx_desc(ex_buffer *buf, int64_t at, const int64_t ne[4])
 {
-    ex_tdesc t = {.dtype = EX_F32, .buf = buf, .offset = (uint64_t)at * 4};
-    while (t.ndim < 4 && ne[t.ndim] > 0)
-        t.ndim++;
-    int64_t st = 1;
-    for (int d = t.ndim - 1; d >= 0; d--) {
-        t.ne[d] = ne[d];
-        t.st[d] = st;
-        st *= ne[d];
-    }
-    return t;
+    int nd = 0;
+    while (nd < 4 && ne[nd] > 0)
+        nd++;
+    return dense_desc(buf, (uint64_t)at * 4, EX_F32, nd, ne);
 }
 
 static ex_status gmx_run(const suite *s, ex_buffer *buf, const gmx_case *c)

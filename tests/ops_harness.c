@@ -55,6 +55,18 @@ int64_t numel_of(int n, const int64_t *ne)
     return k;
 }
 
+ex_tdesc dense_desc(ex_buffer *buf, uint64_t at, ex_dtype dt, int nd, const int64_t *ne)
+{
+    ex_tdesc t = {.dtype = dt, .ndim = nd, .buf = buf, .offset = at};
+    int64_t st = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        t.ne[d] = ne[d];
+        t.st[d] = st;
+        st *= ne[d];
+    }
+    return t;
+}
+
 void yshape4(const env *e, int64_t ne[4])
 {
     int pad = 4 - e->ynd;

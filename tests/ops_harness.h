@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/backend_iface.h"
 #include "exapt/exapt.h"
 
 /** Gradient bound, NMSE of the backend's gradient against central differences of the
@@ -198,6 +199,9 @@ void yshape4(const env *e, int64_t ne[4]);
 void shape4(const env *e, int k, int64_t ne[4]);
 /** The product of ne[0..n-1]. */
 int64_t numel_of(int n, const int64_t *ne);
+/** A dense row-major descriptor of nd dims ne, dtype dt, at byte offset at of buf: for nodes
+ *  handed to a backend directly. */
+ex_tdesc dense_desc(ex_buffer *buf, uint64_t at, ex_dtype dt, int nd, const int64_t *ne);
 void *xcalloc(size_t n, size_t size);
 
 /** Starts a case by hand (custom checks): a fresh context seeded for the case. */

@@ -552,18 +552,6 @@ static void pools(qfam *s)
  * multiplier f32 [4], y [2, 4, 8, 8] (i32, or i8 at the same place). */
 enum { RE_X = 0, RE_W = 512, RE_B = 672, RE_M = 688, RE_Y = 704, RE_END = RE_Y + 2048 };
 
-static ex_tdesc re_desc(ex_buffer *buf, uint64_t at, ex_dtype dt, int nd, const int64_t *ne)
-{
-    ex_tdesc t = {.dtype = dt, .ndim = nd, .buf = buf, .offset = at};
-    int64_t st = 1;
-    for (int d = nd - 1; d >= 0; d--) {
-        t.ne[d] = ne[d];
-        t.st[d] = st;
-        st *= ne[d];
-    }
-    return t;
-}
-
 typedef struct re_case {
     ex_op op;
     int nsrc, ip7, mlen;
@@ -571,21 +559,21 @@ typedef struct re_case {
     ex_status want;
 } re_case;
 
-/* One node of re_desc's layout, stride 1 and padding 1 (0 for the pointwise one). */
+/* One node of that layout, stride 1 and padding 1 (0 for the pointwise one). */
 static ex_status re_run(const suite *s, ex_buffer *buf, const re_case *c)
 {
     const ex_backend_iface *f = ex__backend_iface_of(s->be);
     void *im = ex__backend_impl_of(s->be);
     bool dw = c->op == EX_OP_QDWCONV2D, pw = c->op == EX_OP_QPWCONV;
     int64_t xne[4] = {2, 4, 8, 8}, wne[4] = {4, dw ? 1 : 4, 3, 3}, four = 4, mlen = c->mlen;
-    ex_tdesc src[4] = {re_desc(buf, RE_X, EX_I8, 4, xne),
-                       re_desc(buf, RE_W, EX_I8, pw ? 2 : 4, wne),
-                       re_desc(buf, RE_B, EX_I32, 1, &four), re_desc(buf, RE_M, EX_F32, 1, &mlen)};
+    ex_tdesc src[4] = {
+        dense_desc(buf, RE_X, EX_I8, 4, xne), dense_desc(buf, RE_W, EX_I8, pw ? 2 : 4, wne),
+        dense_desc(buf, RE_B, EX_I32, 1, &four), dense_desc(buf, RE_M, EX_F32, 1, &mlen)};
     int p = pw ? 0 : 1;
     ex_node_exec n = {.op = c->op,
                       .nsrc = c->nsrc,
                       .src = src,
-                      .dst = re_desc(buf, RE_Y, c->ydt, 4, xne),
+                      .dst = dense_desc(buf, RE_Y, c->ydt, 4, xne),
                       .ip = {1, 1, p, p, 1, 1, 0, c->ip7},
                       .tag = {-1, -1, -1}};
     ex_status st = f->compute(im, &n, 1, NULL);
@@ -641,7 +629,7 @@ typedef struct win_case {
     ex_status want;
 } win_case;
 
-/* One node of re_desc's layout giving the i32 sums: x [2, 4, 8, 8], w [4, wci, 3, 3] ([4, 4]
+/* One node of the RE_* layout giving the i32 sums: x [2, 4, 8, 8], w [4, wci, 3, 3] ([4, 4]
  * for the pointwise one), bias [nbias], y [2, 4, ho, 8]. */
 static ex_status win_run(const suite *s, ex_buffer *buf, const win_case *c)
 {
@@ -650,13 +638,13 @@ static ex_status win_run(const suite *s, ex_buffer *buf, const win_case *c)
     bool pw = c->op == EX_OP_QPWCONV;
     int64_t xne[4] = {2, 4, 8, 8}, wne[4] = {4, c->wci, 3, 3}, yne[4] = {2, 4, c->ho, 8},
             nb = c->nbias;
-    ex_tdesc src[3] = {re_desc(buf, RE_X, EX_I8, 4, xne),
-                       re_desc(buf, RE_W, EX_I8, pw ? 2 : 4, wne),
-                       re_desc(buf, RE_B, EX_I32, 1, &nb)};
+    ex_tdesc src[3] = {dense_desc(buf, RE_X, EX_I8, 4, xne),
+                       dense_desc(buf, RE_W, EX_I8, pw ? 2 : 4, wne),
+                       dense_desc(buf, RE_B, EX_I32, 1, &nb)};
     ex_node_exec n = {.op = c->op,
                       .nsrc = 3,
                       .src = src,
-                      .dst = re_desc(buf, RE_Y, EX_I32, 4, yne),
+                      .dst = dense_desc(buf, RE_Y, EX_I32, 4, yne),
                       .ip = {c->stride, c->stride, c->pad, c->pad, 1, 1},
                       .tag = {-1, -1, -1}};
     ex_status st = f->compute(im, &n, 1, NULL);
@@ -669,17 +657,17 @@ typedef struct pwin_case {
     ex_status want;
 } pwin_case;
 
-/* One pooling node of re_desc's layout: x i8 [2, 4, 8, 8] into y i8 [2, 4, ho, 8]. */
+/* One pooling node of the RE_* layout: x i8 [2, 4, 8, 8] into y i8 [2, 4, ho, 8]. */
 static ex_status pwin_run(const suite *s, ex_buffer *buf, const pwin_case *c)
 {
     const ex_backend_iface *f = ex__backend_iface_of(s->be);
     void *im = ex__backend_impl_of(s->be);
     int64_t xne[4] = {2, 4, 8, 8}, yne[4] = {2, 4, c->ho, 8};
-    ex_tdesc x = re_desc(buf, RE_X, EX_I8, 4, xne);
+    ex_tdesc x = dense_desc(buf, RE_X, EX_I8, 4, xne);
     ex_node_exec n = {.op = c->op,
                       .nsrc = 1,
                       .src = &x,
-                      .dst = re_desc(buf, RE_Y, EX_I8, 4, yne),
+                      .dst = dense_desc(buf, RE_Y, EX_I8, 4, yne),
                       .ip = {c->k, c->k, c->stride, c->stride, c->pad, c->pad},
                       .tag = {-1, -1, -1}};
     ex_status st = f->compute(im, &n, 1, NULL);
