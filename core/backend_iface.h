@@ -1,6 +1,7 @@
 /* The interface a backend implements, and what the planner hands it: the planner resolves
  * every tensor to a buffer and a byte offset, and the backend receives a flat list of
- * nodes (ex_node_exec) to run in order. Internal: backends and the engine only; the public
+ * nodes (ex_node_exec) with each node's dependencies, to run in that order or in any
+ * order the dependencies allow. Internal: backends and the engine only; the public
  * side is include/exapt/backend.h. */
 #ifndef EXAPT_CORE_BACKEND_IFACE_H
 #define EXAPT_CORE_BACKEND_IFACE_H
@@ -49,6 +50,13 @@ typedef struct ex_node_exec {
     uint64_t bytes_written;
     uint64_t min_bytes; /**< the least traffic the best algorithm must move */
     uint64_t flops;
+    /** The earlier nodes of the same list this one must wait for, as distances back (node i
+     *  waits for node i - dep[k]): the planner finds them once for every backend
+     *  (core/deps.h), which may run a node as soon as those are done. A distance reaching
+     *  before the list's first node asks for no wait: that node ran, or was queued ahead,
+     *  in an earlier compute. */
+    const int64_t *dep;
+    int32_t ndep;
 } ex_node_exec;
 
 /** The interface every backend implements. Each function returns a status and leaves a
@@ -66,10 +74,13 @@ typedef struct ex_backend_iface {
                       uint64_t n);
     /** Fills n bytes (a multiple of 4) with a 32-bit pattern. */
     ex_status (*fill)(void *impl, ex_buffer *buf, uint64_t offset, uint64_t n, uint32_t pattern);
-    /** Runs nodes in order. When node_ms is not NULL, stores each node's time (ms) and
-     *  returns once they ran. Otherwise it may return once the nodes are queued: a failure
-     *  the device finds later (a label out of range) is then returned by the next
-     *  synchronize or download, or by a compute that must wait to collect it. */
+    /** Runs nodes as their order and dependencies say (a node after those it waits for;
+     *  nodes that do not wait for each other in any order or side by side). A list of
+     *  several nodes must carry every dependency: the planner's do. When node_ms is not
+     *  NULL, stores each node's time (ms) and returns once they ran. Otherwise it may
+     *  return once the nodes are queued: a failure the device finds later (a label out of
+     *  range) is then returned by the next synchronize or download, or by a compute that
+     *  must wait to collect it. */
     ex_status (*compute)(void *impl, const ex_node_exec *nodes, int64_t n, double *node_ms);
     /** Waits for all queued work; returns a failure a queued compute found. */
     ex_status (*synchronize)(void *impl);

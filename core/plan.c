@@ -1,10 +1,12 @@
 /* The memory planner: liveness over the whole step, in-place element-wise ops, reuse of
- * freed bytes, arena chunks within the backend's limits, then the flat node list. */
+ * freed bytes, arena chunks within the backend's limits, then the flat node list and what
+ * each node waits for (core/deps.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/abi.h"
+#include "core/deps.h"
 #include "core/plan.h"
 
 #define ALIGN 256u
@@ -471,6 +473,10 @@ static ex_status build_nodes(ex_plan *p)
         n->flops = ex__op(t->op)->flops(t);
     }
     p->stats.nodes = p->nnodes;
+    if (ex__node_deps(p->nodes, p->nnodes, &p->deps) != EX_OK)
+        return ex__plan_fail(p, EX_ERR_NOMEM,
+                             "plan: out of host memory for the dependencies of %lld nodes",
+                             (long long)p->nnodes);
     return EX_OK;
 }
 
@@ -578,6 +584,7 @@ void ex_plan_free(ex_plan *p)
     free(p->nodes);
     free(p->node_tensor);
     free(p->descs);
+    free(p->deps);
     free(p->node_ms);
     free(p->stage_first);
     free(p->stage_count);

@@ -32,6 +32,7 @@ struct ex_plan {
     int64_t *node_tensor; /* the tensor each node computes */
     int64_t nnodes;
     ex_tdesc *descs; /* every node's sources and gates */
+    int64_t *deps;   /* what every node's dependency list points into (core/deps.h) */
     double *node_ms;
     int64_t *stage_first; /* per stage: its first node and node count (stages are contiguous) */
     int64_t *stage_count;

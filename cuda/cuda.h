@@ -595,9 +595,10 @@ typedef struct cu_node_flags {
     unsigned char conditional, pair_head, pair_tail;
 } cu_node_flags;
 
-/** Schedules count nodes over nstreams streams, with ring the scratch ring's bytes (at
- *  least the largest need). A pair's tail is no node of its own: its head waits for, and
- *  stands as the writer of, what both touch. EX_ERR_NOMEM when host memory ran out. */
+/** Schedules count nodes over nstreams streams from their dependencies (ex_node_exec.dep)
+ *  and the resources they share, with ring the scratch ring's bytes (at least the largest
+ *  need). A pair's tail is no node of its own: its head waits for what both wait for, and
+ *  stands for the tail in what waits for it. EX_ERR_NOMEM when host memory ran out. */
 ex_status cu_schedule(const ex_node_exec *nodes, int64_t count, const cu_node_flags *flags,
                       int nstreams, uint64_t ring, cu_sched *out);
 

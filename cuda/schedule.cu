@@ -1,13 +1,13 @@
 /* The captured step spread over several streams. A DARTS step is tens of thousands of
  * small kernels, and most of them do not depend on each other (the candidates of an edge,
  * the edges of a cell): on one stream each waits for the one before and the GPU runs one
- * small grid at a time. Here every node waits only for the nodes it must: the last writer
- * of every byte it reads or writes, and the readers since then of every byte it writes,
- * the byte ranges taken from the tensor descriptors. Resources the kernels share are
- * ranges too: a node's slice of the scratch ring, its last-block ticket and the
- * conditional bodies' cuBLAS handle. The status words are not: reports keep the earliest
- * node's whatever the order (cu_report), and ordering the ~1,700 nodes that may report
- * chained a DARTS step's edges one after another.
+ * small grid at a time. Here every node waits only for the nodes it must: those the plan
+ * lists for it (ex_node_exec.dep: the bytes it reads, updates or writes, core/deps.h), and
+ * the nodes it shares a resource of the kernels with, kept here as byte ranges: its slice
+ * of the scratch ring, its last-block ticket and the conditional bodies' cuBLAS handle.
+ * The status words are not: reports keep the earliest node's whatever the order
+ * (cu_report), and ordering the ~1,700 nodes that may report chained a DARTS step's edges
+ * one after another.
  *
  * A node goes on the stream of its latest dependency when that stream has run nothing
  * since, so chains stay on one stream; otherwise on the next stream in turn. It waits
@@ -113,36 +113,10 @@ struct tracker {
     }
 };
 
-/* The bytes a tensor's elements span. */
-bool range_of(const ex_tdesc *t, bool write, access *a)
+/* The kernels' shared resources node i takes. */
+void resources(const ex_node_exec *n, int64_t i, const cu_sched_node &sn, bool conditional,
+               std::vector<access> &out)
 {
-    if (!t || !t->buf || ex_td_numel(t) == 0)
-        return false;
-    int64_t below = 0, above = 0; /* element offsets reached from element 0 */
-    for (int d = 0; d < t->ndim; d++) {
-        int64_t reach = (t->ne[d] - 1) * t->st[d];
-        *(reach < 0 ? &below : &above) += reach;
-    }
-    int64_t size = ex_dtype_size(t->dtype);
-    a->buf = t->buf;
-    a->lo = t->offset + below * size;
-    a->hi = t->offset + (above + 1) * size;
-    a->write = write;
-    return true;
-}
-
-void accesses(const ex_node_exec *n, int64_t i, const cu_sched_node &sn, bool conditional,
-              std::vector<access> &out)
-{
-    access a;
-    uint32_t updated = ex_td_updated_sources(n);
-    for (int s = 0; s < n->nsrc; s++)
-        if (range_of(&n->src[s], s < 32 && (updated >> s & 1u), &a))
-            out.push_back(a);
-    if (range_of(n->gate, false, &a))
-        out.push_back(a);
-    if (range_of(&n->dst, true, &a))
-        out.push_back(a);
     if (sn.scratch_bytes)
         out.push_back({&res_scratch, sn.scratch_off, sn.scratch_off + sn.scratch_bytes, true});
     uint64_t slot = (uint64_t)(i % ticket_slots);
@@ -151,6 +125,21 @@ void accesses(const ex_node_exec *n, int64_t i, const cu_sched_node &sn, bool co
         out.push_back({&res_side, 0, 1, true});
     if (n->op == EX_OP_ALLREDUCE)
         out.push_back({&res_comm, 0, 1, true});
+}
+
+/* The nodes node `self` of the list waits for as the plan says, a pair's tail standing for
+ * its head (which launches both). */
+void plan_deps(const ex_node_exec *nodes, int64_t self, int64_t head, const cu_node_flags *flags,
+               std::vector<int64_t> &out)
+{
+    const ex_node_exec *n = &nodes[self];
+    for (int32_t k = 0; k < n->ndep; k++) {
+        int64_t j = self - n->dep[k];
+        if (j >= 0 && flags[j].pair_tail)
+            j--;
+        if (j >= 0 && j != head)
+            out.push_back(j);
+    }
 }
 
 /* The stream for node i: its latest dependency's, if that stream ran nothing since. */
@@ -193,16 +182,15 @@ ex_status build(const ex_node_exec *nodes, int64_t count, const cu_node_flags *f
         sn.scratch_off = cursor;
         cursor += sn.scratch_bytes;
         acc.clear();
-        accesses(&nodes[i], i, sn, flags[i].conditional != 0, acc);
-        if (flags[i].pair_head && i + 1 < count)
-            accesses(&nodes[i + 1], i, sn, false, acc);
+        resources(&nodes[i], i, sn, flags[i].conditional != 0, acc);
         deps.clear();
+        plan_deps(nodes, i, i, flags, deps);
+        if (flags[i].pair_head && i + 1 < count)
+            plan_deps(nodes, i + 1, i, flags, deps);
         for (const access &a : acc)
             tr.deps(a, deps);
         std::sort(deps.begin(), deps.end());
         deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
-        if (!deps.empty() && deps.back() == i)
-            deps.pop_back(); /* a node that reads what it writes */
         int s = pick_stream(deps, out->node, tail, nstreams, &next);
         sn.stream = s;
         sn.wait0 = (int64_t)waits.size();

@@ -39,7 +39,7 @@ ex_status vk_fail(vk_exec *e, ex_status st, const char *fmt, ...)
 /* Shaders read and write whole 32-bit words, so an i8 tensor's range ends on one: the
  * bytes up to it lie in the allocation's padding (allocations are VK_ALIGN bytes apart)
  * or belong to a neighbour, which the tracker then orders against this one. */
-vk_access vk_span_of(const ex_tdesc *t)
+static vk_access span_of(const ex_tdesc *t)
 {
     const vk_buffer *v = (const vk_buffer *)t->buf;
     uint64_t span = 1;
@@ -61,11 +61,11 @@ static int node_writes(const vk_exec *e, vk_access a)
     const ex_node_exec *n = e->n;
     if (!n)
         return 0;
-    if (n->dst.buf && overlap(a, vk_span_of(&n->dst)))
+    if (n->dst.buf && overlap(a, span_of(&n->dst)))
         return 1;
     uint32_t upd = ex_td_updated_sources(n);
     for (int i = 0; upd && i < n->nsrc && i < 32; i++)
-        if (((upd >> i) & 1u) && n->src && n->src[i].buf && overlap(a, vk_span_of(&n->src[i])))
+        if (((upd >> i) & 1u) && n->src && n->src[i].buf && overlap(a, span_of(&n->src[i])))
             return 1;
     return 0;
 }
@@ -185,7 +185,7 @@ static uint32_t ref_tensor(vk_exec *e, const ex_tdesc *t, int small)
 {
     if (!t || !t->buf)
         return VK_NOREF;
-    vk_access a = vk_span_of(t);
+    vk_access a = span_of(t);
     return bind_unit(e, a, node_writes(e, a), small, t->dtype == EX_I8 ? 1 : 4);
 }
 
@@ -213,7 +213,7 @@ static void bind_gate(vk_exec *e)
     e->gate = VK_NOREF;
     if (!n || !n->gate)
         return;
-    vk_access a = vk_span_of(n->gate);
+    vk_access a = span_of(n->gate);
     a.lo += 4 * (uint64_t)ex_td_at(n->gate, n->gate_index);
     a.hi = a.lo + 4;
     e->gate = bind(e, a, 0, 1);
@@ -267,7 +267,7 @@ static int room(const vk_exec *e, const ex_tdesc *const *t, int n, int inexact)
     for (int i = 0; i < n; i++) {
         if (!t[i] || !t[i]->buf)
             continue;
-        vk_access a = vk_span_of(t[i]);
+        vk_access a = span_of(t[i]);
         if (bind_storage(&c, a, node_writes(&c, a), inexact) < 0)
             return 0;
     }
@@ -288,7 +288,7 @@ int vk_ref_pair(vk_exec *e, const ex_tdesc *t0, const ex_tdesc *t1, uint32_t ref
 {
     if (!t0 || !t0->buf || !t1 || !t1->buf)
         return 0;
-    vk_access a = vk_span_of(t0), c = vk_span_of(t1);
+    vk_access a = span_of(t0), c = span_of(t1);
     vk_access first = a.lo <= c.lo ? a : c, second = a.lo <= c.lo ? c : a;
     uint64_t padded = (first.hi + VK_ALIGN - 1) & ~(uint64_t)(VK_ALIGN - 1);
     if (a.block != c.block || second.lo > padded)
@@ -312,10 +312,10 @@ int vk_ref_ascending(vk_exec *e, const ex_tdesc *const *t, int n, uint32_t *ref)
         if (!t[i] || !t[i]->buf)
             return 0;
     for (int i = 0; i < n; i++) { /* insertion sort by (block, first byte), stable */
-        vk_access a = vk_span_of(t[i]);
+        vk_access a = span_of(t[i]);
         int k = i;
         for (; k > 0; k--) {
-            vk_access b = vk_span_of(s[k - 1]);
+            vk_access b = span_of(s[k - 1]);
             if (b.block < a.block || (b.block == a.block && b.lo <= a.lo))
                 break;
             s[k] = s[k - 1];

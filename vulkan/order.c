@@ -13,153 +13,15 @@
  * the order that measured fastest on NVIDIA's driver (bench/results/README.md, "Vulkan
  * recording order").
  *
- * A node depends on an earlier one when both touch a byte and one of them writes it:
- * sources read, sources an op updates, the gate, dst. Scratch and the status words are
- * not counted: a node's scratch lives only while it runs (the tracker still puts a
- * barrier between two nodes that use it), and which of several failing nodes a report
- * names does not matter. Accesses are kept per block in buckets of 1 MiB; a write drops
- * the accesses it covers, whose dependants depend on it too, so the lists stay short. */
+ * Which nodes a node waits for comes from the plan (ex_node_exec.dep, core/deps.h): the
+ * bytes it reads, updates or writes. Scratch and the status words are not counted: a
+ * node's scratch lives only while it runs (the tracker still puts a barrier between two
+ * nodes that use it), and which of several failing nodes a report names does not matter. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "vulkan/vk_backend.h"
-
-#define ORD_SHIFT 20 /* bucket size: 1 MiB */
-
-typedef struct ord_rec {
-    uint64_t lo, hi;
-    int64_t level; /* the last round of the node that made the access */
-    int write;
-} ord_rec;
-
-typedef struct ord_bucket {
-    ord_rec *r;
-    int64_t n, cap;
-} ord_bucket;
-
-typedef struct ord_map {
-    ord_bucket **blocks; /* per block, (bytes >> ORD_SHIFT) + 1 buckets */
-    int64_t *nbk;
-    int nblocks;
-} ord_map;
-
-static void map_free(ord_map *m)
-{
-    for (int k = 0; k < m->nblocks && m->blocks; k++) {
-        for (int64_t i = 0; m->blocks[k] && i < m->nbk[k]; i++)
-            free(m->blocks[k][i].r);
-        free(m->blocks[k]);
-    }
-    free(m->blocks);
-    free(m->nbk);
-}
-
-static int map_init(ord_map *m, const vk_backend *b)
-{
-    memset(m, 0, sizeof *m);
-    m->nblocks = b->nblocks;
-    m->blocks = calloc((size_t)b->nblocks + 1, sizeof *m->blocks);
-    m->nbk = calloc((size_t)b->nblocks + 1, sizeof *m->nbk);
-    if (!m->blocks || !m->nbk)
-        return 0;
-    for (int k = 0; k < b->nblocks; k++) {
-        m->nbk[k] = (int64_t)(b->blocks[k].bytes >> ORD_SHIFT) + 1;
-        m->blocks[k] = calloc((size_t)m->nbk[k], sizeof **m->blocks);
-        if (!m->blocks[k])
-            return 0;
-    }
-    return 1;
-}
-
-/* The buckets [*first, *last] that bytes [a.lo, a.hi) of its block fall in. */
-static ord_bucket *buckets(const ord_map *m, vk_access a, int64_t *first, int64_t *last)
-{
-    if (a.block < 0 || a.block >= m->nblocks || a.hi <= a.lo)
-        return NULL;
-    *first = (int64_t)(a.lo >> ORD_SHIFT);
-    *last = (int64_t)((a.hi - 1) >> ORD_SHIFT);
-    if (*last >= m->nbk[a.block])
-        *last = m->nbk[a.block] - 1;
-    return m->blocks[a.block];
-}
-
-/* The first round after every earlier access that conflicts with a. */
-static int64_t level_after(const ord_map *m, vk_access a, int write)
-{
-    int64_t first, last, level = 0;
-    ord_bucket *bk = buckets(m, a, &first, &last);
-    for (int64_t i = first; bk && i <= last; i++)
-        for (int64_t j = 0; j < bk[i].n; j++) {
-            const ord_rec *r = &bk[i].r[j];
-            if ((write || r->write) && r->lo < a.hi && a.lo < r->hi && r->level + 1 > level)
-                level = r->level + 1;
-        }
-    return level;
-}
-
-static int push(ord_bucket *b, ord_rec r)
-{
-    if (b->n == b->cap) {
-        int64_t cap = b->cap * 2 + 8;
-        ord_rec *p = realloc(b->r, (size_t)cap * sizeof *p);
-        if (!p)
-            return 0;
-        b->r = p;
-        b->cap = cap;
-    }
-    b->r[b->n++] = r;
-    return 1;
-}
-
-/* Notes access a of a node whose last round is `level`: a write replaces the accesses it
- * covers, a read of bytes already read raises that access's round. */
-static int note(ord_map *m, vk_access a, int write, int64_t level)
-{
-    int64_t first, last;
-    ord_bucket *bk = buckets(m, a, &first, &last);
-    for (int64_t i = first; bk && i <= last; i++) {
-        ord_bucket *b = &bk[i];
-        int found = 0;
-        for (int64_t j = 0; j < b->n;) {
-            ord_rec *r = &b->r[j];
-            if (write && r->lo >= a.lo && r->hi <= a.hi) {
-                *r = b->r[--b->n];
-                continue;
-            }
-            if (!write && !r->write && r->lo == a.lo && r->hi == a.hi) {
-                r->level = r->level > level ? r->level : level;
-                found = 1;
-            }
-            j++;
-        }
-        if (!found && !push(b, (ord_rec){a.lo, a.hi, level, write}))
-            return 0;
-    }
-    return 1;
-}
-
-/* The node's accesses, at most nsrc + 2: each source (read, or written when the op
- * updates it), the gate, dst. */
-static int accesses(const ex_node_exec *n, vk_access *a, int *write)
-{
-    int k = 0;
-    uint32_t upd = ex_td_updated_sources(n);
-    for (int i = 0; i < n->nsrc && n->src; i++)
-        if (n->src[i].buf) {
-            a[k] = vk_span_of(&n->src[i]);
-            write[k++] = i < 32 && ((upd >> i) & 1u);
-        }
-    if (n->gate && n->gate->buf) {
-        a[k] = vk_span_of(n->gate);
-        write[k++] = 0;
-    }
-    if (n->dst.buf) {
-        a[k] = vk_span_of(&n->dst);
-        write[k++] = 1;
-    }
-    return k;
-}
 
 /* Where op's nodes come in a round: the enum's order, the element-wise ops after all
  * others (the enum's first group, EX_OP_ADD to EX_OP_DROP_PATH, exapt/ops.h). */
@@ -202,33 +64,18 @@ static int by_round_and_op(const ex_node_exec *nodes, int64_t count, const int64
 ex_status vkx_order(vk_backend *b, const ex_node_exec *nodes, int64_t count, const int *passes,
                     int64_t *order, int64_t *level)
 {
-    ord_map m;
-    int most = 0;
-    for (int64_t i = 0; i < count; i++)
-        most = nodes[i].nsrc > most ? nodes[i].nsrc : most;
-    vk_access *a = malloc((size_t)(most + 2) * sizeof *a);
-    int *write = malloc((size_t)(most + 2) * sizeof *write);
-    int ok = a && write && map_init(&m, b);
     int64_t top = 0;
-    for (int64_t i = 0; ok && i < count; i++) {
-        int k = accesses(&nodes[i], a, write);
+    for (int64_t i = 0; i < count; i++) {
         int64_t l = 0;
-        for (int j = 0; j < k; j++) {
-            int64_t after = level_after(&m, a[j], write[j]);
-            l = after > l ? after : l;
+        for (int32_t k = 0; k < nodes[i].ndep; k++) {
+            int64_t j = i - nodes[i].dep[k];
+            if (j >= 0 && level[j] + passes[j] > l)
+                l = level[j] + passes[j];
         }
-        for (int j = 0; j < k && ok; j++)
-            ok = note(&m, a[j], write[j], l + passes[i] - 1);
         level[i] = l;
         top = l > top ? l : top;
     }
-    if (ok)
-        ok = by_round_and_op(nodes, count, level, top, order);
-    if (a && write)
-        map_free(&m);
-    free(a);
-    free(write);
-    if (ok)
+    if (by_round_and_op(nodes, count, level, top, order))
         return EX_OK;
     snprintf(b->msg, sizeof b->msg, "vulkan: out of host memory ordering %lld nodes",
              (long long)count);

@@ -214,13 +214,11 @@ ex_status vkx_pipeline(vk_backend *b, vk_shader_id sh, int writes, int32_t varia
 /* bind.c */
 /** Frees every binding and binds the node's gate: before a node's family runs. */
 void vk_bind_begin(vk_exec *e);
-/** The bytes of a block a tensor's elements span. */
-vk_access vk_span_of(const ex_tdesc *t);
 /** The order to record count nodes in (order[k]: the k-th node to record) and the round
- *  each starts in (level[i] for node i), node i spanning passes[i] (at least 1) rounds:
- *  by round, a round's nodes grouped by op, each op's in the plan's order
- *  (vulkan/order.c). EX_ERR_NOMEM with a
- *  message when host memory runs out. */
+ *  each starts in (level[i] for node i), node i spanning passes[i] (at least 1) rounds and
+ *  starting after the last round of every node it waits for (ex_node_exec.dep): by round,
+ *  a round's nodes grouped by op, each op's in the plan's order (vulkan/order.c).
+ *  EX_ERR_NOMEM with a message when host memory runs out. */
 ex_status vkx_order(vk_backend *b, const ex_node_exec *nodes, int64_t count, const int *passes,
                     int64_t *order, int64_t *level);
 /** Drops every descriptor set (the pools stay for the next recording). */
