@@ -207,7 +207,8 @@ static bool node_deps(tracker *t, const ex_node_exec *node, int64_t i, int64_t *
     for (int j = 0; j < k; j++)
         if (!wait_for(t, &t->spans[j]))
             return false;
-    qsort(t->deps, (size_t)t->ndeps, sizeof *t->deps, by_value);
+    if (t->ndeps > 1)
+        qsort(t->deps, (size_t)t->ndeps, sizeof *t->deps, by_value);
     *ndep = 0;
     for (int64_t j = 0; j < t->ndeps; j++) {
         if (j && t->deps[j] == t->deps[j - 1])
