@@ -20,6 +20,9 @@ extern "C" {
 /** A device allocation; its layout belongs to the backend that made it. */
 typedef struct ex_buffer ex_buffer;
 
+/** A node list a backend has recorded for replays (ex_backend_iface.record). */
+typedef struct ex_recording ex_recording;
+
 /** A tensor as a backend sees it: shape and element strides (outermost first, unused
  *  trailing entries 1 and 0), and where its element 0 lies. */
 typedef struct ex_tdesc {
@@ -101,6 +104,16 @@ typedef struct ex_backend_iface {
      *  it before each compute. NULL: the backend has no device sums (the plan carries
      *  ALLREDUCE nodes out through the host). */
     ex_status (*set_comm)(void *impl, const ex_comm *comm);
+    /** Record and replay, for a list that runs many times (NULL all three: the plan hands
+     *  every run to compute). record makes a handle for nodes, which must stay unchanged
+     *  and alive until forget. replay runs them as compute would (node_ms NULL): what it
+     *  prepares (a CUDA graph, a command buffer) is made at the first replay and again only
+     *  when something of the backend's own that it holds has moved (a larger scratch), so
+     *  the nodes are checked then, not at every replay. forget frees the handle (NULL:
+     *  nothing), which may still be running: the backend lets it finish. */
+    ex_status (*record)(void *impl, const ex_node_exec *nodes, int64_t n, ex_recording **out);
+    ex_status (*replay)(void *impl, ex_recording *r);
+    void (*forget)(void *impl, ex_recording *r);
 } ex_backend_iface;
 
 /** The interface and implementation behind an open backend (for the planner). */

@@ -569,6 +569,7 @@ void ex_plan_free(ex_plan *p)
 {
     if (!p)
         return;
+    ex__plan_forget(p);
     for (int c = 0; p->chunks && c < p->nchunks; c++)
         if (p->chunks[c])
             p->f->buffer_free(p->impl, p->chunks[c]);

@@ -4,6 +4,12 @@
 
 #include "core/engine.h"
 
+/** A run of nodes the backend recorded for replays (ex_backend_iface.record). */
+typedef struct plan_rec {
+    int64_t first, count;
+    ex_recording *rec;
+} plan_rec;
+
 /** Where one storage lives: a chunk and a byte offset. */
 typedef struct plan_slot {
     int chunk;
@@ -33,6 +39,8 @@ struct ex_plan {
     int64_t nnodes;
     ex_tdesc *descs; /* every node's sources and gates */
     int64_t *deps;   /* what every node's dependency list points into (core/deps.h) */
+    plan_rec *recs;  /* the runs of nodes recorded so far */
+    int nrecs, caprecs;
     double *node_ms;
     int64_t *stage_first; /* per stage: its first node and node count (stages are contiguous) */
     int64_t *stage_count;
@@ -45,6 +53,8 @@ struct ex_plan {
 
 /** Describes tensor t as placed by the plan. */
 void ex__plan_desc(const ex_plan *p, const ex_tensor *t, ex_tdesc *d);
+/** Frees every recording the backend made for the plan. */
+void ex__plan_forget(ex_plan *p);
 /** Records a failure message in the plan and returns st. */
 ex_status ex__plan_fail(ex_plan *p, ex_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -94,20 +94,67 @@ static ex_status allreduce_node(ex_plan *p, int64_t i)
     return st;
 }
 
-/* Hands nodes [first, first + count) to the backend. */
+void ex__plan_forget(ex_plan *p)
+{
+    for (int i = 0; i < p->nrecs; i++)
+        p->f->forget(p->impl, p->recs[i].rec);
+    free(p->recs);
+    p->recs = NULL;
+    p->nrecs = p->caprecs = 0;
+}
+
+/* The backend's recording of nodes [first, first + count), made the first time. */
+static ex_status recording_of(ex_plan *p, int64_t first, int64_t count, ex_recording **out)
+{
+    for (int i = 0; i < p->nrecs; i++)
+        if (p->recs[i].first == first && p->recs[i].count == count) {
+            *out = p->recs[i].rec;
+            return EX_OK;
+        }
+    if (p->nrecs == p->caprecs) {
+        int cap = 2 * p->caprecs + 4;
+        plan_rec *r = ex__realloc(p->ctx, p->recs, (size_t)cap * sizeof *r);
+        if (!r)
+            return ex__plan_fail(p, EX_ERR_NOMEM, "run: out of host memory");
+        p->recs = r;
+        p->caprecs = cap;
+    }
+    ex_status st = p->f->record(p->impl, p->nodes + first, count, out);
+    if (st != EX_OK)
+        return ex__plan_fail(p, st, "run: %s", p->f->error(p->impl));
+    p->recs[p->nrecs++] = (plan_rec){first, count, *out};
+    return EX_OK;
+}
+
+/* Runs nodes [first, first + count) on the backend, with the context's allocation hook
+ * around; the backend's message on failure. */
+static ex_status backend_run(ex_plan *p, int64_t first, int64_t count, ex_recording *rec)
+{
+    /* the backend's scratch memory is counted by the context's allocation hook */
+    if (p->f->set_alloc_hook)
+        p->f->set_alloc_hook(p->impl, ctx_alloc_fails, p->ctx);
+    ex_status st = rec ? p->f->replay(p->impl, rec)
+                       : p->f->compute(p->impl, p->nodes + first, count,
+                                       p->opts.profile ? p->node_ms + first : NULL);
+    if (p->f->set_alloc_hook)
+        p->f->set_alloc_hook(p->impl, NULL, NULL);
+    return st == EX_OK ? EX_OK : ex__plan_fail(p, st, "run: %s", p->f->error(p->impl));
+}
+
+/* Hands nodes [first, first + count) to the backend: recorded once and replayed where the
+ * backend records, else through compute; node by node when profiling. */
 static ex_status compute(ex_plan *p, int64_t first, int64_t count)
 {
     /* the backend may serve several plans: it gets this one's communicator each time */
     if (p->device_sums && p->f->set_comm(p->impl, &p->comm) != EX_OK)
         return ex__plan_fail(p, EX_ERR_STATE, "run: %s", p->f->error(p->impl));
-    /* the backend's scratch memory is counted by the context's allocation hook */
-    if (p->f->set_alloc_hook)
-        p->f->set_alloc_hook(p->impl, ctx_alloc_fails, p->ctx);
-    ex_status st = p->f->compute(p->impl, p->nodes + first, count,
-                                 p->opts.profile ? p->node_ms + first : NULL);
-    if (p->f->set_alloc_hook)
-        p->f->set_alloc_hook(p->impl, NULL, NULL);
-    return st == EX_OK ? EX_OK : ex__plan_fail(p, st, "run: %s", p->f->error(p->impl));
+    ex_recording *rec = NULL;
+    if (!p->opts.profile && p->f->record) {
+        ex_status st = recording_of(p, first, count, &rec);
+        if (st != EX_OK)
+            return st;
+    }
+    return backend_run(p, first, count, rec);
 }
 
 /* The backend runs the nodes between the ALLREDUCE nodes, which the plan carries out;
@@ -154,6 +201,7 @@ ex_status ex_plan_set_comm(ex_plan *p, const ex_comm *comm)
                              name);
     if (device && p->f->set_comm(p->impl, comm) != EX_OK)
         return ex__plan_fail(p, EX_ERR_ARG, "set_comm: %s", p->f->error(p->impl));
+    ex__plan_forget(p); /* they may hold the old communicator's sums */
     p->comm = *comm;
     p->device_sums = device;
     return EX_OK;

@@ -786,46 +786,4 @@ static inline ex_status ex_td_pwconv_bn_check(const ex_node_exec *n, char *why, 
     return EX_OK;
 }
 
-/** Mixes v into the hash h. */
-static inline uint64_t ex_td_mix(uint64_t h, uint64_t v)
-{
-    h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
-    return h * 0xFF51AFD7ED558CCDull;
-}
-
-/** A backend's key for where a tensor's element 0 lies (its buffer is not NULL). */
-typedef uint64_t (*ex_td_where)(const ex_tdesc *t);
-
-static inline uint64_t ex_td_mix_desc(uint64_t h, const ex_tdesc *t, ex_td_where where)
-{
-    h = ex_td_mix(h, (uint64_t)t->dtype * 8 + (uint64_t)t->ndim);
-    for (int d = 0; d < t->ndim && d < EX_MAX_DIMS; d++)
-        h = ex_td_mix(ex_td_mix(h, (uint64_t)t->ne[d]), (uint64_t)t->st[d]);
-    return ex_td_mix(h, t->buf ? where(t) : 0);
-}
-
-/** Everything a recorded step (a CUDA graph, a Vulkan command buffer) depends on: each
- *  node's op, parameters, operands' shapes, strides and places, and gate. */
-static inline uint64_t ex_td_fingerprint(const ex_node_exec *nodes, int64_t count,
-                                         ex_td_where where)
-{
-    uint64_t h = 0xCBF29CE484222325ull;
-    for (int64_t i = 0; i < count; i++) {
-        const ex_node_exec *n = &nodes[i];
-        h = ex_td_mix(ex_td_mix(h, (uint64_t)n->op), (uint64_t)n->nsrc);
-        for (int k = 0; k < EX_NODE_IPARAMS; k++)
-            h = ex_td_mix(h, (uint32_t)n->ip[k]);
-        uint32_t f[EX_NODE_FPARAMS];
-        memcpy(f, n->fp, sizeof f);
-        for (int k = 0; k < EX_NODE_FPARAMS; k++)
-            h = ex_td_mix(h, f[k]);
-        h = ex_td_mix_desc(h, &n->dst, where);
-        for (int k = 0; k < n->nsrc; k++)
-            h = ex_td_mix_desc(h, &n->src[k], where);
-        h = n->gate ? ex_td_mix(ex_td_mix_desc(h, n->gate, where), (uint64_t)n->gate_index)
-                    : ex_td_mix(h, 1);
-    }
-    return h;
-}
-
 #endif

@@ -1,14 +1,13 @@
 /* The CUDA backend: device buffers, transfers through pinned staging on a copy stream,
  * the one switch over ex_op, and the step as a CUDA graph.
  *
- * compute() captures a node list into a CUDA graph the first time it sees it and replays
- * the graph afterwards; the cache is keyed by the list's address and length and checked
- * against a fingerprint of every node (op, parameters, shapes, strides and resolved
- * device addresses), so a freed plan whose memory is reused never replays a stale graph.
- * Gated nodes are skipped on the device: kernels read the gate and return, and cuBLAS
- * calls sit in a conditional graph node whose condition a one-thread kernel sets from
- * the gate. Profiling runs eagerly, an event pair around each node, reading gates on the
- * host. See docs/cuda.md. */
+ * A node list runs as a CUDA graph: the plan records each list it runs (record), and the
+ * first replay captures the graph, which later replays launch; a larger scratch moves
+ * the generation and makes each recording capture again. compute() records, replays and
+ * forgets a list of its own. Gated nodes are skipped on the device: kernels read the gate
+ * and return, and cuBLAS calls sit in a conditional graph node whose condition a
+ * one-thread kernel sets from the gate. Profiling runs eagerly, an event pair around each
+ * node, reading gates on the host. See docs/cuda.md. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,16 +23,14 @@
  * first is the compute stream. */
 #define CU_STREAMS 16
 #define CU_STREAMS_DEFAULT 16
-/* Node lists whose graphs are kept. */
-#define CU_GRAPHS 8
 
-typedef struct cu_graph {
+/** A recorded node list and its graph. */
+struct ex_recording {
     const ex_node_exec *nodes;
     int64_t count;
-    uint64_t fingerprint;
-    cudaGraphExec_t exec;
-    uint64_t used; /**< tick of the last replay; 0: empty slot */
-} cu_graph;
+    cudaGraphExec_t exec; /**< NULL until the first replay */
+    uint64_t gen;         /**< the backend's generation it was captured in */
+};
 
 typedef struct cu_backend {
     int device;
@@ -60,8 +57,7 @@ typedef struct cu_backend {
     float *gate_host; /**< pinned: a gate read in profiling mode */
     char *scratch;
     size_t scratch_bytes;
-    cu_graph graphs[CU_GRAPHS];
-    uint64_t tick;
+    uint64_t gen;        /**< moves when the scratch does: graphs captured before capture again */
     cudaEvent_t *events; /**< profiling: two per node */
     int64_t nevents;
     uint64_t host_syncs;                       /**< times the host waited for the device */
@@ -347,16 +343,7 @@ static ex_status run_conditional(cu_backend *b, cu_exec *e, const ex_node_exec *
 
 /* ---- scratch and the sizing pass ---- */
 
-static void graphs_clear(cu_backend *b)
-{
-    for (int i = 0; i < CU_GRAPHS; i++) {
-        if (b->graphs[i].used)
-            cudaGraphExecDestroy(b->graphs[i].exec);
-        memset(&b->graphs[i], 0, sizeof b->graphs[i]);
-    }
-}
-
-/* Graphs hold the scratch's address, so a new scratch drops them. */
+/* Graphs hold the scratch's address, so a new scratch moves the generation. */
 static ex_status scratch_reserve(cu_backend *b, size_t need)
 {
     if (need <= b->scratch_bytes)
@@ -364,7 +351,7 @@ static ex_status scratch_reserve(cu_backend *b, size_t need)
     ex_status st = bk_check(b, wait_stream(b, b->stream), "cudaStreamSynchronize");
     if (st != EX_OK)
         return st;
-    graphs_clear(b);
+    b->gen++;
     dev_free(b, b->scratch, b->scratch_bytes);
     b->scratch = NULL;
     b->scratch_bytes = 0;
@@ -421,26 +408,7 @@ static ex_status size_pass(cu_backend *b, const ex_node_exec *nodes, int64_t cou
     return st != EX_OK ? st : scratch_reserve(b, *ring);
 }
 
-/* ---- the graph cache ---- */
-
-/* Where a tensor lies, for the fingerprint of a captured graph: its device address. */
-static uint64_t cu_where(const ex_tdesc *t)
-{
-    return (uint64_t)(uintptr_t)cu_ptr(t);
-}
-
-static cu_graph *graph_slot(cu_backend *b, const ex_node_exec *nodes, int64_t count)
-{
-    cu_graph *lru = &b->graphs[0];
-    for (int i = 0; i < CU_GRAPHS; i++) {
-        cu_graph *g = &b->graphs[i];
-        if (g->used && g->nodes == nodes && g->count == count)
-            return g;
-        if (g->used < lru->used)
-            lru = g;
-    }
-    return lru;
-}
+/* ---- capture ---- */
 
 /* Events for the n nodes of a capture that others wait for. */
 static ex_status node_events_reserve(cu_backend *b, int64_t n)
@@ -547,35 +515,22 @@ static ex_status capture(cu_backend *b, const ex_node_exec *nodes, int64_t count
     return st;
 }
 
-static ex_status graph_for(cu_backend *b, const ex_node_exec *nodes, int64_t count,
-                           cudaGraphExec_t *out)
+/* The recording's graph, captured again when the scratch moved since. The nodes are
+ * checked (the sizing pass) before each capture. */
+static ex_status graph_of(cu_backend *b, ex_recording *r)
 {
-    uint64_t fp = ex_td_fingerprint(nodes, count, cu_where);
-    cu_graph *g = graph_slot(b, nodes, count);
-    if (g->used && g->nodes == nodes && g->count == count && g->fingerprint == fp) {
-        g->used = ++b->tick;
-        *out = g->exec;
+    if (r->exec && r->gen == b->gen)
         return EX_OK;
-    }
     size_t ring = 0;
-    ex_status st = size_pass(b, nodes, count, &ring);
+    ex_status st = size_pass(b, r->nodes, r->count, &ring);
     if (st != EX_OK)
         return st;
-    g = graph_slot(b, nodes, count); /* the sizing pass may have dropped every graph */
-    if (g->used)
-        cudaGraphExecDestroy(g->exec);
-    memset(g, 0, sizeof *g);
-    cudaGraphExec_t exec;
-    st = capture(b, nodes, count, ring, &exec);
-    if (st != EX_OK)
-        return st;
-    g->nodes = nodes;
-    g->count = count;
-    g->fingerprint = fp;
-    g->exec = exec;
-    g->used = ++b->tick;
-    *out = exec;
-    return EX_OK;
+    if (r->exec) /* not in flight: a new scratch waited for the stream */
+        cudaGraphExecDestroy(r->exec);
+    r->exec = NULL;
+    st = capture(b, r->nodes, r->count, ring, &r->exec);
+    r->gen = b->gen;
+    return st;
 }
 
 /* ---- the status words ---- */
@@ -767,36 +722,83 @@ static ex_status run_profiled(cu_backend *b, const ex_node_exec *nodes, int64_t 
 
 static ex_status compute_after_copy(cu_backend *b);
 
-static ex_status cuda_compute(void *impl, const ex_node_exec *nodes, int64_t count, double *node_ms)
+/* What every run does first: the last step's status collected, queued uploads ordered
+ * before the compute stream. */
+static ex_status run_begin(cu_backend *b)
 {
-    cu_backend *b = (cu_backend *)impl;
     ex_status st = bk_enter(b);
-    if (st != EX_OK || count <= 0)
+    if (st != EX_OK)
         return st;
     if (b->pending) { /* the last step's status is still to be read: wait for it */
         st = bk_check(b, wait_stream(b, b->stream), "the step");
         collect(b);
     }
     st = with_late(b, st);
+    return st == EX_OK ? compute_after_copy(b) : st;
+}
+
+/* Launches the recording's graph without waiting: synchronize, download or the next run
+ * reads the status words. */
+static ex_status launch(cu_backend *b, ex_recording *r)
+{
+    ex_status st = graph_of(b, r);
     if (st == EX_OK)
-        st = compute_after_copy(b);
+        st = status_reset(b);
+    if (st == EX_OK)
+        st = bk_check(b, cudaGraphLaunch(r->exec, b->stream), "cudaGraphLaunch");
+    if (st == EX_OK)
+        st = status_fetch(b);
+    b->pending = st == EX_OK;
+    b->pending_nodes = r->nodes;
+    b->pending_count = r->count;
+    return st;
+}
+
+static ex_status cuda_compute(void *impl, const ex_node_exec *nodes, int64_t count, double *node_ms)
+{
+    cu_backend *b = (cu_backend *)impl;
+    if (count <= 0)
+        return bk_enter(b);
+    ex_status st = run_begin(b);
     if (st != EX_OK)
         return st;
     if (node_ms)
         return run_profiled(b, nodes, count, node_ms);
-    cudaGraphExec_t exec;
-    st = graph_for(b, nodes, count, &exec);
-    if (st == EX_OK)
-        st = status_reset(b);
-    if (st == EX_OK)
-        st = bk_check(b, cudaGraphLaunch(exec, b->stream), "cudaGraphLaunch");
-    if (st == EX_OK)
-        st = status_fetch(b);
-    /* no wait: synchronize, download or the next compute reads the words */
-    b->pending = st == EX_OK;
-    b->pending_nodes = nodes;
-    b->pending_count = count;
+    ex_recording once = {nodes, count, NULL, 0};
+    st = launch(b, &once);
+    if (once.exec) /* CUDA frees it once the launch is done */
+        cudaGraphExecDestroy(once.exec);
     return st;
+}
+
+static ex_status cuda_record(void *impl, const ex_node_exec *nodes, int64_t count,
+                             ex_recording **out)
+{
+    cu_backend *b = (cu_backend *)impl;
+    *out = (ex_recording *)calloc(1, sizeof **out);
+    if (!*out) {
+        snprintf(b->msg, sizeof b->msg, "cuda: out of host memory");
+        return EX_ERR_NOMEM;
+    }
+    **out = ex_recording{nodes, count, NULL, 0};
+    return EX_OK;
+}
+
+static ex_status cuda_replay(void *impl, ex_recording *r)
+{
+    cu_backend *b = (cu_backend *)impl;
+    if (r->count <= 0)
+        return bk_enter(b);
+    ex_status st = run_begin(b);
+    return st != EX_OK ? st : launch(b, r);
+}
+
+static void cuda_forget(void *impl, ex_recording *r)
+{
+    (void)impl;
+    if (r && r->exec)
+        cudaGraphExecDestroy(r->exec);
+    free(r);
 }
 
 /* ---- buffers and transfers ---- */
@@ -1048,7 +1050,6 @@ static void cuda_close(void *impl)
     cudaSetDevice(b->device);
     if (b->stream)
         wait_stream(b, b->stream);
-    graphs_clear(b);
     for (int64_t i = 0; i < b->nevents; i++)
         cudaEventDestroy(b->events[i]);
     free(b->events);
@@ -1110,11 +1111,11 @@ static void cuda_counters(void *impl, ex_backend_counters *out)
 }
 
 static const ex_backend_iface cuda_iface = {
-    cuda_close,      cuda_error, cuda_buffer_alloc, cuda_buffer_free, cuda_upload,
-    cuda_download,   cuda_copy,  cuda_fill,         cuda_compute,     cuda_synchronize,
+    cuda_close,      cuda_error,  cuda_buffer_alloc, cuda_buffer_free, cuda_upload,
+    cuda_download,   cuda_copy,   cuda_fill,         cuda_compute,     cuda_synchronize,
     cuda_host_syncs, NULL, /* set_alloc_hook: not covered (backend.h) */
     cuda_counters,         /* device memory only */
-    cuda_set_comm,
+    cuda_set_comm,   cuda_record, cuda_replay,       cuda_forget,
 };
 
 /* ---- opening ---- */

@@ -5,8 +5,8 @@
  * a bad label reported from the device, the portable profile's limits, NaN and infinity
  * kept where the device guarantees it, the embedded SPIR-V's variants, failures as
  * statuses, the entry points given bad arguments (the misuse case tests/api_coverage.sh
- * relies on), and the later memory reuse Vulkan asks plans for. A device that cannot be
- * opened is a failure. */
+ * relies on), the later memory reuse Vulkan asks plans for, and plans keeping their own
+ * recordings. A device that cannot be opened is a failure. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <math.h>
 #include <setjmp.h>
@@ -257,6 +257,90 @@ static void counters(void **state)
     ex_backend_close(be);
 }
 
+/* A small plan: y = relu(x x + x / 2) over 16x16, checked against the host. */
+typedef struct small_plan {
+    ex_ctx *c;
+    ex_tensor *x, *y;
+    ex_plan *p;
+} small_plan;
+
+static small_plan small_new(ex_backend *be)
+{
+    small_plan s = {ex_ctx_new(), NULL, NULL, NULL};
+    int64_t ne[2] = {16, 16};
+    s.x = ex_input(s.c, EX_F32, 2, ne, "x");
+    s.y =
+        ex_keep(s.c, ex_relu(s.c, ex_add(s.c, ex_matmul(s.c, s.x, s.x), ex_scale(s.c, s.x, 0.5f))));
+    assert_int_equal(ex_graph_plan(s.c, be, NULL, &s.p), EX_OK);
+    return s;
+}
+
+static void small_run(small_plan *s, float shift)
+{
+    float xv[256], o[256];
+    for (int i = 0; i < 256; i++)
+        xv[i] = (float)(i % 11) - 5.0f + shift;
+    assert_int_equal(ex_plan_write(s->p, s->x, xv, sizeof xv), EX_OK);
+    if (ex_plan_run(s->p) != EX_OK)
+        fail_msg("%s", ex_plan_error(s->p));
+    assert_int_equal(ex_plan_read(s->p, s->y, o, sizeof o), EX_OK);
+    for (int i = 0; i < 256; i++) {
+        float want = 0.5f * xv[i];
+        for (int k = 0; k < 16; k++)
+            want += xv[(i / 16) * 16 + k] * xv[k * 16 + i % 16];
+        assert_float_equal(o[i], want > 0.0f ? want : 0.0f, 1e-3);
+    }
+}
+
+static void small_free(small_plan *s)
+{
+    ex_plan_free(s->p);
+    ex_ctx_free(s->c);
+}
+
+/* Each plan keeps its own recordings: two plans run in turns record once each. A third
+ * plan whose buffers are blocks of their own comes and goes (freeing such a block drops
+ * every descriptor set), and the next run of each of the two records again and still
+ * computes its own result. */
+static void recordings(void **state)
+{
+    (void)state;
+    ex_backend *be = open_vk();
+    small_plan a = small_new(be), b = small_new(be);
+    ex_backend_counters k0, k1;
+    small_run(&a, 0.0f);
+    small_run(&b, 1.0f);
+    assert_int_equal(ex_backend_get_counters(be, &k0), EX_OK);
+    for (int round = 0; round < 3; round++) {
+        small_run(&a, 0.25f * (float)round);
+        small_run(&b, 1.0f + 0.25f * (float)round);
+    }
+    assert_int_equal(ex_backend_get_counters(be, &k1), EX_OK);
+    assert_int_equal(k1.created, k0.created); /* replayed, nothing recorded again */
+    ex_ctx *c = ex_ctx_new();
+    int64_t big = (int64_t)ex_backend_get_caps(be)->max_binding_bytes / 4;
+    if (big > ((int64_t)96 << 20) / 4)
+        big = ((int64_t)96 << 20) / 4;
+    ex_tensor *x = ex_input(c, EX_F32, 1, &big, "x");
+    ex_keep(c, ex_scale(c, x, 2.0f));
+    ex_plan *p = NULL;
+    assert_int_equal(ex_graph_plan(c, be, NULL, &p), EX_OK);
+    if (ex_plan_run(p) != EX_OK)
+        fail_msg("%s", ex_plan_error(p));
+    ex_plan_free(p);
+    ex_ctx_free(c);
+    assert_int_equal(ex_backend_get_counters(be, &k0), EX_OK);
+    small_run(&a, 2.0f);
+    small_run(&b, 3.0f);
+    assert_int_equal(ex_backend_get_counters(be, &k1), EX_OK);
+    assert_true(k1.created > k0.created); /* the sets were made again */
+    assert_true(k1.descriptor_sets > 0);
+    small_free(&a);
+    small_run(&b, 4.0f);
+    small_free(&b);
+    ex_backend_close(be);
+}
+
 /* The arena of a chain of n products (each a new tensor that dies at the next) planned
  * with reuse_after (0: the backend's default). */
 static uint64_t chain_arena(ex_backend *be, int n, int64_t reuse_after)
@@ -471,6 +555,7 @@ int main(void)
         cmocka_unit_test(portable_profile), cmocka_unit_test(counters),
         cmocka_unit_test(nan_and_infinity), cmocka_unit_test(spirv_variants),
         cmocka_unit_test(misuse),           cmocka_unit_test(reuse_distance),
+        cmocka_unit_test(recordings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -624,6 +624,33 @@ static ex_status vk_compute(void *impl, const ex_node_exec *nodes, int64_t n, do
     return validation_check(b, vkx_compute(b, nodes, n, node_ms));
 }
 
+static ex_status vk_record(void *impl, const ex_node_exec *nodes, int64_t n, ex_recording **out)
+{
+    vk_backend *b = impl;
+    b->msg[0] = '\0';
+    *out = calloc(1, sizeof **out);
+    if (!*out) {
+        snprintf(b->msg, sizeof b->msg, "vulkan: out of host memory");
+        return EX_ERR_NOMEM;
+    }
+    **out = (ex_recording){nodes, n, VK_NULL_HANDLE, 0};
+    return EX_OK;
+}
+
+static ex_status vk_replay(void *impl, ex_recording *r)
+{
+    vk_backend *b = impl;
+    b->msg[0] = '\0';
+    return validation_check(b, vkx_replay(b, r));
+}
+
+static void vk_forget(void *impl, ex_recording *r)
+{
+    if (r)
+        vkx_forget(impl, r);
+    free(r);
+}
+
 /* Every submission waits for its fence; only uploads may still be pending. */
 static ex_status vk_synchronize(void *impl)
 {
@@ -659,6 +686,8 @@ static const ex_backend_iface vk_iface = {
     vk_compute,        vk_synchronize,
     vk_host_syncs,     NULL, /* set_alloc_hook: not covered (backend.h) */
     vk_counters,       NULL, /* set_comm: sums go through the host */
+    vk_record,         vk_replay,
+    vk_forget,
 };
 
 static const char *type_name(VkPhysicalDeviceType t)

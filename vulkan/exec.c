@@ -1,13 +1,12 @@
 /* Running a node list: pipelines (created on first use, one per shader, count of
- * writable bindings and variant), the node loop, and the step cache: a node list is
- * recorded into a command buffer once and re-submitted while the list and the memory it
- * names are unchanged. What each dispatch binds, the barriers and the descriptor sets are
- * in vulkan/bind.c.
+ * writable bindings and variant), the node loop, and recordings: the plan records each
+ * list it runs (vkx_record), the first replay records the command buffer and later
+ * replays submit it again. What each dispatch binds, the barriers and the descriptor
+ * sets are in vulkan/bind.c.
  *
- * The cache is keyed by the list's address and length and checked against a
- * fingerprint of every node (op, parameters, shapes, strides, blocks and offsets) and
- * against the memory epoch, which moves when a block is freed, so a freed plan whose
- * memory is reused never replays a stale command buffer. */
+ * A command buffer names descriptor sets and the scratch, so dropping the sets (a larger
+ * scratch, a dedicated block freed, too many sets) moves the generation, and a recording
+ * of an older one records again before it is submitted. */
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -139,25 +138,12 @@ static vk_exec exec_of(vk_backend *b, VkCommandBuffer cmd)
     return e;
 }
 
-/* ---- step cache ---- */
+/* ---- recordings ---- */
 
 void vkx_invalidate(vk_backend *b)
 {
-    for (int i = 0; i < VK_STEPS; i++) {
-        if (b->steps[i].cmd) {
-            vkFreeCommandBuffers(b->dev, b->pool, 1, &b->steps[i].cmd);
-            vk_count_object(b, -1);
-        }
-        memset(&b->steps[i], 0, sizeof b->steps[i]);
-    }
+    b->gen++;
     vkx_sets_drop(b);
-}
-
-/* Where a tensor lies, for the fingerprint of a recorded step: its block and offset. */
-static uint64_t vk_where(const ex_tdesc *t)
-{
-    const vk_buffer *v = (const vk_buffer *)t->buf;
-    return ex_td_mix((uint64_t)(uintptr_t)v->block + 1, v->offset + t->offset);
 }
 
 /* Checks every node and makes the scratch large enough; a new scratch drops what was
@@ -343,22 +329,13 @@ static ex_status record(vk_backend *b, const ex_node_exec *nodes, int64_t count,
     return st;
 }
 
-static ex_status step_for(vk_backend *b, const ex_node_exec *nodes, int64_t count,
-                          VkCommandBuffer *out)
+/* The recording's command buffer, recorded again when the generation moved since. The
+ * nodes are checked (the dry pass) before each recording. */
+static ex_status cmd_of(vk_backend *b, ex_recording *r)
 {
-    uint64_t fp = ex_td_fingerprint(nodes, count, vk_where);
-    vk_step *lru = &b->steps[0];
-    for (int i = 0; i < VK_STEPS; i++) {
-        vk_step *s = &b->steps[i];
-        if (s->used && s->nodes == nodes && s->count == count && s->fingerprint == fp &&
-            s->epoch == b->epoch) {
-            s->used = ++b->tick;
-            *out = s->cmd;
-            return EX_OK;
-        }
-        if (s->used < lru->used)
-            lru = s;
-    }
+    if (r->cmd && r->gen == b->gen)
+        return EX_OK;
+    int64_t count = r->count;
     uint64_t *need = malloc(((size_t)count + 1) * sizeof *need);
     int *disp = malloc(((size_t)count + 1) * sizeof *disp);
     ex_status st = EX_OK;
@@ -368,45 +345,26 @@ static ex_status step_for(vk_backend *b, const ex_node_exec *nodes, int64_t coun
         st = EX_ERR_NOMEM;
     }
     if (st == EX_OK)
-        st = dry_pass(b, nodes, count, need, disp);
-    if (st != EX_OK) {
-        free(need);
-        free(disp);
-        return st;
-    }
-    if (b->nsets > VK_SETS_MAX)
+        st = dry_pass(b, r->nodes, count, need, disp);
+    if (st == EX_OK && b->nsets > VK_SETS_MAX)
         vkx_invalidate(b); /* a bound on the sets kept: nothing is in flight */
-    lru = &b->steps[0];
-    for (int i = 1; i < VK_STEPS; i++)
-        if (b->steps[i].used < lru->used)
-            lru = &b->steps[i];
-    if (!lru->cmd) {
+    if (st == EX_OK && !r->cmd) {
         VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
                                           .commandPool = b->pool,
                                           .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
                                           .commandBufferCount = 1};
-        st = vk_check(b, vkAllocateCommandBuffers(b->dev, &ai, &lru->cmd), "command buffer");
-        if (st != EX_OK) {
-            lru->cmd = VK_NULL_HANDLE;
-            free(need);
-            free(disp);
-            return st;
-        }
-        vk_count_object(b, 1);
+        st = vk_check(b, vkAllocateCommandBuffers(b->dev, &ai, &r->cmd), "command buffer");
+        if (st == EX_OK)
+            vk_count_object(b, 1);
+        else
+            r->cmd = VK_NULL_HANDLE;
     }
-    lru->used = 0;
-    st = record(b, nodes, count, need, disp, lru->cmd);
+    r->gen = 0; /* none: a failed recording is no recording */
+    if (st == EX_OK && (st = record(b, r->nodes, count, need, disp, r->cmd)) == EX_OK)
+        r->gen = b->gen;
     free(need);
     free(disp);
-    if (st != EX_OK)
-        return st;
-    lru->nodes = nodes;
-    lru->count = count;
-    lru->fingerprint = fp;
-    lru->epoch = b->epoch;
-    lru->used = ++b->tick;
-    *out = lru->cmd;
-    return EX_OK;
+    return st;
 }
 
 /* Turns what a shader reported into a status and a message. */
@@ -550,17 +508,36 @@ ex_status vkx_compute(vk_backend *b, const ex_node_exec *nodes, int64_t count, d
         return EX_OK;
     if (node_ms)
         return run_profiled(b, nodes, count, node_ms);
-    VkCommandBuffer cmd;
-    ex_status st = step_for(b, nodes, count, &cmd);
+    ex_recording once = {nodes, count, VK_NULL_HANDLE, 0};
+    ex_status st = vkx_replay(b, &once);
+    vkx_forget(b, &once);
+    return st;
+}
+
+ex_status vkx_replay(vk_backend *b, ex_recording *r)
+{
+    if (r->count <= 0)
+        return EX_OK;
+    ex_status st = cmd_of(b, r);
     if (st == EX_OK)
-        st = vkm_submit_wait(b, cmd);
-    return st == EX_OK ? status_read(b, nodes, count) : st;
+        st = vkm_submit_wait(b, r->cmd);
+    return st == EX_OK ? status_read(b, r->nodes, r->count) : st;
+}
+
+void vkx_forget(vk_backend *b, ex_recording *r)
+{
+    if (r->cmd) { /* every submission was waited for */
+        vkFreeCommandBuffers(b->dev, b->pool, 1, &r->cmd);
+        vk_count_object(b, -1);
+        r->cmd = VK_NULL_HANDLE;
+    }
 }
 
 /* ---- setup ---- */
 
 ex_status vkx_init(vk_backend *b)
 {
+    b->gen = 1; /* a recording's 0 names none */
     VkDescriptorSetLayoutBinding lb[2 * VK_BINDINGS];
     for (int i = 0; i < 2 * VK_BINDINGS; i++)
         lb[i] = (VkDescriptorSetLayoutBinding){(uint32_t)i,

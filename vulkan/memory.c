@@ -263,11 +263,10 @@ void vkm_free(vk_backend *b, vk_buffer *buf)
         vkm_submit_wait(b, NULL); /* pending uploads may name the range */
     vk_block *k = &b->blocks[buf->block];
     if (k->dedicated) {
-        /* recorded steps and descriptor sets may name the block */
+        /* recordings and descriptor sets may name the block */
         vkDeviceWaitIdle(b->dev);
         vkx_invalidate(b);
         block_destroy(b, buf->block);
-        b->epoch++;
     } else {
         uint64_t need = (buf->bytes + VK_ALIGN - 1) & ~(uint64_t)(VK_ALIGN - 1);
         give(k, buf->offset, need ? need : VK_ALIGN);

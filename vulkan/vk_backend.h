@@ -10,8 +10,6 @@
 #define VK_BLOCK_BYTES ((uint64_t)64 << 20)
 /** Host-visible staging for uploads and downloads. */
 #define VK_STAGE_BYTES ((uint64_t)8 << 20)
-/** Recorded node lists kept. */
-#define VK_STEPS 8
 /** Descriptor sets per descriptor pool (pools are added as a recording needs them). */
 #define VK_POOL_SETS 1024
 /** Descriptor sets kept at most before a recording starts afresh (all of them dropped). */
@@ -87,15 +85,13 @@ typedef struct vk_counts {
     double record_ms;                       /**< host time of the last recording */
 } vk_counts;
 
-/** A node list recorded into a command buffer. */
-typedef struct vk_step {
+/** A node list recorded into a command buffer (ex_backend_iface.record). */
+struct ex_recording {
     const ex_node_exec *nodes;
     int64_t count;
-    uint64_t fingerprint;
-    uint64_t epoch; /**< the memory epoch it was recorded in */
-    VkCommandBuffer cmd;
-    uint64_t used; /**< tick of the last submission; 0: empty */
-} vk_step;
+    VkCommandBuffer cmd; /**< VK_NULL_HANDLE until the first replay */
+    uint64_t gen;        /**< the backend's generation it was recorded in (0: none) */
+};
 
 /** What the device offers, after the portable profile's cuts. */
 typedef struct vk_features {
@@ -135,7 +131,7 @@ struct vk_backend {
     /* memory */
     vk_block *blocks;
     int nblocks;
-    uint64_t epoch; /**< bumped when a block goes away: recorded steps and sets die */
+    uint64_t gen; /**< moves when the sets are dropped: recordings of an older one record again */
     VkBuffer stage;
     VkDeviceMemory stage_mem;
     char *stage_map;
@@ -158,8 +154,6 @@ struct vk_backend {
     int npipes;
     vk_set *sets; /**< open-addressing table of capsets entries, nsets used */
     uint64_t nsets, capsets;
-    vk_step steps[VK_STEPS];
-    uint64_t tick;
     uint64_t status_next;      /**< the status slot the next reporting dispatch takes */
     uint64_t zone_next;        /**< the zone slot the next one-pass reduction takes */
     vk_access *reads, *writes; /**< ranges read and written since the last barrier */
@@ -203,7 +197,8 @@ ex_status vk_fill(void *impl, ex_buffer *buf, uint64_t off, uint64_t n, uint32_t
 /* exec.c */
 ex_status vkx_init(vk_backend *b);
 void vkx_destroy(vk_backend *b);
-/** Drops recorded steps and descriptor sets (a block went away). */
+/** Drops the descriptor sets and moves the generation, so that every recording records
+ *  again before its next submission (a block went away, the scratch grew). */
 void vkx_invalidate(vk_backend *b);
 /** Counts device objects made (delta > 0) or destroyed (delta < 0). */
 void vk_count_object(vk_backend *b, int64_t delta);
@@ -226,6 +221,11 @@ void vkx_sets_drop(vk_backend *b);
 /** Drops the sets and destroys the pools. */
 void vkx_sets_destroy(vk_backend *b);
 ex_status vkx_compute(vk_backend *b, const ex_node_exec *nodes, int64_t count, double *node_ms);
+/** Runs a recording as vkx_compute runs its nodes (unprofiled), recording its command
+ *  buffer first when it has none of the current generation. */
+ex_status vkx_replay(vk_backend *b, ex_recording *r);
+/** Frees the recording's command buffer (the recording itself stays the caller's). */
+void vkx_forget(vk_backend *b, ex_recording *r);
 
 /* backend.c */
 /** The one switch over ex_op. */
