@@ -42,6 +42,8 @@ static const char search_usage[] =
     "  --out DIR            where genotype.txt/json, metrics.jsonl, checkpoints go (run);\n"
     "                       a DIR that holds a run is refused unless --force\n"
     "  --force              replace the run in --out DIR (its files are removed first)\n"
+    "  --gpus N             N data-parallel ranks on this machine, one per GPU (through\n"
+    "                       mpirun; the global --ranks N)\n"
     "  --resume DIR         continue an interrupted run from its last checkpoint, with the\n"
     "                       configuration recorded in DIR/metrics.jsonl; only --backend,\n"
     "                       the --viz options, --profile-every, --checkpoint-every, and a\n"

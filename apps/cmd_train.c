@@ -34,6 +34,8 @@ static const char train_usage[] =
     "  --out DIR        where weights.safetensors, checkpoint.safetensors, metrics.jsonl go\n"
     "                   (train); a DIR that holds a run is refused unless --force\n"
     "  --force          replace the run in --out DIR (its files are removed first)\n"
+    "  --gpus N         N data-parallel ranks on this machine, one per GPU (through mpirun;\n"
+    "                   the global --ranks N)\n"
     "  --resume DIR     continue an interrupted training from its last checkpoint, with the\n"
     "                   configuration recorded in DIR/metrics.jsonl; only --backend and a\n"
     "                   longer --epochs may be given with it\n";

@@ -39,7 +39,8 @@ static void print_usage(FILE *out)
                  "                  that 'exapt info' lists; beats EXAPT_BACKEND\n"
                  "  --ranks N       run search or train as N data-parallel processes on this\n"
                  "                  machine (through mpirun; each on its own GPU); mpirun\n"
-                 "                  may also start exapt itself, on one machine or several\n"
+                 "                  may also start exapt itself, on one machine or several;\n"
+                 "                  'search --gpus N' and 'train --gpus N' say the same\n"
                  "  --help          this text ('exapt <command> --help' for a command)\n"
                  "  --version       the library's version\n");
 }
@@ -80,6 +81,39 @@ static int run_help(const cli_global *g, int argc, char **argv)
     return c->run(g, 2, sub);
 }
 
+/* A number of ranks, 1 to 4096, or -1. */
+static int ranks_of(const char *val)
+{
+    char *end = NULL;
+    long n = strtol(val, &end, 10);
+    return end && end != val && !*end && n >= 1 && n <= 4096 ? (int)n : -1;
+}
+
+/* search and train take --gpus N, the global --ranks N under the name of what it is for:
+ * taken out of the command's arguments (from argv[from] on), so that neither the ranks
+ * mpirun starts nor the command (and the run it records) see it. */
+static int take_gpus(int *argc, char **argv, int from, int *ranks)
+{
+    for (int i = from; i < *argc; i++) {
+        const char *val = NULL;
+        int at = i;
+        cli_match m = cli_option_value(*argc, argv, &at, "--gpus", &val);
+        if (m == CLI_NO_MATCH)
+            continue;
+        int n = m == CLI_MATCHED ? ranks_of(val) : -1;
+        if (n < 0)
+            return usage_error("--gpus needs a number of GPUs, 1 to 4096");
+        if (*ranks && *ranks != n)
+            return usage_error("--gpus %d and --ranks %d disagree", n, *ranks);
+        *ranks = n;
+        int used = at - i + 1; /* "--gpus N" or "--gpus=N" */
+        memmove(&argv[i], &argv[i + used], (size_t)(*argc - i - used + 1) * sizeof *argv);
+        *argc -= used;
+        i--;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     cli_global g = {.backend = NULL, .argc = argc, .argv = argv};
@@ -94,11 +128,8 @@ int main(int argc, char **argv)
         } else if (m == CLI_MISSING_VALUE) {
             return usage_error("--backend needs a name");
         } else if (mr == CLI_MATCHED) {
-            char *end = NULL;
-            long n = strtol(val, &end, 10);
-            if (!end || *end || n < 1 || n > 4096)
+            if ((ranks = ranks_of(val)) < 0)
                 return usage_error("--ranks needs a number of processes, 1 to 4096");
-            ranks = (int)n;
         } else if (mr == CLI_MISSING_VALUE) {
             return usage_error("--ranks needs a number of processes");
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -123,10 +154,13 @@ int main(int argc, char **argv)
     if (ranks > 1 && !c->parallel)
         return usage_error("--ranks: '%s' runs in one process (search and train run as ranks)",
                            c->name);
+    int rc = c->parallel ? take_gpus(&argc, argv, i + 1, &ranks) : 0;
+    if (rc)
+        return rc;
+    g.argc = argc;
     if (ranks > 1)
         return cli_ranks_launch(ranks, argc, argv);
-    int rc = cli_ranks_start(&g);
-    if (rc)
+    if ((rc = cli_ranks_start(&g)))
         return rc;
     if (g.comm && !c->parallel)
         rc = cli_fail(c->name, "runs in one process, not as one of %d ranks", g.comm->size);
