@@ -35,7 +35,7 @@ typedef struct buf_map {
 
 typedef struct tracker {
     buf_map *bufs;
-    int nbufs, cap, last;
+    int64_t nbufs, cap, last;
     ex_span *spans; /* one node's */
     int64_t *deps;  /* one node's, before sorting */
     int64_t ndeps, deps_cap;
@@ -63,6 +63,19 @@ int ex__node_spans(const ex_node_exec *n, ex_span *spans)
     return k;
 }
 
+/* p, or p grown to room for more than n elements of size bytes (*cap of them now), or NULL
+ * (p stays) when host memory runs out. */
+static void *room(void *p, int64_t n, int64_t *cap, size_t size)
+{
+    if (n < *cap)
+        return p;
+    int64_t c = 2 * *cap + 16;
+    void *q = realloc(p, (size_t)c * size);
+    if (q)
+        *cap = c;
+    return q;
+}
+
 static buf_map *map_of(tracker *t, const ex_buffer *buf)
 {
     if (t->last < t->nbufs && t->bufs[t->last].buf == buf)
@@ -81,21 +94,17 @@ static bool find_buffers(tracker *t, const ex_node_exec *nodes, int64_t n)
         for (int j = 0; j < k; j++) {
             buf_map *m = map_of(t, t->spans[j].buf);
             if (!m) {
-                if (t->nbufs == t->cap) {
-                    int cap = 2 * t->cap + 8;
-                    buf_map *b = realloc(t->bufs, (size_t)cap * sizeof *b);
-                    if (!b)
-                        return false;
-                    t->bufs = b;
-                    t->cap = cap;
-                }
+                buf_map *grown = room(t->bufs, t->nbufs, &t->cap, sizeof *grown);
+                if (!grown)
+                    return false;
+                t->bufs = grown;
                 m = &t->bufs[t->last = t->nbufs++];
                 *m = (buf_map){t->spans[j].buf, 0, 0, NULL};
             }
             m->hi = t->spans[j].hi > m->hi ? t->spans[j].hi : m->hi;
         }
     }
-    for (int b = 0; b < t->nbufs; b++) {
+    for (int64_t b = 0; b < t->nbufs; b++) {
         t->bufs[b].nbk = (int64_t)(t->bufs[b].hi >> BUCKET_SHIFT) + 1;
         t->bufs[b].bk = calloc((size_t)t->bufs[b].nbk, sizeof *t->bufs[b].bk);
         if (!t->bufs[b].bk)
@@ -106,30 +115,18 @@ static bool find_buffers(tracker *t, const ex_node_exec *nodes, int64_t n)
 
 static bool push_rec(rec_list *l, rec r)
 {
-    if (l->n == l->cap) {
-        int64_t cap = 2 * l->cap + 8;
-        rec *p = realloc(l->r, (size_t)cap * sizeof *p);
-        if (!p)
-            return false;
-        l->r = p;
-        l->cap = cap;
-    }
-    l->r[l->n++] = r;
-    return true;
+    rec *grown = room(l->r, l->n, &l->cap, sizeof *grown);
+    if (grown)
+        (l->r = grown)[l->n++] = r;
+    return grown != NULL;
 }
 
 static bool push_dep(tracker *t, int64_t node)
 {
-    if (t->ndeps == t->deps_cap) {
-        int64_t cap = 2 * t->deps_cap + 16;
-        int64_t *p = realloc(t->deps, (size_t)cap * sizeof *p);
-        if (!p)
-            return false;
-        t->deps = p;
-        t->deps_cap = cap;
-    }
-    t->deps[t->ndeps++] = node;
-    return true;
+    int64_t *grown = room(t->deps, t->ndeps, &t->deps_cap, sizeof *grown);
+    if (grown)
+        (t->deps = grown)[t->ndeps++] = node;
+    return grown != NULL;
 }
 
 /* The span's buckets, [*first, *last]. */
@@ -213,15 +210,10 @@ static bool node_deps(tracker *t, const ex_node_exec *node, int64_t i, int64_t *
     for (int64_t j = 0; j < t->ndeps; j++) {
         if (j && t->deps[j] == t->deps[j - 1])
             continue;
-        if (*nout == *cap) {
-            int64_t c = 2 * *cap + 1024;
-            int64_t *p = realloc(*out, (size_t)c * sizeof *p);
-            if (!p)
-                return false;
-            *out = p;
-            *cap = c;
-        }
-        (*out)[(*nout)++] = i - t->deps[j];
+        int64_t *grown = room(*out, *nout, cap, sizeof *grown);
+        if (!grown)
+            return false;
+        (*out = grown)[(*nout)++] = i - t->deps[j];
         ++*ndep;
     }
     for (int pass = 0; pass < 2; pass++)
@@ -233,7 +225,7 @@ static bool node_deps(tracker *t, const ex_node_exec *node, int64_t i, int64_t *
 
 static void tracker_free(tracker *t)
 {
-    for (int b = 0; b < t->nbufs; b++) {
+    for (int64_t b = 0; b < t->nbufs; b++) {
         for (int64_t j = 0; t->bufs[b].bk && j < t->bufs[b].nbk; j++) {
             free(t->bufs[b].bk[j].writers.r);
             free(t->bufs[b].bk[j].readers.r);
