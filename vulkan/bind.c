@@ -650,6 +650,8 @@ ex_status vk_dispatch(vk_exec *e, vk_shader_id shader, int32_t variant, const vo
                        "shader's \"// exapt: writes\" line)",
                        vk_shader_table[shader].name, e->nw, e->nr);
     int mine = e->dispatches++;
+    if (e->dry && gx && gy && gz)
+        vkx_pipeline_want(b, shader, w, variant);
     if (e->dry || gx == 0 || gy == 0 || gz == 0 || mine < e->first || mine >= e->last)
         return EX_OK;
     vk_setkey key;

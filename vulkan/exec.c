@@ -1,5 +1,4 @@
-/* Running a node list: pipelines (created on first use, one per shader, count of
- * writable bindings and variant), the node loop, and recordings: the plan records each
+/* Running a node list: the node loop and recordings: the plan records each
  * list it runs (vkx_record), the first replay records the command buffer and later
  * replays submit it again. What each dispatch binds, the barriers and the descriptor
  * sets are in vulkan/bind.c.
@@ -16,69 +15,13 @@
 #include "core/clock.h"
 #include "vulkan/vk_backend.h"
 
-/* ---- pipelines ---- */
+/* ---- device objects ---- */
 
 void vk_count_object(vk_backend *b, int64_t delta)
 {
     b->counts.objects += (uint64_t)delta;
     if (delta > 0)
         b->counts.created += (uint64_t)delta;
-}
-
-static ex_status module(vk_backend *b, vk_shader_id sh, int writes, VkShaderModule *out)
-{
-    VkShaderModule *m = &b->modules[sh][writes];
-    if (!*m) {
-        int f = b->feat.float_controls;
-        VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-                                       .codeSize = vk_shader_table[sh].bytes[writes][f],
-                                       .pCode = vk_shader_table[sh].code[writes][f]};
-        ex_status st = vk_check(b, vkCreateShaderModule(b->dev, &mi, NULL, m), "shader");
-        if (st != EX_OK) {
-            *m = VK_NULL_HANDLE;
-            return st;
-        }
-        vk_count_object(b, 1);
-    }
-    *out = *m;
-    return EX_OK;
-}
-
-ex_status vkx_pipeline(vk_backend *b, vk_shader_id sh, int writes, int32_t variant, VkPipeline *out)
-{
-    for (int i = 0; i < b->npipes; i++)
-        if (b->pipes[i].shader == sh && b->pipes[i].writes == writes &&
-            b->pipes[i].variant == variant) {
-            *out = b->pipes[i].pipe;
-            return EX_OK;
-        }
-    if (b->npipes == VK_PIPES) {
-        snprintf(b->msg, sizeof b->msg, "vulkan: more than %d pipelines", VK_PIPES);
-        return EX_ERR_NOMEM;
-    }
-    VkShaderModule m;
-    ex_status st = module(b, sh, writes, &m);
-    if (st != EX_OK)
-        return st;
-    VkSpecializationMapEntry me = {0, 0, sizeof(int32_t)};
-    VkSpecializationInfo si = {1, &me, sizeof variant, &variant};
-    VkComputePipelineCreateInfo ci = {
-        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
-        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
-                  .stage = VK_SHADER_STAGE_COMPUTE_BIT,
-                  .module = m,
-                  .pName = "main",
-                  .pSpecializationInfo = &si},
-        .layout = b->layout};
-    VkPipeline p;
-    st = vk_check(b, vkCreateComputePipelines(b->dev, VK_NULL_HANDLE, 1, &ci, NULL, &p),
-                  vk_shader_table[sh].name);
-    if (st != EX_OK)
-        return st;
-    vk_count_object(b, 1);
-    b->pipes[b->npipes++] = (vk_pipe){sh, writes, variant, p};
-    *out = p;
-    return EX_OK;
 }
 
 int vk_has_int_dot(const vk_exec *e)
@@ -293,7 +236,6 @@ static ex_status record_rounds(vk_exec *e, const ex_node_exec *nodes, const int6
 static ex_status record(vk_backend *b, const ex_node_exec *nodes, int64_t count,
                         const uint64_t *need, const int *disp, VkCommandBuffer cmd)
 {
-    double t0 = ex__clock_ms();
     size_t n = (size_t)count + 1;
     int64_t *order = malloc(n * sizeof *order), *start = malloc(n * sizeof *start);
     int *passes = malloc(n * sizeof *passes);
@@ -325,7 +267,6 @@ static ex_status record(vk_backend *b, const ex_node_exec *nodes, int64_t count,
     free(start);
     free(passes);
     free(live);
-    b->counts.record_ms = ex__clock_ms() - t0;
     return st;
 }
 
@@ -335,6 +276,7 @@ static ex_status cmd_of(vk_backend *b, ex_recording *r)
 {
     if (r->cmd && r->gen == b->gen)
         return EX_OK;
+    double t0 = ex__clock_ms();
     int64_t count = r->count;
     uint64_t *need = malloc(((size_t)count + 1) * sizeof *need);
     int *disp = malloc(((size_t)count + 1) * sizeof *disp);
@@ -346,6 +288,8 @@ static ex_status cmd_of(vk_backend *b, ex_recording *r)
     }
     if (st == EX_OK)
         st = dry_pass(b, r->nodes, count, need, disp);
+    if (st == EX_OK)
+        st = vkx_pipelines_make(b);
     if (st == EX_OK && b->nsets > VK_SETS_MAX)
         vkx_invalidate(b); /* a bound on the sets kept: nothing is in flight */
     if (st == EX_OK && !r->cmd) {
@@ -364,6 +308,7 @@ static ex_status cmd_of(vk_backend *b, ex_recording *r)
         r->gen = b->gen;
     free(need);
     free(disp);
+    b->counts.record_ms = ex__clock_ms() - t0; /* checks and pipelines included */
     return st;
 }
 
@@ -438,6 +383,8 @@ static ex_status run_profiled(vk_backend *b, const ex_node_exec *nodes, int64_t 
     ex_status st = vkm_submit_wait(b, NULL); /* pending uploads leave the staging buffer */
     if (st == EX_OK)
         st = dry_pass(b, nodes, count, NULL, NULL);
+    if (st == EX_OK)
+        st = vkx_pipelines_make(b);
     int ts = b->feat.timestamps;
     if (st == EX_OK && ts)
         st = queries_reserve(b, (uint32_t)(2 * count));
@@ -567,16 +514,7 @@ void vkx_destroy(vk_backend *b)
 {
     vkx_invalidate(b);
     vkx_sets_destroy(b);
-    for (int i = 0; i < b->npipes; i++)
-        vkDestroyPipeline(b->dev, b->pipes[i].pipe, NULL);
-    vk_count_object(b, -b->npipes);
-    b->npipes = 0;
-    for (int i = 0; i < VK_SH_COUNT; i++)
-        for (int w = 0; w <= VK_BINDINGS; w++)
-            if (b->modules[i][w]) {
-                vkDestroyShaderModule(b->dev, b->modules[i][w], NULL);
-                vk_count_object(b, -1);
-            }
+    vkx_pipelines_destroy(b);
     if (b->queries)
         vkDestroyQueryPool(b->dev, b->queries, NULL);
     if (b->layout)

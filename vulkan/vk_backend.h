@@ -152,6 +152,8 @@ struct vk_backend {
     VkShaderModule modules[VK_SH_COUNT][VK_BINDINGS + 1];
     vk_pipe pipes[VK_PIPES];
     int npipes;
+    vk_pipe want[VK_PIPES]; /**< noted by a dry pass, to be made (vkx_pipelines_make) */
+    int nwant;
     vk_set *sets; /**< open-addressing table of capsets entries, nsets used */
     uint64_t nsets, capsets;
     uint64_t status_next;      /**< the status slot the next reporting dispatch takes */
@@ -202,9 +204,18 @@ void vkx_destroy(vk_backend *b);
 void vkx_invalidate(vk_backend *b);
 /** Counts device objects made (delta > 0) or destroyed (delta < 0). */
 void vk_count_object(vk_backend *b, int64_t delta);
-/** The pipeline of shader built with writes writable bindings, for variant. */
+
+/* pipeline.c */
+/** The pipeline of shader built with writes writable bindings, for variant (made now if
+ *  there is none yet). */
 ex_status vkx_pipeline(vk_backend *b, vk_shader_id sh, int writes, int32_t variant,
                        VkPipeline *out);
+/** Notes a pipeline a recording will need (the dry pass's dispatches). */
+void vkx_pipeline_want(vk_backend *b, vk_shader_id sh, int writes, int32_t variant);
+/** Makes every pipeline noted and not yet made, side by side on several threads. */
+ex_status vkx_pipelines_make(vk_backend *b);
+/** Destroys every pipeline and shader module. */
+void vkx_pipelines_destroy(vk_backend *b);
 
 /* bind.c */
 /** Frees every binding and binds the node's gate: before a node's family runs. */

@@ -33,7 +33,8 @@ typedef struct ex_backend_counters {
     uint64_t barriers;           /**< barriers recorded for it */
     uint64_t inexact_bindings;   /**< its bindings widened over bytes no operand of the
                                       dispatch has (when operands outnumber bindings) */
-    double record_ms;            /**< host time its recording took */
+    double record_ms;            /**< host time its recording took (its checks and the
+                                      pipelines it made included) */
 } ex_backend_counters;
 
 /** Feature bits of ex_backend_caps.features. */
