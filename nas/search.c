@@ -662,10 +662,12 @@ ex_status ex_search_step(ex_search *s, const float *train_x, const int32_t *trai
     bool snapped = st == EX_OK && (st = ex_plan_snapshot(s->plan)) == EX_OK;
     if (snapped && (st = ex_plan_submit_stage(s->plan, 0)) == EX_OK)
         st = ex_plan_read(s->plan, s->report, f, sizeof f);
+    if (st != EX_OK && !s->msg[0]) /* the step's failure, before the restore's can hide it */
+        fail(s, st, "search: %s", ex_plan_error(s->plan));
     if (st != EX_OK && snapped)
         ex_plan_restore(s->plan); /* a step that failed half-way leaves the last good state */
     if (st != EX_OK)
-        return s->msg[0] ? st : fail(s, st, "search: %s", ex_plan_error(s->plan));
+        return st;
     ex_search_stats r = {0};
     r.train_loss = f[0];
     /* a rank's share of correct answers, averaged over the group: times the ranks */
