@@ -1,7 +1,7 @@
-/* Running a node list: the node loop and recordings: the plan records each
- * list it runs (vkx_record), the first replay records the command buffer and later
- * replays submit it again. What each dispatch binds, the barriers and the descriptor
- * sets are in vulkan/bind.c.
+/* Running a node list: the node loop and recordings. The plan records each list it runs
+ * (record, in the backend interface); the first replay records the command buffer and
+ * later replays submit it again. What each dispatch binds, the barriers and the
+ * descriptor sets are in vulkan/bind.c; the pipelines in vulkan/pipeline.c.
  *
  * A command buffer names descriptor sets and the scratch, so dropping the sets (a larger
  * scratch, a dedicated block freed, too many sets) moves the generation, and a recording
