@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/deps.h"
+#include "core/engine.h"
 #include "core/tdesc.h"
 
 #define BUCKET_SHIFT 20
@@ -34,6 +35,7 @@ typedef struct buf_map {
 } buf_map;
 
 typedef struct tracker {
+    ex_ctx *ctx; /* whose allocation hook counts ours (NULL: none) */
     buf_map *bufs;
     int64_t nbufs, cap, last;
     ex_span *spans; /* one node's */
@@ -65,12 +67,12 @@ int ex__node_spans(const ex_node_exec *n, ex_span *spans)
 
 /* p, or p grown to room for more than n elements of size bytes (*cap of them now), or NULL
  * (p stays) when host memory runs out. */
-static void *room(void *p, int64_t n, int64_t *cap, size_t size)
+static void *room(ex_ctx *ctx, void *p, int64_t n, int64_t *cap, size_t size)
 {
     if (n < *cap)
         return p;
     int64_t c = 2 * *cap + 16;
-    void *q = realloc(p, (size_t)c * size);
+    void *q = ex__realloc(ctx, p, (size_t)c * size);
     if (q)
         *cap = c;
     return q;
@@ -94,7 +96,7 @@ static bool find_buffers(tracker *t, const ex_node_exec *nodes, int64_t n)
         for (int j = 0; j < k; j++) {
             buf_map *m = map_of(t, t->spans[j].buf);
             if (!m) {
-                buf_map *grown = room(t->bufs, t->nbufs, &t->cap, sizeof *grown);
+                buf_map *grown = room(t->ctx, t->bufs, t->nbufs, &t->cap, sizeof *grown);
                 if (!grown)
                     return false;
                 t->bufs = grown;
@@ -106,16 +108,16 @@ static bool find_buffers(tracker *t, const ex_node_exec *nodes, int64_t n)
     }
     for (int64_t b = 0; b < t->nbufs; b++) {
         t->bufs[b].nbk = (int64_t)(t->bufs[b].hi >> BUCKET_SHIFT) + 1;
-        t->bufs[b].bk = calloc((size_t)t->bufs[b].nbk, sizeof *t->bufs[b].bk);
+        t->bufs[b].bk = ex__calloc(t->ctx, (size_t)t->bufs[b].nbk, sizeof *t->bufs[b].bk);
         if (!t->bufs[b].bk)
             return false;
     }
     return true;
 }
 
-static bool push_rec(rec_list *l, rec r)
+static bool push_rec(tracker *t, rec_list *l, rec r)
 {
-    rec *grown = room(l->r, l->n, &l->cap, sizeof *grown);
+    rec *grown = room(t->ctx, l->r, l->n, &l->cap, sizeof *grown);
     if (grown)
         (l->r = grown)[l->n++] = r;
     return grown != NULL;
@@ -123,7 +125,7 @@ static bool push_rec(rec_list *l, rec r)
 
 static bool push_dep(tracker *t, int64_t node)
 {
-    int64_t *grown = room(t->deps, t->ndeps, &t->deps_cap, sizeof *grown);
+    int64_t *grown = room(t->ctx, t->deps, t->ndeps, &t->deps_cap, sizeof *grown);
     if (grown)
         (t->deps = grown)[t->ndeps++] = node;
     return grown != NULL;
@@ -182,7 +184,7 @@ static bool note(tracker *t, const ex_span *s, int64_t i)
         rec r = {s->lo, s->hi, i};
         if (l->n && !memcmp(&l->r[l->n - 1], &r, sizeof r))
             continue; /* the node read these bytes already */
-        if (!push_rec(l, r))
+        if (!push_rec(t, l, r))
             return false;
     }
     return true;
@@ -210,7 +212,7 @@ static bool node_deps(tracker *t, const ex_node_exec *node, int64_t i, int64_t *
     for (int64_t j = 0; j < t->ndeps; j++) {
         if (j && t->deps[j] == t->deps[j - 1])
             continue;
-        int64_t *grown = room(*out, *nout, cap, sizeof *grown);
+        int64_t *grown = room(t->ctx, *out, *nout, cap, sizeof *grown);
         if (!grown)
             return false;
         (*out = grown)[(*nout)++] = i - t->deps[j];
@@ -237,18 +239,19 @@ static void tracker_free(tracker *t)
     free(t->deps);
 }
 
-ex_status ex__node_deps(ex_node_exec *nodes, int64_t n, int64_t **store)
+ex_status ex__node_deps(ex_ctx *ctx, ex_node_exec *nodes, int64_t n, int64_t **store)
 {
     *store = NULL;
-    tracker t = {0};
+    tracker t = {.ctx = ctx};
     int most = 0;
     for (int64_t i = 0; i < n; i++) {
         nodes[i].dep = NULL;
         nodes[i].ndep = 0;
         most = nodes[i].nsrc > most ? nodes[i].nsrc : most;
     }
-    int64_t *all = NULL, nall = 0, cap = 0, *first = malloc(((size_t)n + 1) * sizeof *first);
-    t.spans = malloc(((size_t)most + 2) * sizeof *t.spans);
+    int64_t *all = NULL, nall = 0, cap = 0,
+            *first = ex__malloc(ctx, ((size_t)n + 1) * sizeof *first);
+    t.spans = first ? ex__malloc(ctx, ((size_t)most + 2) * sizeof *t.spans) : NULL;
     bool ok = first && t.spans && find_buffers(&t, nodes, n);
     for (int64_t i = 0; ok && i < n; i++) {
         first[i] = nall;

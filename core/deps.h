@@ -3,6 +3,7 @@
 #define EXAPT_CORE_DEPS_H
 
 #include "core/backend_iface.h"
+#include "exapt/ctx.h"
 
 /** The bytes a node touches in one of its tensors: [lo, hi) of buf, rounded out to whole
  *  32-bit words (GPU kernels read and write words, so two i8 tensors sharing one conflict). */
@@ -21,8 +22,8 @@ int ex__node_spans(const ex_node_exec *n, ex_span *spans);
  *  both touch a byte (ex__node_spans) and one of them writes it, unless j is already
  *  reached through i's other dependencies (the last writer of a byte, and for a write, the
  *  readers since). *store receives the array the lists point into (free() it, after the
- *  nodes are done with). EX_ERR_NOMEM, leaving every list empty, when host memory runs
- *  out. */
-ex_status ex__node_deps(ex_node_exec *nodes, int64_t n, int64_t **store);
+ *  nodes are done with). ctx's allocation hook counts the allocations (NULL: none).
+ *  EX_ERR_NOMEM, leaving every list empty, when host memory runs out. */
+ex_status ex__node_deps(ex_ctx *ctx, ex_node_exec *nodes, int64_t n, int64_t **store);
 
 #endif

@@ -473,7 +473,7 @@ static ex_status build_nodes(ex_plan *p)
         n->flops = ex__op(t->op)->flops(t);
     }
     p->stats.nodes = p->nnodes;
-    if (ex__node_deps(p->nodes, p->nnodes, &p->deps) != EX_OK)
+    if (ex__node_deps(p->ctx, p->nodes, p->nnodes, &p->deps) != EX_OK)
         return ex__plan_fail(p, EX_ERR_NOMEM,
                              "plan: out of host memory for the dependencies of %lld nodes",
                              (long long)p->nnodes);

@@ -108,7 +108,7 @@ static void hand_made(void **state)
     s[k][0] = vec(B, 0, 4, EX_F32);
     n[k] = node(EX_OP_COPY, vec(C, 20000, 4, EX_F32), s[k], 1), k++;
     int64_t *store = NULL;
-    assert_int_equal(ex__node_deps(n, k, &store), EX_OK);
+    assert_int_equal(ex__node_deps(NULL, n, k, &store), EX_OK);
     expect_deps(n, 0, (int64_t[]){-1});
     expect_deps(n, 1, (int64_t[]){0, -1});
     expect_deps(n, 2, (int64_t[]){0, -1});
