@@ -45,7 +45,7 @@ static void expect_deps(const ex_node_exec *nodes, int64_t i, const int64_t *wan
     assert_true(nodes[i].ndep <= 64);
     for (int32_t k = 0; k < nodes[i].ndep; k++)
         got[k] = i - nodes[i].dep[k];
-    for (int k = 0; k < nodes[i].ndep; k++) /* lists come nearest first: sort ascending */
+    for (int k = 0; k < nodes[i].ndep; k++) /* in node order, whatever the list's */
         for (int j = k + 1; j < nodes[i].ndep; j++)
             if (got[j] < got[k]) {
                 int64_t t = got[j];
