@@ -51,11 +51,8 @@ int ex__node_spans(const ex_node_exec *n, ex_span *spans)
         const ex_tdesc *t = s < n->nsrc ? &n->src[s] : s == n->nsrc ? n->gate : &n->dst;
         if (!t || !t->buf || ex_td_numel(t) == 0)
             continue;
-        int64_t below = 0, above = 0; /* element offsets reached from element 0 */
-        for (int d = 0; d < t->ndim; d++) {
-            int64_t reach = (t->ne[d] - 1) * t->st[d];
-            *(reach < 0 ? &below : &above) += reach;
-        }
+        int64_t below, above;
+        ex_td_reach(t, &below, &above);
         int64_t size = ex_dtype_size(t->dtype);
         uint64_t lo = t->offset + (uint64_t)(below * size),
                  hi = t->offset + (uint64_t)((above + 1) * size);

@@ -13,19 +13,6 @@ static bool ctx_alloc_fails(void *ctx)
     return ex__alloc_fails(ctx);
 }
 
-/* Element span [lo, hi] of a strided tensor relative to its element 0. */
-static void span(int ndim, const int64_t *ne, const int64_t *st, int64_t *lo, int64_t *hi)
-{
-    *lo = *hi = 0;
-    for (int d = 0; d < ndim; d++) {
-        int64_t s = (ne[d] - 1) * st[d];
-        if (s < 0)
-            *lo += s;
-        else
-            *hi += s;
-    }
-}
-
 /* Moves the elements of d (any strides) between the device and the contiguous host array
  * host: a dense d directly, else its span whole, elements gathered or scattered on the
  * host (a write then reads the span first, for the elements between d's). */
@@ -38,7 +25,7 @@ static ex_status strided(ex_plan *p, const ex_tdesc *d, void *host, bool write)
         return st == EX_OK ? EX_OK : ex__plan_fail(p, st, "transfer: %s", p->f->error(p->impl));
     }
     int64_t lo, hi;
-    span(d->ndim, d->ne, d->st, &lo, &hi);
+    ex_td_reach(d, &lo, &hi);
     size_t es = (size_t)ex_dtype_size(d->dtype);
     uint64_t start = d->offset + (uint64_t)(lo * (int64_t)es); /* lo <= 0 */
     size_t n = (size_t)(hi - lo + 1) * es;

@@ -41,6 +41,17 @@ static inline int64_t ex_td_numel(const ex_tdesc *t)
     return n;
 }
 
+/** The element offsets from t's element 0 that its elements reach: [*lo, *hi], *lo <= 0
+ *  (negative strides) <= *hi. */
+static inline void ex_td_reach(const ex_tdesc *t, int64_t *lo, int64_t *hi)
+{
+    *lo = *hi = 0;
+    for (int d = 0; d < t->ndim; d++) {
+        int64_t r = (t->ne[d] - 1) * t->st[d];
+        *(r < 0 ? lo : hi) += r;
+    }
+}
+
 /** Whether t's elements lie one after another in row-major order. */
 static inline bool ex_td_dense(const ex_tdesc *t)
 {
