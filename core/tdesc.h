@@ -280,6 +280,7 @@ static inline ex_status ex_td_qconv_geom_of(const int32_t *ip, const int64_t xn[
 typedef struct ex_td_conv {
     ex_td_conv_geom g;
     const ex_tdesc *x, *w, *y;
+    const ex_tdesc *mask; /**< a data gradient's fused ReLU mask (source 2), or NULL */
 } ex_td_conv;
 
 /** Checks and decodes a node of CONV2D, DWCONV2D or one of their gradients as every
@@ -314,6 +315,7 @@ static inline ex_status ex_td_conv_of(const ex_node_exec *nd, ex_td_conv *c, cha
     c->x = data ? &nd->dst : &nd->src[0];
     c->w = filter ? &nd->dst : &nd->src[1];
     c->y = !data && !filter ? &nd->dst : data ? &nd->src[0] : &nd->src[1];
+    c->mask = relu && data ? &nd->src[2] : NULL;
     int dw = nd->op == EX_OP_DWCONV2D || nd->op == EX_OP_DWCONV2D_BWD_DATA ||
              nd->op == EX_OP_DWCONV2D_BWD_FILTER;
     ex_status st = ex_td_conv_geom_of(nd->ip, c->x->ne, c->w->ne, c->y->ne, dw, &c->g, why, len);

@@ -409,8 +409,8 @@ ex_status conv_prepare(const cpu_exec *e, const ex_node_exec *nd, const char *na
     o->x = conv_t4_of(c.x);
     o->w = conv_t4_of(c.w);
     o->y = conv_t4_of(c.y);
-    if (c.g.relu && nd->op == EX_OP_DWCONV2D_BWD_DATA)
-        o->mask = conv_t4_of(&nd->src[2]);
+    if (c.mask)
+        o->mask = conv_t4_of(c.mask);
     return EX_OK;
 }
 

@@ -33,8 +33,8 @@ static ex_status conv_prepare(cu_exec *e, const ex_node_exec *nd, const char *na
     o->x = cu_t4_of(c.x);
     o->w = cu_t4_of(c.w);
     o->y = cu_t4_of(c.y);
-    if (c.g.relu && nd->op == EX_OP_DWCONV2D_BWD_DATA)
-        o->mask = cu_t4_of(&nd->src[2]);
+    if (c.mask)
+        o->mask = cu_t4_of(c.mask);
     return EX_OK;
 }
 

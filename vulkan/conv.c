@@ -383,7 +383,7 @@ static ex_status conv_run(vk_exec *e, const ex_node_exec *nd, int which, int dep
     if (st != EX_OK)
         return vk_fail(e, st, "%s", why);
     uint32_t mask_st[4];
-    if (c.g.relu && which == 1 && !conv_strides(&nd->src[2], mask_st))
+    if (c.mask && !conv_strides(c.mask, mask_st))
         return vk_fail(e, EX_ERR_UNSUPPORTED, "operands beyond 32-bit indexing");
     const ex_tdesc *x = c.x, *w = c.w, *y = c.y;
     int relu = c.g.relu;
@@ -406,8 +406,7 @@ static ex_status conv_run(vk_exec *e, const ex_node_exec *nd, int which, int dep
     int dwv = depthwise ? CV_DEPTHWISE : 0, rv = relu ? CV_RELU : 0;
     int masked = 0;
     if (geo >= 0) {
-        const ex_tdesc *mask = relu && which == 1 ? &nd->src[2] : NULL;
-        st = dw_run(e, which, x, w, y, geo, relu, mask, &dpc, &masked);
+        st = dw_run(e, which, x, w, y, geo, relu, c.mask, &dpc, &masked);
     } else if (which == 2) {
         st = conv_filter(e, x, w, y, g, &pc, dwv, rv);
     } else {
@@ -418,8 +417,8 @@ static ex_status conv_run(vk_exec *e, const ex_node_exec *nd, int which, int dep
         st = vk_dispatch(e, VK_SH_conv_conv, (which == 0 ? CV_FWD + rv : CV_BWD_DATA) + dwv, &pc,
                          sizeof pc, vk_groups(count, 128), 1, 1);
     }
-    if (st == EX_OK && relu && which == 1 && !masked)
-        st = conv_relu_mask(e, &nd->src[2], x); /* x's role is dx's here */
+    if (st == EX_OK && c.mask && !masked)
+        st = conv_relu_mask(e, c.mask, x); /* x's role is dx's here */
     return st;
 }
 
