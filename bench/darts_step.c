@@ -35,6 +35,7 @@ typedef struct opts {
     int batch, channels, layers, iters;
     int profile;   /* also time one step node by node and report it by op */
     int recompute; /* ex_search_config.recompute; -1: the backend's default */
+    int group;     /* 0: ex_search_config.no_group (every node launched on its own) */
     int mode;      /* ex_search_mode; -1: the default (darts) */
     int ncand;     /* 0: the default candidates */
     ex_cand cand[EX_MAX_CANDIDATES];
@@ -58,17 +59,18 @@ typedef struct timing {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: bench_darts_step [--backend NAME] [--input HxWxC] [--batch N] "
-            "[--channels C]\n"
-            "                        [--layers L] [--iters N] [--profile 0|1] "
-            "[--mode darts|gdas|topk]\n"
-            "                        [--cands NAME,NAME,...] [--recompute 0|1] --out DIR\n"
-            "defaults: --backend auto --input 32x32x3 --batch 64 --channels 16 "
-            "--layers 8 --iters 20 --profile 0 --mode darts, DARTS's 8 candidates\n"
-            "--profile 1 times one more step node by node and reports it by op\n"
-            "--recompute 0|1 keeps or recomputes the depthwise convolutions' outputs for the "
-            "backward pass (default: recomputes them where the backend says it is cheap, CUDA)\n");
+    fprintf(f, "usage: bench_darts_step [--backend NAME] [--input HxWxC] [--batch N] "
+               "[--channels C]\n"
+               "                        [--layers L] [--iters N] [--profile 0|1] "
+               "[--mode darts|gdas|topk]\n"
+               "                        [--cands NAME,NAME,...] [--recompute 0|1] [--group 0|1]\n"
+               "                        --out DIR\n"
+               "defaults: --backend auto --input 32x32x3 --batch 64 --channels 16 "
+               "--layers 8 --iters 20 --profile 0 --mode darts, DARTS's 8 candidates\n"
+               "--profile 1 times one more step node by node and reports it by op\n"
+               "--recompute 0|1 keeps or recomputes the depthwise convolutions' outputs for the "
+               "backward pass (default: recomputes them where the backend says it is cheap, CUDA)\n"
+               "--group 0 launches every node on its own (default 1: the plan's groups)\n");
 }
 
 /* ---- arguments ---- */
@@ -130,6 +132,8 @@ static int parse_option(const char *key, const char *val, opts *o)
         return parse_int(val, 0, 1, &o->profile);
     else if (!strcmp(key, "--recompute"))
         return parse_int(val, 0, 1, &o->recompute);
+    else if (!strcmp(key, "--group"))
+        return parse_int(val, 0, 1, &o->group);
     else if (!strcmp(key, "--mode"))
         return (o->mode = ex_search_mode_parse(val)) < 0 ? -1 : 0;
     else if (!strcmp(key, "--cands"))
@@ -151,6 +155,7 @@ static int parse_args(int argc, char **argv, opts *o)
                 .layers = 8,
                 .iters = 20,
                 .recompute = -1,
+                .group = 1,
                 .mode = -1};
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc || parse_option(argv[i], argv[i + 1], o)) {
@@ -527,7 +532,7 @@ static json_t *config_json(const ex_search_config *c)
         json_array_append_new(cands, json_string(ex_cand_name(c->cand[k])));
     return json_pack(
         "{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:o, s:s, s:i, s:f, "
-        "s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:b}",
+        "s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:b, s:b}",
         "in_channels", c->in_channels, "height", c->height, "width", c->width, "classes",
         c->classes, "batch", c->batch, "channels", c->channels, "layers", c->layers, "steps",
         c->steps, "multiplier", c->multiplier, "stem_multiplier", c->stem_multiplier, "candidates",
@@ -535,7 +540,7 @@ static json_t *config_json(const ex_search_config *c)
         "momentum", (double)c->momentum, "weight_decay", (double)c->weight_decay, "grad_clip",
         (double)c->grad_clip, "arch_lr", (double)c->arch_lr, "arch_beta1", (double)c->arch_beta1,
         "arch_beta2", (double)c->arch_beta2, "arch_weight_decay", (double)c->arch_weight_decay,
-        "seed", (json_int_t)c->seed, "recompute", c->recompute);
+        "seed", (json_int_t)c->seed, "recompute", c->recompute, "group", !c->no_group);
 }
 
 static json_t *timing_json(const timing *t, int iters)
@@ -555,10 +560,10 @@ static json_t *memory_json(ex_search *s)
     ex_plan_stats ps;
     if (ex_plan_get_stats(ex_search_plan(s), &ps) != EX_OK)
         return json_null();
-    return json_pack("{s:I, s:I, s:I, s:I}", "arena_bytes", (json_int_t)ps.arena_bytes,
+    return json_pack("{s:I, s:I, s:I, s:I, s:I}", "arena_bytes", (json_int_t)ps.arena_bytes,
                      "persistent_bytes", (json_int_t)ps.persistent_bytes, "planned_bytes",
                      (json_int_t)(ps.arena_bytes + ps.persistent_bytes), "nodes",
-                     (json_int_t)ps.nodes);
+                     (json_int_t)ps.nodes, "launches", (json_int_t)ps.launches);
 }
 
 /* What the backend holds and what recording the step took, where it counts them
@@ -643,6 +648,7 @@ static void configure(const opts *o, const ex_backend *be, ex_search_config *c)
     c->layers = o->layers;
     if (o->mode >= 0)
         c->mode = (ex_search_mode)o->mode;
+    c->no_group = !o->group;
     c->recompute = o->recompute >= 0 ? o->recompute
                                      : !!(ex_backend_get_caps(be)->features & EX_FEAT_RECOMPUTE);
     if (o->ncand) {

@@ -60,6 +60,13 @@ typedef struct ex_node_exec {
      *  in an earlier compute. */
     const int64_t *dep;
     int32_t ndep;
+    /** Nodes the planner runs as one launch (core/group.h): on a group's first node, how
+     *  many consecutive nodes the group has (>= 2); on each later one, minus its distance
+     *  from the first; 0 on a node alone. A group's nodes are one op and do not wait for
+     *  each other: the group waits for what any of them waits for, and a node that waits
+     *  for one of them waits for the group. A backend is handed groups only of the ops
+     *  its groups() accepts, and never part of a group. */
+    int32_t group;
 } ex_node_exec;
 
 /** The interface every backend implements. Each function returns a status and leaves a
@@ -104,6 +111,10 @@ typedef struct ex_backend_iface {
      *  it before each compute. NULL: the backend has no device sums (the plan carries
      *  ALLREDUCE nodes out through the host). */
     ex_status (*set_comm)(void *impl, const ex_comm *comm);
+    /** Whether the backend runs a group of op's nodes (ex_node_exec.group) as one launch
+     *  (NULL: it runs no groups, and the planner makes none for it). When profiling, it
+     *  stores a group's time on its first node and 0 on the others. */
+    bool (*groups)(void *impl, ex_op op);
     /** Record and replay, for a list that runs many times (NULL all three: the plan hands
      *  every run to compute). record makes a handle for nodes, which must stay unchanged
      *  and alive until forget. replay runs them as compute would (node_ms NULL): what it

@@ -172,6 +172,9 @@ typedef struct ex_op_info {
     bool diff;        /* has a gradient rule */
     bool elementwise; /* dst and sources of one shape: may run in place */
     uint64_t (*flops)(const ex_tensor *node);
+    /* whether a planned node may run in the group of another (core/group.h); NULL: the op
+       is never grouped */
+    bool (*joins)(const ex_node_exec *head, const ex_node_exec *n);
 } ex_op_info;
 
 const ex_op_info *ex__op(ex_op op);

@@ -3,6 +3,7 @@
 #include <assert.h>
 
 #include "core/engine.h"
+#include "core/group.h"
 
 static uint64_t numel_of(const ex_tensor *t)
 {
@@ -103,6 +104,14 @@ static uint64_t f_pool_bwd(const ex_tensor *n)
 
 #define E(op_, name_, tol_, diff_, ew_, flops_)                                                    \
     [op_] = {.name = name_, .tol = tol_, .diff = diff_, .elementwise = ew_, .flops = flops_}
+/* an op whose independent nodes the planner groups by the rule joins_ (core/group.h) */
+#define EG(op_, name_, tol_, diff_, ew_, flops_, joins_)                                           \
+    [op_] = {.name = name_,                                                                        \
+             .tol = tol_,                                                                          \
+             .diff = diff_,                                                                        \
+             .elementwise = ew_,                                                                   \
+             .flops = flops_,                                                                      \
+             .joins = joins_}
 
 static const ex_op_info table[] = {
     E(EX_OP_ADD, "add", 1e-12, true, true, f_out1),
@@ -153,8 +162,8 @@ static const ex_op_info table[] = {
     E(EX_OP_ENTROPY, "entropy", 1e-10, true, false, f_src0x4),
     E(EX_OP_ENTROPY_BWD, "entropy_bwd", 1e-10, false, true, f_out2),
     E(EX_OP_TOPK_MASK, "topk_mask", 1e-12, false, false, f_src0x4),
-    E(EX_OP_SGD, "sgd", 1e-11, false, false, f_sgd),
-    E(EX_OP_ADAM, "adam", 1e-10, false, false, f_out5),
+    EG(EX_OP_SGD, "sgd", 1e-11, false, false, f_sgd, ex__group_joins_update),
+    EG(EX_OP_ADAM, "adam", 1e-10, false, false, f_out5, ex__group_joins_update),
     E(EX_OP_GRAD_NORM, "grad_norm", 1e-10, false, false, f_sum_srcs),
     E(EX_OP_CLIP, "clip", 1e-12, false, false, f_out1),
     E(EX_OP_RAND_UNIFORM, "rand_uniform", 1e-12, false, false, f_out1),

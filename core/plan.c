@@ -7,6 +7,7 @@
 
 #include "core/abi.h"
 #include "core/deps.h"
+#include "core/group.h"
 #include "core/plan.h"
 
 #define ALIGN 256u
@@ -477,6 +478,10 @@ static ex_status build_nodes(ex_plan *p)
         return ex__plan_fail(p, EX_ERR_NOMEM,
                              "plan: out of host memory for the dependencies of %lld nodes",
                              (long long)p->nnodes);
+    /* a group stays within its stage, which runs on its own */
+    for (int s = 0; s < p->nstages; s++)
+        p->stats.launches += ex__node_groups(p->nodes + p->stage_first[s], p->stage_count[s],
+                                             p->opts.no_group ? NULL : p->f->groups, p->impl);
     return EX_OK;
 }
 

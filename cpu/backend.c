@@ -118,13 +118,24 @@ static ex_status cpu_compute(void *impl, const ex_node_exec *nodes, int64_t coun
             continue;
         }
         double t0 = node_ms ? ex__clock_ms() : 0.0;
-        ex_status st = run_node(&e, n);
+        ex_status st = n->group > 1 ? cpu_update_group(&e, n, n->group) : run_node(&e, n);
         if (st != EX_OK)
             return st;
         if (node_ms)
             node_ms[i] = ex__clock_ms() - t0;
+        for (int32_t k = 1; k < n->group; k++) /* the group's time is its first node's */
+            if (node_ms)
+                node_ms[i + k] = 0.0;
+        i += n->group > 1 ? n->group - 1 : 0;
     }
     return EX_OK;
+}
+
+/* The optimizer updates run as groups, on several threads; the reference runs every node
+ * on its own. */
+static bool cpu_groups(void *impl, ex_op op)
+{
+    return !((cpu_backend *)impl)->reference && (op == EX_OP_SGD || op == EX_OP_ADAM);
 }
 
 static void cpu_set_alloc_hook(void *impl, bool (*fails)(void *user), void *user)
@@ -239,6 +250,7 @@ static const ex_backend_iface cpu_iface = {
     .compute = cpu_compute,
     .set_alloc_hook = cpu_set_alloc_hook,
     .synchronize = cpu_sync,
+    .groups = cpu_groups,
 };
 
 static void cpu_model(char *out, size_t len)

@@ -139,6 +139,9 @@ CPU_OP(topk_mask);
 /* optim.c */
 CPU_OP(sgd);
 CPU_OP(adam);
+/** Runs count SGD or ADAM nodes, a group of the plan (core/group.h), in one parallel
+ *  region; each node checked before any is run. */
+ex_status cpu_update_group(const cpu_exec *e, const ex_node_exec *n, int32_t count);
 CPU_OP(grad_norm);
 CPU_OP(clip);
 /* random.c */

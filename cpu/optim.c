@@ -128,59 +128,117 @@ static float sgd_clip_coef(const ex_node_exec *n)
     return fminf(1.0f, n->fp[2] / (cpu_f32(t)[ex_td_at(t, 0)] + 1e-6f));
 }
 
-CPU_OP(sgd)
-{
+/** One SGD or Adam node, checked: its operands and what it computes with. */
+typedef struct update {
+    ex_op op;
     opt_ops o;
-    float lr = 0.0f;
-    int clipped = n->nsrc == 5;
+    float lr, wd;
+    float mu, c;              /* SGD: momentum, the clip's coefficient (1: none) */
+    float b1, b2, eps, bc[2]; /* Adam: betas, eps, bias corrections */
+    int clipped, nesterov;
+} update;
+
+static ex_status update_setup(const cpu_exec *e, const ex_node_exec *n, update *u)
+{
     char why[96];
-    ex_status st = ex_td_sgd_check(n, why, sizeof why);
-    if (st != EX_OK)
-        return cpu_fail(e, st, "sgd: %s", why);
-    st = opt_setup(e, n, "sgd", n->nsrc, 3, 1u | 1u << 3, &o);
+    ex_status st = EX_OK;
+    u->op = n->op;
+    if (n->op == EX_OP_SGD) {
+        if ((st = ex_td_sgd_check(n, why, sizeof why)) != EX_OK)
+            return cpu_fail(e, st, "sgd: %s", why);
+        st = opt_setup(e, n, "sgd", n->nsrc, 3, 1u | 1u << 3, &u->o);
+        if (st == EX_OK)
+            st = opt_scalars(e, "sgd", &n->src[3], 1, &u->lr);
+        u->clipped = n->nsrc == 5;
+        u->c = sgd_clip_coef(n);
+        u->mu = n->fp[0];
+        u->wd = n->fp[1];
+        u->nesterov = n->ip[0] != 0;
+        return st;
+    }
+    float hyper[2] = {0};
+    st = opt_setup(e, n, "adam", 5, 4, 1u | 1u << 3 | 1u << 4, &u->o);
     if (st == EX_OK)
-        st = opt_scalars(e, "sgd", &n->src[3], 1, &lr);
+        st = opt_scalars(e, "adam", &n->src[4], 2, hyper);
+    u->lr = hyper[0];
+    u->b1 = n->fp[0];
+    u->b2 = n->fp[1];
+    u->eps = n->fp[2];
+    u->wd = n->fp[3];
+    /* Bias corrections in double: β^t for large t is far below f32 resolution of 1. */
+    u->bc[0] = (float)(1.0 - pow(u->b1, hyper[1]));
+    u->bc[1] = (float)(1.0 - pow(u->b2, hyper[1]));
+    return st;
+}
+
+/* Element i of the update. */
+static void update_at(const update *u, int64_t i)
+{
+    int64_t f[OPT_MAX_OPS];
+    float *const *x = u->o.p;
+    opt_offsets(&u->o, i, f);
+    if (u->op == EX_OP_SGD) {
+        /* the clipped gradient rounded to f32 on its own, as CLIP stores it */
+        float gc = u->clipped ? x[2][f[2]] * u->c : x[2][f[2]];
+        float p = x[1][f[1]], g = gc + u->wd * p;
+        float m = u->mu * x[3][f[3]] + g;
+        x[3][f[3]] = m;
+        x[0][f[0]] = p - u->lr * (u->nesterov ? g + u->mu * m : m);
+        return;
+    }
+    float p = x[1][f[1]], g = x[2][f[2]] + u->wd * p;
+    float m = u->b1 * x[3][f[3]] + (1.0f - u->b1) * g;
+    float v = u->b2 * x[4][f[4]] + (1.0f - u->b2) * g * g;
+    x[3][f[3]] = m;
+    x[4][f[4]] = v;
+    x[0][f[0]] = p - u->lr * (m / u->bc[0]) / (sqrtf(v / u->bc[1]) + u->eps);
+}
+
+static ex_status update_node(const cpu_exec *e, const ex_node_exec *n)
+{
+    update u;
+    ex_status st = update_setup(e, n, &u);
     if (st != EX_OK)
         return st;
-    float c = sgd_clip_coef(n);
-    float mu = n->fp[0], wd = n->fp[1];
-    int nesterov = n->ip[0] != 0;
 #pragma omp parallel for if (!e->reference) num_threads(opt_threads(e)) schedule(static)
-    for (int64_t i = 0; i < o.numel; i++) {
-        int64_t f[OPT_MAX_OPS];
-        opt_offsets(&o, i, f);
-        /* the clipped gradient rounded to f32 on its own, as CLIP stores it */
-        float gc = clipped ? o.p[2][f[2]] * c : o.p[2][f[2]];
-        float p = o.p[1][f[1]], g = gc + wd * p;
-        float m = mu * o.p[3][f[3]] + g;
-        o.p[3][f[3]] = m;
-        o.p[0][f[0]] = p - lr * (nesterov ? g + mu * m : m);
-    }
+    for (int64_t i = 0; i < u.o.numel; i++)
+        update_at(&u, i);
     return EX_OK;
+}
+
+CPU_OP(sgd)
+{
+    return update_node(e, n);
 }
 
 CPU_OP(adam)
 {
-    opt_ops o;
-    float hyper[2] = {0};
-    ex_status st = opt_setup(e, n, "adam", 5, 4, 1u | 1u << 3 | 1u << 4, &o);
-    if (st == EX_OK)
-        st = opt_scalars(e, "adam", &n->src[4], 2, hyper);
-    if (st != EX_OK)
-        return st;
-    float lr = hyper[0], b1 = n->fp[0], b2 = n->fp[1], eps = n->fp[2], wd = n->fp[3];
-    /* Bias corrections in double: β^t for large t is far below f32 resolution of 1. */
-    float bc1 = (float)(1.0 - pow(b1, hyper[1])), bc2 = (float)(1.0 - pow(b2, hyper[1]));
-#pragma omp parallel for if (!e->reference) num_threads(opt_threads(e)) schedule(static)
-    for (int64_t i = 0; i < o.numel; i++) {
-        int64_t f[OPT_MAX_OPS];
-        opt_offsets(&o, i, f);
-        float p = o.p[1][f[1]], g = o.p[2][f[2]] + wd * p;
-        float m = b1 * o.p[3][f[3]] + (1.0f - b1) * g;
-        float v = b2 * o.p[4][f[4]] + (1.0f - b2) * g * g;
-        o.p[3][f[3]] = m;
-        o.p[4][f[4]] = v;
-        o.p[0][f[0]] = p - lr * (m / bc1) / (sqrtf(v / bc2) + eps);
+    return update_node(e, n);
+}
+
+/* Nodes of a group set up and run per parallel region. */
+#define UPDATE_BATCH 64
+
+ex_status cpu_update_group(const cpu_exec *e, const ex_node_exec *n, int32_t count)
+{
+    update u[UPDATE_BATCH];
+    for (int32_t k = 0; k < count; k++) { /* every node checked before any writes */
+        ex_status st = update_setup(e, &n[k], &u[0]);
+        if (st != EX_OK)
+            return st;
+    }
+    for (int32_t b = 0; b < count; b += UPDATE_BATCH) {
+        int32_t m = count - b < UPDATE_BATCH ? count - b : UPDATE_BATCH;
+        for (int32_t k = 0; k < m; k++)
+            update_setup(e, &n[b + k], &u[k]);
+            /* the nodes write no common byte (the plan's groups), so a thread moves on to the
+             * next node's share without waiting for the others */
+#pragma omp parallel if (!e->reference) num_threads(opt_threads(e))
+        for (int32_t k = 0; k < m; k++) {
+#pragma omp for schedule(static) nowait
+            for (int64_t i = 0; i < u[k].o.numel; i++)
+                update_at(&u[k], i);
+        }
     }
     return EX_OK;
 }

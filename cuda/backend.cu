@@ -41,7 +41,7 @@ typedef struct cu_backend {
     cublasHandle_t blas, blas_side;
     cublasHandle_t blas_more[CU_STREAMS]; /**< one per stream of more; [0] is blas */
     void *blas_ws;                        /**< nstreams + 1 work spaces (the last: side) */
-    cu_node_flags *flags; /**< sizing pass: each node's scratch, conditional, pairing */
+    cu_node_flags *flags; /**< sizing pass: each node's scratch, conditional, launch */
     int64_t cap_nodes;    /**< room in flags */
     int cc_major;         /**< the device's compute capability */
     cudaEvent_t *node_ev; /**< capture: events of the nodes waited for */
@@ -390,6 +390,7 @@ static ex_status size_pass(cu_backend *b, const ex_node_exec *nodes, int64_t cou
     e.dry = 1;
     size_t most = 0;
     ex_status st = nodes_reserve(b, count);
+    int64_t head = 0, end = 0; /* the launch that nodes [head, end) make */
     for (int64_t i = 0; i < count && st == EX_OK; i++) {
         e.node = i;
         e.need = 0;
@@ -399,9 +400,16 @@ static ex_status size_pass(cu_backend *b, const ex_node_exec *nodes, int64_t cou
         cu_node_flags *f = &b->flags[i];
         f->need = e.need;
         f->conditional = nodes[i].gate && cu_node_uses_blas(&nodes[i]);
-        f->pair_tail = i > 0 && b->flags[i - 1].pair_head;
-        f->pair_head =
-            !f->pair_tail && i + 1 < count && cu_bn_pair(&nodes[i], &nodes[i + 1], b->cc_major);
+        if (i >= end) {
+            head = i;
+            end = i + (nodes[i].group > 1 ? nodes[i].group
+                       : i + 1 < count && cu_bn_pair(&nodes[i], &nodes[i + 1], b->cc_major) ? 2
+                                                                                            : 1);
+        }
+        f->span = i == head ? (int32_t)(end - head) : 0;
+        f->back = (int32_t)(i - head);
+        if (e.need > b->flags[head].need) /* the launch's scratch: what its nodes need */
+            b->flags[head].need = e.need;
         most = e.need > most ? e.need : most;
     }
     *ring = most * 8;
@@ -437,8 +445,8 @@ static ex_status capture_node(cu_backend *b, const ex_node_exec *nodes, int64_t 
                               const cu_sched *sc, const int64_t *ev)
 {
     const cu_sched_node *sn = &sc->node[i];
-    if (b->flags[i].pair_tail)
-        return EX_OK; /* launched with its head */
+    if (b->flags[i].span == 0)
+        return EX_OK; /* launched with the first node of its launch */
     cu_exec e = exec_of(b);
     e.stream = b->more[sn->stream];
     e.blas = b->blas_more[sn->stream];
@@ -453,7 +461,8 @@ static ex_status capture_node(cu_backend *b, const ex_node_exec *nodes, int64_t 
             cu_check(&e, cudaStreamWaitEvent(e.stream, b->node_ev[ev[sc->waits[sn->wait0 + k]]], 0),
                      "cudaStreamWaitEvent");
     if (st == EX_OK)
-        st = b->flags[i].pair_head     ? cu_bn_pair_run(&e, &nodes[i], &nodes[i + 1])
+        st = nodes[i].group > 1        ? cu_update_group(&e, &nodes[i], nodes[i].group)
+             : b->flags[i].span == 2   ? cu_bn_pair_run(&e, &nodes[i], &nodes[i + 1])
              : b->flags[i].conditional ? run_conditional(b, &e, &nodes[i])
                                        : run_node(&e, &nodes[i]);
     if (st == EX_OK && sn->record)
@@ -703,14 +712,21 @@ static ex_status run_profiled(cu_backend *b, const ex_node_exec *nodes, int64_t 
         if (st == EX_OK)
             st = bk_check(b, cudaEventRecord(b->events[2 * i], b->stream), "cudaEventRecord");
         if (st == EX_OK)
-            st = run_node(&e, n);
+            st = n->group > 1 ? cu_update_group(&e, n, n->group) : run_node(&e, n);
         if (st == EX_OK)
             st = bk_check(b, cudaEventRecord(b->events[2 * i + 1], b->stream), "cudaEventRecord");
+        for (int32_t k = 1; k < n->group; k++) /* the group's time is its first node's */
+            node_ms[i + k] = -2.0;
+        i += n->group > 1 ? n->group - 1 : 0;
     }
     if (st == EX_OK)
         st = status_read(b, nodes, count);
     for (int64_t i = 0; i < count && st == EX_OK; i++) {
         float ms = 0.0f;
+        if (node_ms[i] == -2.0) { /* a later node of a group */
+            node_ms[i] = 0.0;
+            continue;
+        }
         if (node_ms[i] < 0.0)
             continue;
         st = bk_check(b, cudaEventElapsedTime(&ms, b->events[2 * i], b->events[2 * i + 1]),
@@ -1095,6 +1111,13 @@ static void cuda_close(void *impl)
     free(b);
 }
 
+/* The optimizer updates run as groups (cu_update_group). */
+static bool cuda_groups(void *impl, ex_op op)
+{
+    (void)impl;
+    return op == EX_OP_SGD || op == EX_OP_ADAM;
+}
+
 static uint64_t cuda_host_syncs(void *impl)
 {
     return ((cu_backend *)impl)->host_syncs;
@@ -1115,7 +1138,7 @@ static const ex_backend_iface cuda_iface = {
     cuda_download,   cuda_copy,   cuda_fill,         cuda_compute,     cuda_synchronize,
     cuda_host_syncs, NULL, /* set_alloc_hook: not covered (backend.h) */
     cuda_counters,         /* device memory only */
-    cuda_set_comm,   cuda_record, cuda_replay,       cuda_forget,
+    cuda_set_comm,   cuda_groups, cuda_record,       cuda_replay,      cuda_forget,
 };
 
 /* ---- opening ---- */

@@ -497,6 +497,9 @@ CU_OP(topk_mask);
 /* optim.cu */
 CU_OP(sgd);
 CU_OP(adam);
+/** Runs count SGD or ADAM nodes, a group of the plan (core/group.h), in as few launches as
+ *  their pointers fit (UPD_PER_LAUNCH nodes each); each node checked before any runs. */
+ex_status cu_update_group(cu_exec *e, const ex_node_exec *n, int32_t count);
 CU_OP(grad_norm);
 CU_OP(clip);
 /* random.cu */
@@ -589,16 +592,21 @@ typedef struct cu_sched {
 } cu_sched;
 
 /** Per-node facts the schedule needs: scratch from the sizing pass, whether the node runs
- *  as a conditional graph node, and whether the next node is launched with it as one. */
+ *  as a conditional graph node, and which nodes are launched as one: a BN pair
+ *  (cu_bn_pair) or a group of the plan (ex_node_exec.group). */
 typedef struct cu_node_flags {
     size_t need;
-    unsigned char conditional, pair_head, pair_tail;
+    unsigned char conditional;
+    int32_t span; /**< nodes launched as one with this one first (1: alone); 0: launched with
+                       the node `back` places before */
+    int32_t back;
 } cu_node_flags;
 
 /** Schedules count nodes over nstreams streams from their dependencies (ex_node_exec.dep)
  *  and the resources they share, with ring the scratch ring's bytes (at least the largest
- *  need). A pair's tail is no node of its own: its head waits for what both wait for, and
- *  stands for the tail in what waits for it. EX_ERR_NOMEM when host memory ran out. */
+ *  need). The later nodes of a launch (cu_node_flags.span) are no nodes of their own: the
+ *  first waits for what any of them waits for, and stands for them in what waits for
+ *  them. EX_ERR_NOMEM when host memory ran out. */
 ex_status cu_schedule(const ex_node_exec *nodes, int64_t count, const cu_node_flags *flags,
                       int nstreams, uint64_t ring, cu_sched *out);
 

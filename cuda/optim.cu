@@ -7,6 +7,7 @@
  * on the device, so a schedule changes them without a re-capture. GRAD_NORM sums squares
  * in fixed chunks of CU_CHUNK elements per tensor, each chunk a block's fixed tree, and
  * one block adds the chunk partials in a fixed order: the norm is repeatable. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/cuda.h"
@@ -95,44 +96,63 @@ __device__ __forceinline__ float opt_clip_coef(float max_norm, float norm)
     return fminf(1.0f, max_norm / (norm + 1e-6f));
 }
 
+/* Element f of an SGD update: p[0] the parameter written, p[1] read, p[2] the gradient,
+ * p[3] the momentum; c the clip's coefficient (1: none). */
+template <int K>
+__device__ __forceinline__ void sgd_elem(float *const *p, const int64_t *f, float lr, float mu,
+                                         float wd, float c, int nesterov)
+{
+    /* the clipped gradient rounded on its own (no fused multiply-add), as CLIP stores it */
+    float gc = K == OPT_SGD_CLIP ? __fmul_rn(p[2][f[2]], c) : p[2][f[2]];
+    float x = p[1][f[1]], g = gc + wd * x;
+    float m = mu * p[3][f[3]] + g;
+    p[3][f[3]] = m;
+    p[0][f[0]] = x - lr * (nesterov ? g + mu * m : m);
+}
+
+/* Element f of an Adam update: p[3], p[4] the moments; bc the bias corrections. */
+__device__ __forceinline__ void adam_elem(float *const *p, const int64_t *f, float lr,
+                                          const float *hp, const float *bc)
+{
+    float b1 = hp[0], b2 = hp[1], eps = hp[2], wd = hp[3];
+    float x = p[1][f[1]], g = p[2][f[2]] + wd * x;
+    float m = b1 * p[3][f[3]] + (1.0f - b1) * g;
+    float v = b2 * p[4][f[4]] + (1.0f - b2) * g * g;
+    p[3][f[3]] = m;
+    p[4][f[4]] = v;
+    p[0][f[0]] = x - lr * (m / bc[0]) / (sqrtf(v / bc[1]) + eps);
+}
+
+/* Adam's bias corrections 1 − β^t into shared bc, by thread 0, in double: β^t for large t
+ * is far below f32 resolution of 1. */
+__device__ __forceinline__ void adam_corrections(const float *hp, float t, float *bc)
+{
+    if (threadIdx.x == 0) {
+        bc[0] = (float)(1.0 - pow((double)hp[0], (double)t));
+        bc[1] = (float)(1.0 - pow((double)hp[1], (double)t));
+    }
+    __syncthreads();
+}
+
 template <int K> __global__ void opt_kernel(opt_args a, const float *gate)
 {
     __shared__ float bc[2];
     if (cu_gated_off(gate))
         return;
-    if (K == OPT_ADAM && threadIdx.x == 0) {
-        /* Bias corrections in double: β^t for large t is far below f32 resolution of 1. */
-        double t = *a.s1;
-        bc[0] = (float)(1.0 - pow((double)a.f[0], t));
-        bc[1] = (float)(1.0 - pow((double)a.f[1], t));
-    }
-    __syncthreads();
+    if (K == OPT_ADAM)
+        adam_corrections(a.f, *a.s1, bc);
     const float c = K == OPT_SGD_CLIP ? opt_clip_coef(a.f[2], *a.s1) : 1.0f;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < a.numel;
          i += (int64_t)gridDim.x * blockDim.x) {
         int64_t f[OPT_MAX_OPS];
         for (int k = 0; k < OPT_MAX_OPS; k++)
             f[k] = a.dense ? i : k < a.nop ? cu_off4(a.ne, a.st[k], i) : 0;
-        if (K == OPT_SGD || K == OPT_SGD_CLIP) {
-            float lr = *a.s0, mu = a.f[0], wd = a.f[1];
-            /* the clipped gradient rounded on its own (no fused multiply-add), as CLIP
-             * stores it */
-            float gc = K == OPT_SGD_CLIP ? __fmul_rn(a.p[2][f[2]], c) : a.p[2][f[2]];
-            float p = a.p[1][f[1]], g = gc + wd * p;
-            float m = mu * a.p[3][f[3]] + g;
-            a.p[3][f[3]] = m;
-            a.p[0][f[0]] = p - lr * (a.nesterov ? g + mu * m : m);
-        } else if (K == OPT_ADAM) {
-            float lr = *a.s0, b1 = a.f[0], b2 = a.f[1], eps = a.f[2], wd = a.f[3];
-            float p = a.p[1][f[1]], g = a.p[2][f[2]] + wd * p;
-            float m = b1 * a.p[3][f[3]] + (1.0f - b1) * g;
-            float v = b2 * a.p[4][f[4]] + (1.0f - b2) * g * g;
-            a.p[3][f[3]] = m;
-            a.p[4][f[4]] = v;
-            a.p[0][f[0]] = p - lr * (m / bc[0]) / (sqrtf(v / bc[1]) + eps);
-        } else {
+        if (K == OPT_SGD || K == OPT_SGD_CLIP)
+            sgd_elem<K>(a.p, f, *a.s0, a.f[0], a.f[1], c, a.nesterov);
+        else if (K == OPT_ADAM)
+            adam_elem(a.p, f, *a.s0, a.f, bc);
+        else
             a.p[0][f[0]] = a.p[1][f[1]] * opt_clip_coef(a.f[0], *a.s0);
-        }
     }
 }
 
@@ -172,6 +192,123 @@ CU_OP(adam)
     if (st != EX_OK)
         return st;
     return opt_launch<OPT_ADAM>(e, &o, "adam");
+}
+
+/* ---- groups of SGD or ADAM nodes (core/group.h) ---- */
+
+/* Nodes per launch: their pointers and sizes travel as the kernel's parameters (about
+ * 14 KB of them). */
+#define UPD_PER_LAUNCH 256
+
+/** Up to UPD_PER_LAUNCH dense updates of one kind that share their scalars and float
+ *  parameters. Node k has numel[k] elements at p[k][...] and blocks [first[k],
+ *  first[k + 1]) of CU_THREADS threads. */
+typedef struct upd_group {
+    int count;
+    int64_t first[UPD_PER_LAUNCH + 1];
+    int64_t numel[UPD_PER_LAUNCH];
+    float *p[UPD_PER_LAUNCH][OPT_MAX_OPS];
+    const float *s0, *s1; /**< as opt_args */
+    float f[4];
+    int nesterov;
+} upd_group;
+
+template <int K> __global__ void upd_group_kernel(upd_group a)
+{
+    __shared__ float bc[2];
+    cu_pdl_sync();
+    int lo = 0, hi = a.count - 1; /* the node of this block */
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (a.first[mid] <= (int64_t)blockIdx.x)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    if (K == OPT_ADAM)
+        adam_corrections(a.f, *a.s1, bc);
+    int64_t i = ((int64_t)blockIdx.x - a.first[lo]) * blockDim.x + threadIdx.x;
+    if (i >= a.numel[lo])
+        return;
+    const int64_t f[OPT_MAX_OPS] = {i, i, i, i, i};
+    if (K == OPT_ADAM)
+        adam_elem(a.p[lo], f, *a.s0, a.f, bc);
+    else
+        sgd_elem<K>(a.p[lo], f, *a.s0, a.f[0], a.f[1],
+                    K == OPT_SGD_CLIP ? opt_clip_coef(a.f[2], *a.s1) : 1.0f, a.nesterov);
+}
+
+/* Node n of a group, set up as on its own (checked the same way), into o. */
+static ex_status upd_setup(cu_exec *e, const ex_node_exec *n, opt_args *o)
+{
+    if (n->op == EX_OP_ADAM) {
+        ex_status st = opt_setup(e, n, "adam", 5, 4, 1u | 1u << 3 | 1u << 4, o);
+        return st == EX_OK ? opt_scalars(e, "adam", &n->src[4], 2, &o->s0, &o->s1) : st;
+    }
+    char why[96];
+    ex_status st = ex_td_sgd_check(n, why, sizeof why);
+    if (st != EX_OK)
+        return cu_fail(e, st, "sgd: %s", why);
+    st = opt_setup(e, n, "sgd", n->nsrc, 3, 1u | 1u << 3, o);
+    if (st == EX_OK)
+        st = opt_scalars(e, "sgd", &n->src[3], 1, &o->s0, NULL);
+    if (st == EX_OK && n->nsrc == 5)
+        o->s1 = cu_f32(&n->src[4]) + ex_td_at(&n->src[4], 0);
+    o->nesterov = n->ip[0] != 0;
+    return st;
+}
+
+/* One launch of count <= UPD_PER_LAUNCH nodes of the group, described in *a. */
+static ex_status upd_launch(cu_exec *e, const ex_node_exec *n, int count, const opt_args *head,
+                            upd_group *a)
+{
+    a->count = count;
+    a->s0 = head->s0;
+    a->s1 = head->s1;
+    memcpy(a->f, head->f, sizeof a->f);
+    a->nesterov = head->nesterov;
+    a->first[0] = 0;
+    for (int k = 0; k < count; k++) {
+        opt_args o;
+        ex_status st = upd_setup(e, &n[k], &o);
+        if (st != EX_OK)
+            return st;
+        if (!o.dense || o.s0 != a->s0 || o.s1 != a->s1)
+            return cu_fail(e, EX_ERR_ARG,
+                           "%s: a group's nodes must be dense and share their scalars",
+                           ex_op_name(n->op));
+        memcpy(a->p[k], o.p, sizeof a->p[k]);
+        a->numel[k] = o.numel;
+        a->first[k + 1] = a->first[k] + (o.numel + CU_THREADS - 1) / CU_THREADS;
+    }
+    if (e->dry || a->first[count] == 0)
+        return EX_OK;
+    unsigned blocks = (unsigned)a->first[count];
+    if (n->op == EX_OP_ADAM)
+        cu_launch(e, upd_group_kernel<OPT_ADAM>, blocks, CU_THREADS, 0, *a);
+    else if (n->nsrc == 5)
+        cu_launch(e, upd_group_kernel<OPT_SGD_CLIP>, blocks, CU_THREADS, 0, *a);
+    else
+        cu_launch(e, upd_group_kernel<OPT_SGD>, blocks, CU_THREADS, 0, *a);
+    return cu_launched(e, ex_op_name(n->op));
+}
+
+ex_status cu_update_group(cu_exec *e, const ex_node_exec *n, int32_t count)
+{
+    opt_args head;
+    ex_status st = upd_setup(e, n, &head);
+    for (int32_t k = 1; k < count && st == EX_OK; k++) { /* all checked before any runs */
+        opt_args o;
+        st = upd_setup(e, &n[k], &o);
+    }
+    upd_group *a = st == EX_OK ? (upd_group *)malloc(sizeof *a) : NULL;
+    if (st == EX_OK && !a)
+        return cu_fail(e, EX_ERR_NOMEM, "%s: out of host memory", ex_op_name(n->op));
+    for (int32_t b = 0; b < count && st == EX_OK; b += UPD_PER_LAUNCH)
+        st =
+            upd_launch(e, n + b, count - b < UPD_PER_LAUNCH ? count - b : UPD_PER_LAUNCH, &head, a);
+    free(a);
+    return st;
 }
 
 CU_OP(clip)

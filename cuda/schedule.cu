@@ -127,16 +127,16 @@ void resources(const ex_node_exec *n, int64_t i, const cu_sched_node &sn, bool c
         out.push_back({&res_comm, 0, 1, true});
 }
 
-/* The nodes node `self` of the list waits for as the plan says, a pair's tail standing for
- * its head (which launches both). */
+/* The nodes node `self` of the list waits for as the plan says, each later node of a
+ * launch standing for its first (which launches them all). */
 void plan_deps(const ex_node_exec *nodes, int64_t self, int64_t head, const cu_node_flags *flags,
                std::vector<int64_t> &out)
 {
     const ex_node_exec *n = &nodes[self];
     for (int32_t k = 0; k < n->ndep; k++) {
         int64_t j = self - n->dep[k];
-        if (j >= 0 && flags[j].pair_tail)
-            j--;
+        if (j >= 0)
+            j -= flags[j].back;
         if (j >= 0 && j != head)
             out.push_back(j);
     }
@@ -171,8 +171,8 @@ ex_status build(const ex_node_exec *nodes, int64_t count, const cu_node_flags *f
     uint64_t cursor = 0;
     for (int64_t i = 0; i < count; i++) {
         cu_sched_node &sn = out->node[i];
-        if (flags[i].pair_tail) { /* launched with its head, which stands for it */
-            sn.stream = out->node[i - 1].stream;
+        if (flags[i].span == 0) { /* launched with its first, which stands for it */
+            sn.stream = out->node[i - flags[i].back].stream;
             sn.wait0 = (int64_t)waits.size();
             continue;
         }
@@ -184,9 +184,8 @@ ex_status build(const ex_node_exec *nodes, int64_t count, const cu_node_flags *f
         acc.clear();
         resources(&nodes[i], i, sn, flags[i].conditional != 0, acc);
         deps.clear();
-        plan_deps(nodes, i, i, flags, deps);
-        if (flags[i].pair_head && i + 1 < count)
-            plan_deps(nodes, i + 1, i, flags, deps);
+        for (int32_t k = 0; k < flags[i].span && i + k < count; k++)
+            plan_deps(nodes, i + k, i, flags, deps);
         for (const access &a : acc)
             tr.deps(a, deps);
         std::sort(deps.begin(), deps.end());

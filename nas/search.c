@@ -539,6 +539,7 @@ ex_status ex__search_new_faulty(const ex_search_config *caller, ex_backend *be,
     ex_plan_opts po;
     ex_plan_opts_default(&po);
     po.snapshot = true;
+    po.no_group = c->no_group;
     if (st == EX_OK)
         st = ex_graph_plan(s->ctx, be, &po, &s->plan);
     if (st == EX_OK && c->comm && (st = ex_plan_set_comm(s->plan, c->comm)) != EX_OK)

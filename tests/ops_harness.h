@@ -245,5 +245,9 @@ void bn_flag_errors(void **state);
 void bn_sync_flag_errors(void **state);
 /** Clipped and plain SGD nodes, well formed and malformed, given to the backend directly. */
 void sgd_clip_node_errors(void **state);
+/** Consecutive SGD and Adam nodes of odd sizes and views, planned with and without groups
+ *  (core/group.h): the launches the plan counts, the runs bit for bit the same, both
+ *  against the reference. */
+void update_groups(void **state);
 
 #endif

@@ -639,3 +639,210 @@ void family_random(void **state)
     if (failed)
         fail_msg("%d random cases failed on backend %s", failed, s->backend_name);
 }
+
+/* ---- groups of optimizer updates: the plan runs consecutive SGD (or Adam) nodes of
+ * dense tensors as one launch where the backend groups them (core/group.h) ---- */
+
+/* The updates of one group test, each node on slices [off, off + n) of its roots. */
+enum { UG_NODES = 7, UG_ROOT = 70001 };
+static const int64_t ug_n[UG_NODES] = {1, 7, 300, 150, 70001, 33, 129};
+static const int64_t ug_off[UG_NODES] = {0, 0, 0, 100, 0, 0, 0};
+
+typedef struct ugraph {
+    ex_ctx *ctx;
+    ex_tensor *root[UG_NODES][4]; /* p, g, m (SGD: momentum), v (Adam) */
+    ex_tensor *scal, *norm;       /* lr (SGD) or {lr, t} (Adam); a clip's norm */
+    int nst;                      /* moments: 1 (SGD) or 2 */
+} ugraph;
+
+/* Node k's operand r of root t: a slice of rows 2..4 of a [6, 50] root for node 3; the
+ * gradient of node 5 transposed (not dense: it cannot join a group). */
+static ex_tensor *ug_operand(ugraph *g, int k, int r)
+{
+    ex_tensor *t = g->root[k][r];
+    if (ug_off[k])
+        return ex_slice(g->ctx, t, 0, 2, 3);
+    if (k == 5 && r == 1)
+        return ex_transpose(g->ctx, t, 0, 1);
+    return t;
+}
+
+static ex_tensor *ug_root(ugraph *g, int k, int r)
+{
+    int64_t ne[2] = {1, ug_n[k]};
+    if (ug_off[k])
+        ne[0] = 6, ne[1] = 50;
+    else if (k == 5)
+        ne[0] = 3, ne[1] = 11; /* transposed for its gradient, [11, 3] */
+    if (r == 0)
+        return ex_param(g->ctx, 2, ne, "p");
+    if (r == 1) {
+        if (k == 5)
+            ne[0] = 11, ne[1] = 3;
+        return ex_input(g->ctx, EX_F32, 2, ne, "g");
+    }
+    return ex_state(g->ctx, EX_F32, 2, ne, r == 2 ? "m" : "v");
+}
+
+/* kind 0: SGD with momentum, Nesterov and weight decay; 1: the same clipped; 2: Adam. */
+static void ug_build(ugraph *g, int kind)
+{
+    g->ctx = ex_ctx_new();
+    g->nst = kind == 2 ? 2 : 1;
+    int64_t one = 1, two = 2;
+    g->scal = ex_input(g->ctx, EX_F32, 1, kind == 2 ? &two : &one, "lr");
+    g->norm = ex_input(g->ctx, EX_F32, 1, &one, "norm");
+    for (int k = 0; k < UG_NODES; k++) {
+        ex_tensor *x[4];
+        for (int r = 0; r < 2 + g->nst; r++) {
+            g->root[k][r] = ug_root(g, k, r);
+            x[r] = ug_operand(g, k, r);
+        }
+        if (kind == 0)
+            ex_sgd(g->ctx, x[0], x[1], x[2], g->scal, 0.9f, 0.5f, true);
+        else if (kind == 1)
+            ex_sgd_clip(g->ctx, x[0], x[1], x[2], g->scal, g->norm, 1.5f, 0.9f, 0.5f, false);
+        else
+            ex_adam(g->ctx, x[0], x[1], x[2], x[3], g->scal, 0.9f, 0.999f, 1e-8f, 0.5f);
+    }
+}
+
+static int64_t ug_numel(const ugraph *g, int k)
+{
+    return ex_tensor_numel(g->root[k][0]);
+}
+
+/* Plans g (grouped or not), writes data[k][r] and the scalars, runs one step, reads the
+ * roots into out[k][r]. */
+static ex_status ug_run(suite *s, ugraph *g, bool grouped, float *const (*data)[4],
+                        const float *scal, float norm, float *(*out)[4], ex_plan_stats *stats)
+{
+    ex_plan_opts o;
+    ex_plan_opts_default(&o);
+    o.no_group = !grouped;
+    ex_plan *p = NULL;
+    ex_status st = ex_graph_plan(g->ctx, s->be, &o, &p);
+    if (st == EX_OK)
+        st = ex_plan_get_stats(p, stats);
+    if (st == EX_OK)
+        st = ex_plan_write(p, g->scal, scal, sizeof(float) * (g->nst == 2 ? 2 : 1));
+    if (st == EX_OK)
+        st = ex_plan_write(p, g->norm, &norm, sizeof norm);
+    for (int k = 0; k < UG_NODES && st == EX_OK; k++)
+        for (int r = 0; r < 2 + g->nst && st == EX_OK; r++)
+            st =
+                ex_plan_write(p, g->root[k][r], data[k][r], sizeof(float) * (size_t)ug_numel(g, k));
+    if (st == EX_OK)
+        st = ex_plan_run(p);
+    for (int k = 0; k < UG_NODES && st == EX_OK; k++)
+        for (int r = 0; r < 2 + g->nst && st == EX_OK; r++)
+            st = ex_plan_read(p, g->root[k][r], out[k][r], sizeof(float) * (size_t)ug_numel(g, k));
+    if (st != EX_OK)
+        print_error("%s\n", ex_ctx_error(g->ctx));
+    ex_plan_free(p);
+    return st;
+}
+
+/* The reference step of node k in doubles: ref[r] is root r with the node's elements
+ * updated. */
+static void ug_reference(const ugraph *g, int kind, int k, float *const *in, const float *scal,
+                         float norm, double *const *ref)
+{
+    int64_t numel = ug_numel(g, k), n = ug_n[k], off = ug_off[k];
+    for (int r = 0; r < 2 + g->nst; r++)
+        for (int64_t i = 0; i < numel; i++)
+            ref[r][i] = in[r][i];
+    double *grad = xcalloc((size_t)n, sizeof *grad); /* the gradient operand, dense */
+    for (int64_t i = 0; i < n; i++)
+        grad[i] = k == 5 ? ref[1][(i % 11) * 3 + i / 11] : ref[1][off + i];
+    if (kind == 2)
+        ref_adam(ref[0] + off, grad, ref[2] + off, ref[3] + off, n, scal[0], scal[1], (double)0.9f,
+                 (double)0.999f, (double)1e-8f, 0.5);
+    else
+        ref_sgd(ref[0] + off, grad, ref[2] + off, n, scal[0], (double)0.9f, 0.5, kind == 0,
+                kind == 1 ? ref_clip_coef(norm, 1.5) : 1.0);
+    free(grad);
+}
+
+/* Checks one kind of update: the grouped plan against the ungrouped one bit for bit, and
+ * against the reference; returns the failures. */
+static int ug_check(suite *s, int kind)
+{
+    const ex_backend_iface *f = ex__backend_iface_of(s->be);
+    ex_op op = kind == 2 ? EX_OP_ADAM : EX_OP_SGD;
+    bool groups = f->groups && f->groups(ex__backend_impl_of(s->be), op);
+    static const char *what[] = {"sgd, nesterov", "sgd, clipped", "adam"};
+    ugraph g;
+    ug_build(&g, kind);
+    rng r = rng_from(what[kind]);
+    const float scal[2] = {kind == 2 ? 0.05f : 0.1f, 3.0f}, norm = 4.0f;
+    float *data[UG_NODES][4] = {{0}}, *out[2][UG_NODES][4] = {{{0}}};
+    double *ref[4] = {0};
+    for (int i = 0; i < 4; i++)
+        ref[i] = xcalloc(UG_ROOT, sizeof(double));
+    for (int k = 0; k < UG_NODES; k++)
+        for (int i = 0; i < 2 + g.nst; i++) {
+            int64_t m = ug_numel(&g, k);
+            double lo = i == 0 ? -0.05 : i == 3 ? 0 : -1, hi = i == 0 ? 0.05 : i == 3 ? 1e-3 : 1;
+            data[k][i] = xcalloc((size_t)m, sizeof(float));
+            for (int64_t j = 0; j < m; j++)
+                data[k][i][j] = (float)rng_uniform(&r, lo, hi);
+            for (int v = 0; v < 2; v++)
+                out[v][k][i] = xcalloc((size_t)m, sizeof(float));
+        }
+    ex_plan_stats st[2];
+    int failed = 0;
+    for (int v = 0; v < 2; v++)
+        if (ug_run(s, &g, v == 1, data, scal, norm, out[v], &st[v]) != EX_OK) {
+            print_error("FAIL [%s] %s group: the %s plan failed\n", s->backend_name, what[kind],
+                        v ? "grouped" : "ungrouped");
+            failed++;
+        }
+    /* nodes 0-4 join; node 5's transposed gradient ends the group; node 6 is alone after */
+    int64_t want = groups ? 3 : UG_NODES;
+    if (!failed && (st[0].launches != UG_NODES || st[1].launches != want)) {
+        print_error("FAIL [%s] %s group: %lld and %lld launches, expected %d and %lld\n",
+                    s->backend_name, what[kind], (long long)st[0].launches,
+                    (long long)st[1].launches, UG_NODES, (long long)want);
+        failed++;
+    }
+    for (int k = 0; k < UG_NODES && !failed; k++) {
+        int64_t m = ug_numel(&g, k);
+        ug_reference(&g, kind, k, data[k], scal, norm, ref);
+        for (int i = 0; i < 2 + g.nst; i++) {
+            double worst = 0;
+            for (int64_t j = 0; j < m; j++)
+                worst = fmax(worst, fabs(out[1][k][i][j] - ref[i][j]) / (0.1 + fabs(ref[i][j])));
+            if (memcmp(out[0][k][i], out[1][k][i], sizeof(float) * (size_t)m) || worst > 1e-5) {
+                print_error("FAIL [%s] %s group, node %d, root %d: %s the ungrouped run, "
+                            "error %.3g of 0.1 + |ref| against the reference (bound 1e-5)\n",
+                            s->backend_name, what[kind], k, i,
+                            memcmp(out[0][k][i], out[1][k][i], sizeof(float) * (size_t)m)
+                                ? "differs from"
+                                : "equals",
+                            worst);
+                failed++;
+            }
+        }
+    }
+    for (int k = 0; k < UG_NODES; k++)
+        for (int i = 0; i < 4; i++) {
+            free(data[k][i]);
+            free(out[0][k][i]);
+            free(out[1][k][i]);
+        }
+    for (int i = 0; i < 4; i++)
+        free(ref[i]);
+    ex_ctx_free(g.ctx);
+    return failed;
+}
+
+void update_groups(void **state)
+{
+    suite *s = *state;
+    int failed = 0;
+    for (int kind = 0; kind < 3; kind++)
+        failed += ug_check(s, kind);
+    if (failed)
+        fail_msg("%d checks of grouped optimizer updates failed on %s", failed, s->backend_name);
+}

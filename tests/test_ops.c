@@ -108,6 +108,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_prestate(family_nas, &s),
         cmocka_unit_test_prestate(family_optim, &s),
         cmocka_unit_test_prestate(sgd_clip_node_errors, &s),
+        cmocka_unit_test_prestate(update_groups, &s),
         cmocka_unit_test_prestate(family_random, &s),
         cmocka_unit_test_prestate(family_quant, &s),
         cmocka_unit_test_prestate(qconv_rq_errors, &s),

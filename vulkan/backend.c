@@ -679,14 +679,23 @@ static void vk_counters(void *impl, ex_backend_counters *out)
 }
 
 static const ex_backend_iface vk_iface = {
-    vk_close,          vk_error,
-    vk_buffer_alloc,   vk_buffer_free,
-    vk_upload_checked, vk_download_checked,
-    vk_copy_checked,   vk_fill_checked,
-    vk_compute,        vk_synchronize,
-    vk_host_syncs,     NULL, /* set_alloc_hook: not covered (backend.h) */
-    vk_counters,       NULL, /* set_comm: sums go through the host */
-    vk_record,         vk_replay,
+    vk_close,
+    vk_error,
+    vk_buffer_alloc,
+    vk_buffer_free,
+    vk_upload_checked,
+    vk_download_checked,
+    vk_copy_checked,
+    vk_fill_checked,
+    vk_compute,
+    vk_synchronize,
+    vk_host_syncs,
+    NULL, /* set_alloc_hook: not covered (backend.h) */
+    vk_counters,
+    NULL, /* set_comm: sums go through the host */
+    NULL, /* groups: every node is a dispatch of its own */
+    vk_record,
+    vk_replay,
     vk_forget,
 };
 

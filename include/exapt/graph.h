@@ -71,6 +71,8 @@ typedef struct ex_plan_opts {
     bool snapshot;        /**< also hold a device copy of the persistent memory for
                                ex_plan_snapshot()/ex_plan_restore() (counted in the plan's
                                memory before anything is allocated) */
+    bool no_group;        /**< launch every node on its own: no groups of independent
+                               nodes of one op (for comparing; docs/engine.md) */
 } ex_plan_opts;
 
 /** Fills the first `size` bytes of o with the defaults (every option off or 0) and sets
@@ -145,6 +147,7 @@ typedef struct ex_plan_stats {
     int arena_chunks;
     int64_t nodes;
     int64_t inplace_nodes;
+    int64_t launches; /**< what the backend launches: nodes alone and groups of nodes */
 } ex_plan_stats;
 
 /** Fills *st with the plan's memory figures. */

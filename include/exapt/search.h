@@ -86,6 +86,8 @@ typedef struct ex_search_config {
                               gradients are averaged over the group, and the training batch
                               norms take their statistics over the whole batch (ex_ctx_set_ranks).
                               The struct must outlive the search. */
+    bool no_group;       /**< launch every node of the step on its own, no groups of
+                              independent nodes (ex_plan_opts.no_group): for comparing */
 } ex_search_config;
 
 /** Fills the first `size` bytes of c with DARTS's search settings and sets c->size to size;
