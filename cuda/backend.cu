@@ -269,6 +269,13 @@ static ex_status run_node(cu_exec *e, const ex_node_exec *n)
     return cu_fail(e, EX_ERR_UNSUPPORTED, "cuda: op %d is not in the catalogue", (int)n->op);
 }
 
+/* A group of the plan (ex_node_exec.group) of an op cuda_groups() accepts. */
+static ex_status run_group(cu_exec *e, const ex_node_exec *n)
+{
+    return n->op == EX_OP_SGD || n->op == EX_OP_ADAM ? cu_update_group(e, n, n->group)
+                                                     : cu_ew_group(e, n, n->group);
+}
+
 /* ---- gates ---- */
 
 static ex_status gate_check(cu_exec *e, const ex_node_exec *n)
@@ -278,11 +285,6 @@ static ex_status gate_check(cu_exec *e, const ex_node_exec *n)
         return cu_fail(e, EX_ERR_ARG, "%s: gate must be f32 with index %lld inside it",
                        ex_op_name(n->op), (long long)n->gate_index);
     return EX_OK;
-}
-
-static const float *gate_ptr(const ex_node_exec *n)
-{
-    return n->gate ? cu_f32(n->gate) + ex_td_at(n->gate, n->gate_index) : NULL;
 }
 
 __global__ void set_condition_kernel(cudaGraphConditionalHandle h, const float *gate)
@@ -451,7 +453,7 @@ static ex_status capture_node(cu_backend *b, const ex_node_exec *nodes, int64_t 
     e.stream = b->more[sn->stream];
     e.blas = b->blas_more[sn->stream];
     e.node = i;
-    e.gate = gate_ptr(&nodes[i]);
+    e.gate = cu_gate_of(&nodes[i]);
     e.scratch = b->scratch + sn->scratch_off;
     e.scratch_bytes = sn->scratch_bytes;
     e.ticket += i % CU_SCHED_TICKETS;
@@ -461,7 +463,7 @@ static ex_status capture_node(cu_backend *b, const ex_node_exec *nodes, int64_t 
             cu_check(&e, cudaStreamWaitEvent(e.stream, b->node_ev[ev[sc->waits[sn->wait0 + k]]], 0),
                      "cudaStreamWaitEvent");
     if (st == EX_OK)
-        st = nodes[i].group > 1        ? cu_update_group(&e, &nodes[i], nodes[i].group)
+        st = nodes[i].group > 1        ? run_group(&e, &nodes[i])
              : b->flags[i].span == 2   ? cu_bn_pair_run(&e, &nodes[i], &nodes[i + 1])
              : b->flags[i].conditional ? run_conditional(b, &e, &nodes[i])
                                        : run_node(&e, &nodes[i]);
@@ -648,7 +650,7 @@ static ex_status events_reserve(cu_backend *b, int64_t n)
 static ex_status gate_read(cu_backend *b, const ex_node_exec *n, int *off)
 {
     ex_status st = bk_check(b,
-                            cudaMemcpyAsync(b->gate_host, gate_ptr(n), sizeof(float),
+                            cudaMemcpyAsync(b->gate_host, cu_gate_of(n), sizeof(float),
                                             cudaMemcpyDeviceToHost, b->stream),
                             "reading a gate");
     if (st == EX_OK)
@@ -698,7 +700,8 @@ static ex_status run_profiled(cu_backend *b, const ex_node_exec *nodes, int64_t 
         const ex_node_exec *n = &nodes[i];
         int off = 0;
         node_ms[i] = -1.0;
-        if (n->gate && (st = gate_read(b, n, &off)) != EX_OK)
+        /* a group's nodes read their gates themselves */
+        if (n->gate && n->group < 2 && (st = gate_read(b, n, &off)) != EX_OK)
             break;
         if (off)
             continue;
@@ -712,7 +715,7 @@ static ex_status run_profiled(cu_backend *b, const ex_node_exec *nodes, int64_t 
         if (st == EX_OK)
             st = bk_check(b, cudaEventRecord(b->events[2 * i], b->stream), "cudaEventRecord");
         if (st == EX_OK)
-            st = n->group > 1 ? cu_update_group(&e, n, n->group) : run_node(&e, n);
+            st = n->group > 1 ? run_group(&e, n) : run_node(&e, n);
         if (st == EX_OK)
             st = bk_check(b, cudaEventRecord(b->events[2 * i + 1], b->stream), "cudaEventRecord");
         for (int32_t k = 1; k < n->group; k++) /* the group's time is its first node's */
@@ -1111,11 +1114,22 @@ static void cuda_close(void *impl)
     free(b);
 }
 
-/* The optimizer updates run as groups (cu_update_group). */
+/* The optimizer updates and the element-wise ops of one geometry run as groups
+ * (run_group). */
 static bool cuda_groups(void *impl, ex_op op)
 {
     (void)impl;
-    return op == EX_OP_SGD || op == EX_OP_ADAM;
+    switch (op) {
+    case EX_OP_SGD:
+    case EX_OP_ADAM:
+    case EX_OP_ADD:
+    case EX_OP_SUB:
+    case EX_OP_MUL:
+    case EX_OP_SCALE:
+    case EX_OP_AXPY:
+    case EX_OP_RELU: return true;
+    default: return false;
+    }
 }
 
 static uint64_t cuda_host_syncs(void *impl)

@@ -489,3 +489,179 @@ void family_softmax(void **state)
 {
     run_table(*state, softmax_cases, sizeof softmax_cases / sizeof *softmax_cases);
 }
+
+/* ---- groups of element-wise nodes: the plan runs consecutive nodes of one op and one
+ * geometry as one launch where the backend groups them (core/group.h) ---- */
+
+enum { EG_NODES = 5, EG_N = 3 * 5 * 7 };
+
+/* How a group test lays out each node's operands: dense; a broadcast one-element b (the
+ * mixed sum's gradient times a candidate's weight); a as a transposed view; dense, each
+ * node gated by its own element of a mask (EG_MASK: nodes 1 and 4 off). */
+enum { EG_DENSE, EG_SCALAR_B, EG_STRIDED_A, EG_GATED, EG_LAYOUTS };
+static const char *const eg_layout[] = {"dense", "scalar b", "strided a", "gated"};
+static const float EG_MASK[5] = {1, 0, 1, 1, 0};
+
+typedef struct egraph {
+    ex_ctx *ctx;
+    ex_tensor *a[EG_NODES], *b[EG_NODES], *y[EG_NODES], *mask;
+} egraph;
+
+static ex_tensor *eg_node(ex_ctx *ctx, ex_op op, ex_tensor *a, ex_tensor *b)
+{
+    switch (op) {
+    case EX_OP_ADD: return ex_add(ctx, a, b);
+    case EX_OP_SUB: return ex_sub(ctx, a, b);
+    case EX_OP_MUL: return ex_mul(ctx, a, b);
+    case EX_OP_SCALE: return ex_scale(ctx, a, 0.75f);
+    case EX_OP_AXPY: return ex_axpy(ctx, 0.75f, a, b);
+    default: return ex_relu(ctx, a);
+    }
+}
+
+static double eg_ref(ex_op op, double a, double b)
+{
+    switch (op) {
+    case EX_OP_ADD: return a + b;
+    case EX_OP_SUB: return a - b;
+    case EX_OP_MUL: return a * b;
+    case EX_OP_SCALE: return 0.75 * a;
+    case EX_OP_AXPY: return 0.75 * a + b;
+    default: return a < 0 ? 0 : a;
+    }
+}
+
+static void eg_build(egraph *g, ex_op op, int layout)
+{
+    static const int64_t shape[3] = {3, 5, 7}, flipped[3] = {7, 5, 3}, one[3] = {1, 1, 1};
+    static const int64_t nodes = EG_NODES;
+    g->ctx = ex_ctx_new();
+    g->mask = ex_input(g->ctx, EX_F32, 1, &nodes, "mask");
+    for (int k = 0; k < EG_NODES; k++) {
+        ex_tensor *a = g->a[k] =
+            ex_input(g->ctx, EX_F32, 3, layout == EG_STRIDED_A ? flipped : shape, "a");
+        ex_tensor *b = g->b[k] =
+            ex_input(g->ctx, EX_F32, 3, layout == EG_SCALAR_B ? one : shape, "b");
+        if (layout == EG_STRIDED_A)
+            a = ex_transpose(g->ctx, a, 0, 2);
+        if (layout == EG_SCALAR_B)
+            b = ex_broadcast(g->ctx, b, 3, shape);
+        g->y[k] = eg_node(g->ctx, op, a, b);
+        if (layout == EG_GATED)
+            ex_set_gate(g->ctx, g->y[k], g->mask, k);
+        ex_keep(g->ctx, g->y[k]);
+    }
+}
+
+static const float EG_ALL[5] = {1, 1, 1, 1, 1};
+
+/* Writes a[k] (negated when neg is set), b[k] and the mask, runs, reads y[k] into out[k]. */
+static ex_status eg_step(ex_plan *p, egraph *g, float (*a)[EG_N], float (*b)[EG_N], bool neg,
+                         const float *mask, float (*out)[EG_N])
+{
+    static float x[EG_N];
+    ex_status st = ex_plan_write(p, g->mask, mask, sizeof EG_MASK);
+    for (int k = 0; k < EG_NODES && st == EX_OK; k++) {
+        for (int i = 0; i < EG_N; i++)
+            x[i] = neg ? -a[k][i] : a[k][i];
+        st = ex_plan_write(p, g->a[k], x, sizeof x);
+        if (st == EX_OK)
+            st = ex_plan_write(p, g->b[k], b[k], sizeof(float) * (size_t)ex_tensor_numel(g->b[k]));
+    }
+    if (st == EX_OK)
+        st = ex_plan_run(p);
+    for (int k = 0; k < EG_NODES && st == EX_OK; k++)
+        st = ex_plan_read(p, g->y[k], out[k], sizeof out[k]);
+    return st;
+}
+
+/* Plans g (grouped or not) and runs two steps: every node on, then on -a with the gated
+ * layout's mask, whose skipped nodes must leave step 1's outputs (first) as they were. */
+static ex_status eg_run(suite *s, egraph *g, bool grouped, int layout, float (*a)[EG_N],
+                        float (*b)[EG_N], float (*first)[EG_N], float (*out)[EG_N],
+                        ex_plan_stats *stats)
+{
+    ex_plan_opts o;
+    ex_plan_opts_default(&o);
+    o.no_group = !grouped;
+    ex_plan *p = NULL;
+    ex_status st = ex_graph_plan(g->ctx, s->be, &o, &p);
+    if (st == EX_OK)
+        st = ex_plan_get_stats(p, stats);
+    if (st == EX_OK)
+        st = eg_step(p, g, a, b, false, EG_ALL, first);
+    if (st == EX_OK)
+        st = eg_step(p, g, a, b, true, layout == EG_GATED ? EG_MASK : EG_ALL, out);
+    if (st != EX_OK)
+        print_error("%s\n", ex_ctx_error(g->ctx));
+    ex_plan_free(p);
+    return st;
+}
+
+/* One op in one layout: launches, the grouped run bit for bit the ungrouped one, and the
+ * reference; returns the failures. */
+static int eg_check(suite *s, ex_op op, int layout)
+{
+    const ex_backend_iface *f = ex__backend_iface_of(s->be);
+    bool groups = f->groups && f->groups(ex__backend_impl_of(s->be), op);
+    egraph g;
+    eg_build(&g, op, layout);
+    rng r = rng_from(eg_layout[layout]);
+    static float a[EG_NODES][EG_N], b[EG_NODES][EG_N], first[2][EG_NODES][EG_N],
+        out[2][EG_NODES][EG_N];
+    for (int k = 0; k < EG_NODES; k++)
+        for (int i = 0; i < EG_N; i++) {
+            a[k][i] = (float)rng_uniform(&r, -1, 1);
+            b[k][i] = (float)rng_uniform(&r, -1, 1);
+        }
+    ex_plan_stats st[2];
+    int failed = 0;
+    for (int v = 0; v < 2; v++)
+        if (eg_run(s, &g, v == 1, layout, a, b, first[v], out[v], &st[v]) != EX_OK) {
+            print_error("FAIL [%s] %s group, %s: the %s plan failed\n", s->backend_name,
+                        ex_op_name(op), eg_layout[layout], v ? "grouped" : "ungrouped");
+            failed++;
+        }
+    int64_t want = groups ? 1 : EG_NODES;
+    if (!failed && (st[0].launches != EG_NODES || st[1].launches != want)) {
+        print_error("FAIL [%s] %s group, %s: %lld and %lld launches, expected %d and %lld\n",
+                    s->backend_name, ex_op_name(op), eg_layout[layout], (long long)st[0].launches,
+                    (long long)st[1].launches, EG_NODES, (long long)want);
+        failed++;
+    }
+    for (int k = 0; k < EG_NODES && !failed; k++) {
+        double worst = 0;
+        bool off = layout == EG_GATED && EG_MASK[k] == 0;
+        if (off) /* skipped: step 1's output left as it was */
+            worst = memcmp(out[1][k], first[1][k], sizeof out[1][k]) ? INFINITY : 0;
+        for (int i = 0; i < EG_N && !off; i++) {
+            int c = i % 7, m = i / 7 % 5, n = i / 35; /* [3, 5, 7] */
+            double x = -(double)(layout == EG_STRIDED_A ? a[k][c * 15 + m * 3 + n] : a[k][i]);
+            double y = layout == EG_SCALAR_B ? b[k][0] : b[k][i];
+            worst = fmax(worst, fabs(out[1][k][i] - eg_ref(op, x, y)));
+        }
+        bool same = !memcmp(out[0][k], out[1][k], sizeof out[0][k]);
+        if (!same || worst > 1e-6) {
+            print_error("FAIL [%s] %s group, %s, node %d%s: %s the ungrouped run, error %.3g "
+                        "against the reference (bound 1e-6)\n",
+                        s->backend_name, ex_op_name(op), eg_layout[layout], k,
+                        off ? " (skipped)" : "", same ? "equals" : "differs from", worst);
+            failed++;
+        }
+    }
+    ex_ctx_free(g.ctx);
+    return failed;
+}
+
+void elementwise_groups(void **state)
+{
+    static const ex_op ops[] = {EX_OP_ADD,   EX_OP_SUB,  EX_OP_MUL,
+                                EX_OP_SCALE, EX_OP_AXPY, EX_OP_RELU};
+    suite *s = *state;
+    int failed = 0;
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
+        for (int layout = 0; layout < EG_LAYOUTS; layout++)
+            failed += eg_check(s, ops[i], layout);
+    if (failed)
+        fail_msg("%d checks of grouped element-wise nodes failed on %s", failed, s->backend_name);
+}
