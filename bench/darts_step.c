@@ -563,7 +563,8 @@ static json_t *memory_json(ex_search *s)
     return json_pack("{s:I, s:I, s:I, s:I, s:I}", "arena_bytes", (json_int_t)ps.arena_bytes,
                      "persistent_bytes", (json_int_t)ps.persistent_bytes, "planned_bytes",
                      (json_int_t)(ps.arena_bytes + ps.persistent_bytes), "nodes",
-                     (json_int_t)ps.nodes, "launches", (json_int_t)ps.launches);
+                     (json_int_t)ps.nodes, "launches",
+                     (json_int_t)ex_plan_launch_count(ex_search_plan(s)));
 }
 
 /* What the backend holds and what recording the step took, where it counts them

@@ -480,8 +480,8 @@ static ex_status build_nodes(ex_plan *p)
                              (long long)p->nnodes);
     /* a group stays within its stage, which runs on its own */
     for (int s = 0; s < p->nstages; s++)
-        p->stats.launches += ex__node_groups(p->nodes + p->stage_first[s], p->stage_count[s],
-                                             p->opts.no_group ? NULL : p->f->groups, p->impl);
+        p->launches += ex__node_groups(p->nodes + p->stage_first[s], p->stage_count[s],
+                                       p->opts.no_group ? NULL : p->f->groups, p->impl);
     return EX_OK;
 }
 

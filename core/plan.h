@@ -37,9 +37,10 @@ struct ex_plan {
     ex_node_exec *nodes;
     int64_t *node_tensor; /* the tensor each node computes */
     int64_t nnodes;
-    ex_tdesc *descs; /* every node's sources and gates */
-    int64_t *deps;   /* what every node's dependency list points into (core/deps.h) */
-    plan_rec *recs;  /* the runs of nodes recorded so far */
+    int64_t launches; /* nodes alone and groups (core/group.h) */
+    ex_tdesc *descs;  /* every node's sources and gates */
+    int64_t *deps;    /* what every node's dependency list points into (core/deps.h) */
+    plan_rec *recs;   /* the runs of nodes recorded so far */
     int nrecs, caprecs;
     double *node_ms;
     int64_t *stage_first; /* per stage: its first node and node count (stages are contiguous) */

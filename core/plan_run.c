@@ -357,6 +357,11 @@ int64_t ex_plan_node_count(const ex_plan *p)
     return p ? p->nnodes : 0;
 }
 
+int64_t ex_plan_launch_count(const ex_plan *p)
+{
+    return p ? p->launches : 0;
+}
+
 ex_status ex_plan_node_info(const ex_plan *p, int64_t i, ex_node_info *info)
 {
     if (!p || !info || i < 0 || i >= p->nnodes)

@@ -171,6 +171,8 @@ static void plans(void **state)
     assert_true(ex_plan_error(p)[0] != '\0');
     assert_int_equal(ex_plan_node_info(p, -1, &info), EX_ERR_ARG);
     assert_int_equal(ex_plan_node_info(p, ex_plan_node_count(p), &info), EX_ERR_ARG);
+    assert_int_equal(ex_plan_launch_count(NULL), 0);
+    assert_true(ex_plan_launch_count(p) >= 1 && ex_plan_launch_count(p) <= ex_plan_node_count(p));
     assert_int_equal(ex_plan_node_info(p, 0, NULL), EX_ERR_ARG);
     assert_int_equal(ex_plan_run_stage(p, 7), EX_ERR_ARG);
     assert_true(ex_plan_error(p)[0] != '\0');

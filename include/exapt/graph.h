@@ -72,7 +72,7 @@ typedef struct ex_plan_opts {
                                ex_plan_snapshot()/ex_plan_restore() (counted in the plan's
                                memory before anything is allocated) */
     bool no_group;        /**< launch every node on its own: no groups of independent
-                               nodes of one op (for comparing; docs/engine.md) */
+                               nodes of one op (for comparing; docs/design.md) */
 } ex_plan_opts;
 
 /** Fills the first `size` bytes of o with the defaults (every option off or 0) and sets
@@ -147,7 +147,6 @@ typedef struct ex_plan_stats {
     int arena_chunks;
     int64_t nodes;
     int64_t inplace_nodes;
-    int64_t launches; /**< what the backend launches: nodes alone and groups of nodes */
 } ex_plan_stats;
 
 /** Fills *st with the plan's memory figures. */
@@ -155,6 +154,10 @@ ex_status ex_plan_get_stats(const ex_plan *plan, ex_plan_stats *st);
 
 /** Number of nodes the plan runs. */
 int64_t ex_plan_node_count(const ex_plan *plan);
+
+/** Number of launches the plan hands its backend: nodes alone, and groups of consecutive
+ *  nodes of one op that the backend runs as one (ex_plan_opts.no_group); 0 for NULL. */
+int64_t ex_plan_launch_count(const ex_plan *plan);
 
 /** One node as the profiler sees it. */
 typedef struct ex_node_info {
