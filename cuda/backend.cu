@@ -269,9 +269,17 @@ static ex_status run_node(cu_exec *e, const ex_node_exec *n)
     return cu_fail(e, EX_ERR_UNSUPPORTED, "cuda: op %d is not in the catalogue", (int)n->op);
 }
 
-/* A group of the plan (ex_node_exec.group) of an op cuda_groups() accepts. */
+/* A group of the plan (ex_node_exec.group) of an op cuda_groups() accepts, each node
+ * checked as alone before any runs. */
 static ex_status run_group(cu_exec *e, const ex_node_exec *n)
 {
+    cu_exec dry = *e;
+    dry.dry = 1;
+    ex_status st = EX_OK;
+    for (int32_t k = 0; k < n->group && st == EX_OK; k++)
+        st = run_node(&dry, &n[k]);
+    if (st != EX_OK || e->dry)
+        return st;
     return n->op == EX_OP_SGD || n->op == EX_OP_ADAM ? cu_update_group(e, n, n->group)
                                                      : cu_ew_group(e, n, n->group);
 }

@@ -504,11 +504,12 @@ CU_OP(topk_mask);
 CU_OP(sgd);
 CU_OP(adam);
 /** Runs count SGD or ADAM nodes, a group of the plan (core/group.h), in as few launches as
- *  their pointers fit (UPD_PER_LAUNCH nodes each); each node checked before any runs. */
+ *  their pointers fit (UPD_PER_LAUNCH nodes each). The caller has checked each node as
+ *  alone (backend.cu's run_group). */
 ex_status cu_update_group(cu_exec *e, const ex_node_exec *n, int32_t count);
 /** Runs count element-wise nodes of one geometry, a group of the plan (ADD, SUB, MUL,
- *  SCALE, AXPY, RELU), as one launch per 64 of them; each node checked as it
- *  would be alone before any runs. */
+ *  SCALE, AXPY, RELU), as one launch per 64 of them. The caller has checked each
+ *  node as alone. */
 ex_status cu_ew_group(cu_exec *e, const ex_node_exec *n, int32_t count);
 CU_OP(grad_norm);
 CU_OP(clip);

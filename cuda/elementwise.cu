@@ -269,20 +269,6 @@ template <int K, int DENSE> __global__ void ew_group_kernel(ew_args a, ew_bases 
                    (int64_t)gridDim.x * blockDim.x);
 }
 
-/* The node alone, checked (e->dry: nothing launched). */
-static ex_status ew_node(cu_exec *e, const ex_node_exec *n)
-{
-    switch (n->op) {
-    case EX_OP_ADD: return cu_add(e, n);
-    case EX_OP_SUB: return cu_sub(e, n);
-    case EX_OP_MUL: return cu_mul(e, n);
-    case EX_OP_SCALE: return cu_scale(e, n);
-    case EX_OP_AXPY: return cu_axpy(e, n);
-    case EX_OP_RELU: return cu_relu(e, n);
-    default: return cu_fail(e, EX_ERR_ARG, "%s: not a grouped element-wise op", ex_op_name(n->op));
-    }
-}
-
 /* Launches of up to EW_GROUP nodes each, of the geometry o (collapsed), dense when every
  * node's operands are. */
 template <int K>
@@ -319,16 +305,10 @@ static ex_status ew_group_launch(cu_exec *e, const ex_node_exec *n, int32_t coun
 
 ex_status cu_ew_group(cu_exec *e, const ex_node_exec *n, int32_t count)
 {
-    cu_exec dry = *e;
-    dry.dry = 1;
-    ex_status st = EX_OK;
-    for (int32_t k = 0; k < count && st == EX_OK; k++) /* each checked as alone */
-        st = ew_node(&dry, &n[k]);
-    if (st != EX_OK || e->dry)
-        return st;
     ew_args o;
     int nsrc = n->nsrc;
-    if ((st = ew_setup(e, n, ex_op_name(n->op), nsrc, nsrc, &o)) != EX_OK)
+    ex_status st = ew_setup(e, n, ex_op_name(n->op), nsrc, nsrc, &o);
+    if (st != EX_OK)
         return st;
     o.p0 = n->fp[0];
     switch (n->op) {

@@ -297,10 +297,6 @@ ex_status cu_update_group(cu_exec *e, const ex_node_exec *n, int32_t count)
 {
     opt_args head;
     ex_status st = upd_setup(e, n, &head);
-    for (int32_t k = 1; k < count && st == EX_OK; k++) { /* all checked before any runs */
-        opt_args o;
-        st = upd_setup(e, &n[k], &o);
-    }
     upd_group *a = st == EX_OK ? (upd_group *)malloc(sizeof *a) : NULL;
     if (st == EX_OK && !a)
         return cu_fail(e, EX_ERR_NOMEM, "%s: out of host memory", ex_op_name(n->op));

@@ -581,12 +581,8 @@ static ex_status eg_run(suite *s, egraph *g, bool grouped, int layout, float (*a
                         float (*b)[EG_N], float (*first)[EG_N], float (*out)[EG_N],
                         int64_t *launches)
 {
-    ex_plan_opts o;
-    ex_plan_opts_default(&o);
-    o.no_group = !grouped;
     ex_plan *p = NULL;
-    ex_status st = ex_graph_plan(g->ctx, s->be, &o, &p);
-    *launches = ex_plan_launch_count(p);
+    ex_status st = plan_grouped(s, g->ctx, grouped, &p, launches);
     if (st == EX_OK)
         st = eg_step(p, g, a, b, false, EG_ALL, first);
     if (st == EX_OK)

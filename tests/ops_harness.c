@@ -139,6 +139,18 @@ ex_status plan_graph(suite *s, ex_ctx *ctx, ex_plan **plan, char *msg, size_t le
     return EX_OK;
 }
 
+ex_status plan_grouped(suite *s, ex_ctx *ctx, bool grouped, ex_plan **plan, int64_t *launches)
+{
+    ex_plan_opts o;
+    ex_plan_opts_default(&o);
+    o.no_group = !grouped;
+    ex_status st = ex_graph_plan(ctx, s->be, &o, plan);
+    *launches = ex_plan_launch_count(*plan);
+    if (st != EX_OK)
+        print_error("%s\n", ex_ctx_error(ctx));
+    return st;
+}
+
 bool plan_has(const ex_plan *plan, ex_op op)
 {
     for (int64_t i = 0; i < ex_plan_node_count(plan); i++) {

@@ -188,6 +188,9 @@ bool write_f(env *e, ex_tensor *t, const double *v, int64_t n);
 bool write_i(env *e, ex_tensor *t, const int32_t *v, int64_t n);
 bool run_plan(env *e);
 bool read_f(env *e, ex_tensor *t, double *v, int64_t n);
+/** Plans every node of ctx with or without groups (ex_plan_opts.no_group); *launches
+ *  receives the plan's launch count (0 when planning failed, which prints why). */
+ex_status plan_grouped(suite *s, ex_ctx *ctx, bool grouped, ex_plan **plan, int64_t *launches);
 /** Whether the plan runs a node of op. */
 bool plan_has(const ex_plan *plan, ex_op op);
 /** Copies root k's data into operand k (through its view), and back. */

@@ -717,12 +717,8 @@ static int64_t ug_numel(const ugraph *g, int k)
 static ex_status ug_run(suite *s, ugraph *g, bool grouped, float *const (*data)[4],
                         const float *scal, float norm, float *(*out)[4], int64_t *launches)
 {
-    ex_plan_opts o;
-    ex_plan_opts_default(&o);
-    o.no_group = !grouped;
     ex_plan *p = NULL;
-    ex_status st = ex_graph_plan(g->ctx, s->be, &o, &p);
-    *launches = ex_plan_launch_count(p);
+    ex_status st = plan_grouped(s, g->ctx, grouped, &p, launches);
     if (st == EX_OK)
         st = ex_plan_write(p, g->scal, scal, sizeof(float) * (g->nst == 2 ? 2 : 1));
     if (st == EX_OK)
