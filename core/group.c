@@ -6,19 +6,14 @@
 #include "core/group.h"
 #include "core/tdesc.h"
 
-static bool same_geometry(const ex_tdesc *a, const ex_tdesc *b)
+static bool same_desc(const ex_tdesc *a, const ex_tdesc *b)
 {
-    if (a->dtype != b->dtype || a->ndim != b->ndim)
+    if (a->buf != b->buf || a->offset != b->offset || a->dtype != b->dtype || a->ndim != b->ndim)
         return false;
     for (int d = 0; d < a->ndim; d++)
         if (a->ne[d] != b->ne[d] || a->st[d] != b->st[d])
             return false;
     return true;
-}
-
-static bool same_desc(const ex_tdesc *a, const ex_tdesc *b)
-{
-    return a->buf == b->buf && a->offset == b->offset && same_geometry(a, b);
 }
 
 /* SGD: p, g, mom element-wise; lr (and a clip's norm) scalars. Adam: p, g, m, v; {lr, t}. */
@@ -43,7 +38,7 @@ static bool update_dense(const ex_node_exec *n)
 
 bool ex__group_joins_update(const ex_node_exec *head, const ex_node_exec *n)
 {
-    if (head->gate || n->gate || !update_dense(head) || !update_dense(n))
+    if (!update_dense(head) || !update_dense(n))
         return false;
     for (int s = update_vectors(n); s < n->nsrc; s++)
         if (!same_desc(&head->src[s], &n->src[s]))
@@ -51,22 +46,11 @@ bool ex__group_joins_update(const ex_node_exec *head, const ex_node_exec *n)
     return true;
 }
 
-bool ex__group_joins_same(const ex_node_exec *head, const ex_node_exec *n)
-{
-    if (!same_geometry(&head->dst, &n->dst))
-        return false;
-    for (int s = 0; s < n->nsrc; s++)
-        if (!same_geometry(&head->src[s], &n->src[s]))
-            return false;
-    return true;
-}
-
 bool ex__group_joins(const ex_node_exec *head, const ex_node_exec *n)
 {
     const ex_op_info *info = ex__op(head->op);
-    if (!info || !info->joins || n->op != head->op || n->nsrc != head->nsrc ||
-        (head->gate == NULL) != (n->gate == NULL) || memcmp(n->ip, head->ip, sizeof n->ip) ||
-        memcmp(n->fp, head->fp, sizeof n->fp))
+    if (!info || !info->joins || n->op != head->op || n->nsrc != head->nsrc || head->gate ||
+        n->gate || memcmp(n->ip, head->ip, sizeof n->ip) || memcmp(n->fp, head->fp, sizeof n->fp))
         return false;
     return info->joins(head, n);
 }

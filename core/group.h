@@ -11,18 +11,13 @@
 #define EX_GROUP_MAX 4096
 
 /** Whether node n may run in the group whose first node is head: the op's own rule
- *  (ex_op_info.joins) on top of one op, the same parameters, and a gate on both or on
- *  neither (each node keeps its own, which the backend reads for it). */
+ *  (ex_op_info.joins) on top of one op, no gate and the same parameters. */
 bool ex__group_joins(const ex_node_exec *head, const ex_node_exec *n);
 
-/** The element-wise optimizer updates (SGD, ADAM), ungated: every tensor they update or
- *  read element by element dense f32 of dst's element count, their scalar sources (lr, Adam's
+/** The element-wise optimizer updates (SGD, ADAM): every tensor they update or read
+ *  element by element dense f32 of dst's element count, their scalar sources (lr, Adam's
  *  {lr, t}, a clip's norm) the same tensors as head's. Members may differ in size. */
 bool ex__group_joins_update(const ex_node_exec *head, const ex_node_exec *n);
-
-/** Ops whose members differ only in where their tensors lie (the element-wise ops): dst
- *  and every source of n the dtype, shape and strides of head's. */
-bool ex__group_joins_same(const ex_node_exec *head, const ex_node_exec *n);
 
 /** Marks the groups among nodes[0..n) (ex_node_exec.group; every node's dependencies
  *  already found): each group the longest run of nodes after its first that joins it

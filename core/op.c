@@ -114,12 +114,12 @@ static uint64_t f_pool_bwd(const ex_tensor *n)
              .joins = joins_}
 
 static const ex_op_info table[] = {
-    EG(EX_OP_ADD, "add", 1e-12, true, true, f_out1, ex__group_joins_same),
-    EG(EX_OP_SUB, "sub", 1e-12, true, true, f_out1, ex__group_joins_same),
-    EG(EX_OP_MUL, "mul", 1e-12, true, true, f_out1, ex__group_joins_same),
-    EG(EX_OP_SCALE, "scale", 1e-12, true, true, f_out1, ex__group_joins_same),
-    EG(EX_OP_AXPY, "axpy", 1e-12, true, true, f_out2, ex__group_joins_same),
-    EG(EX_OP_RELU, "relu", 1e-12, true, true, f_out1, ex__group_joins_same),
+    E(EX_OP_ADD, "add", 1e-12, true, true, f_out1),
+    E(EX_OP_SUB, "sub", 1e-12, true, true, f_out1),
+    E(EX_OP_MUL, "mul", 1e-12, true, true, f_out1),
+    E(EX_OP_SCALE, "scale", 1e-12, true, true, f_out1),
+    E(EX_OP_AXPY, "axpy", 1e-12, true, true, f_out2),
+    E(EX_OP_RELU, "relu", 1e-12, true, true, f_out1),
     E(EX_OP_RELU_BWD, "relu_bwd", 1e-12, false, true, f_out1),
     E(EX_OP_FILL, "fill", 1e-12, false, false, f_none),
     E(EX_OP_COPY, "copy", 1e-12, true, true, f_none),

@@ -278,10 +278,7 @@ static ex_status run_group(cu_exec *e, const ex_node_exec *n)
     ex_status st = EX_OK;
     for (int32_t k = 0; k < n->group && st == EX_OK; k++)
         st = run_node(&dry, &n[k]);
-    if (st != EX_OK || e->dry)
-        return st;
-    return n->op == EX_OP_SGD || n->op == EX_OP_ADAM ? cu_update_group(e, n, n->group)
-                                                     : cu_ew_group(e, n, n->group);
+    return st != EX_OK || e->dry ? st : cu_update_group(e, n, n->group);
 }
 
 /* ---- gates ---- */
@@ -293,6 +290,11 @@ static ex_status gate_check(cu_exec *e, const ex_node_exec *n)
         return cu_fail(e, EX_ERR_ARG, "%s: gate must be f32 with index %lld inside it",
                        ex_op_name(n->op), (long long)n->gate_index);
     return EX_OK;
+}
+
+static const float *gate_ptr(const ex_node_exec *n)
+{
+    return n->gate ? cu_f32(n->gate) + ex_td_at(n->gate, n->gate_index) : NULL;
 }
 
 __global__ void set_condition_kernel(cudaGraphConditionalHandle h, const float *gate)
@@ -461,7 +463,7 @@ static ex_status capture_node(cu_backend *b, const ex_node_exec *nodes, int64_t 
     e.stream = b->more[sn->stream];
     e.blas = b->blas_more[sn->stream];
     e.node = i;
-    e.gate = cu_gate_of(&nodes[i]);
+    e.gate = gate_ptr(&nodes[i]);
     e.scratch = b->scratch + sn->scratch_off;
     e.scratch_bytes = sn->scratch_bytes;
     e.ticket += i % CU_SCHED_TICKETS;
@@ -658,7 +660,7 @@ static ex_status events_reserve(cu_backend *b, int64_t n)
 static ex_status gate_read(cu_backend *b, const ex_node_exec *n, int *off)
 {
     ex_status st = bk_check(b,
-                            cudaMemcpyAsync(b->gate_host, cu_gate_of(n), sizeof(float),
+                            cudaMemcpyAsync(b->gate_host, gate_ptr(n), sizeof(float),
                                             cudaMemcpyDeviceToHost, b->stream),
                             "reading a gate");
     if (st == EX_OK)
@@ -708,8 +710,7 @@ static ex_status run_profiled(cu_backend *b, const ex_node_exec *nodes, int64_t 
         const ex_node_exec *n = &nodes[i];
         int off = 0;
         node_ms[i] = -1.0;
-        /* a group's nodes read their gates themselves */
-        if (n->gate && n->group < 2 && (st = gate_read(b, n, &off)) != EX_OK)
+        if (n->gate && (st = gate_read(b, n, &off)) != EX_OK)
             break;
         if (off)
             continue;
@@ -1122,22 +1123,11 @@ static void cuda_close(void *impl)
     free(b);
 }
 
-/* The optimizer updates and the element-wise ops of one geometry run as groups
- * (run_group). */
+/* The optimizer updates run as groups (cu_update_group). */
 static bool cuda_groups(void *impl, ex_op op)
 {
     (void)impl;
-    switch (op) {
-    case EX_OP_SGD:
-    case EX_OP_ADAM:
-    case EX_OP_ADD:
-    case EX_OP_SUB:
-    case EX_OP_MUL:
-    case EX_OP_SCALE:
-    case EX_OP_AXPY:
-    case EX_OP_RELU: return true;
-    default: return false;
-    }
+    return op == EX_OP_SGD || op == EX_OP_ADAM;
 }
 
 static uint64_t cuda_host_syncs(void *impl)

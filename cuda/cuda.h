@@ -112,12 +112,6 @@ static inline float *cu_f32(const ex_tdesc *t)
     return (float *)cu_ptr(t);
 }
 
-/** Where node n's gate value lies (NULL: the node has no gate). */
-static inline const float *cu_gate_of(const ex_node_exec *n)
-{
-    return n->gate ? cu_f32(n->gate) + ex_td_at(n->gate, n->gate_index) : NULL;
-}
-
 static inline cu_t4 cu_t4_of(const ex_tdesc *t)
 {
     cu_t4 v;
@@ -507,10 +501,6 @@ CU_OP(adam);
  *  their pointers fit (UPD_PER_LAUNCH nodes each). The caller has checked each node as
  *  alone (backend.cu's run_group). */
 ex_status cu_update_group(cu_exec *e, const ex_node_exec *n, int32_t count);
-/** Runs count element-wise nodes of one geometry, a group of the plan (ADD, SUB, MUL,
- *  SCALE, AXPY, RELU), as one launch per 64 of them. The caller has checked each
- *  node as alone. */
-ex_status cu_ew_group(cu_exec *e, const ex_node_exec *n, int32_t count);
 CU_OP(grad_norm);
 CU_OP(clip);
 /* random.cu */

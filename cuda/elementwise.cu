@@ -5,7 +5,6 @@
  * broadcasts) and dims that lie back to back in every operand are merged, so dense
  * tensors become one run and the kernel needs no index arithmetic. Each thread reads its
  * element of every source before it writes dst's, which makes dst == src[0] safe. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "core/philox.h"
@@ -40,36 +39,28 @@ template <int K> __device__ __forceinline__ float ew_f(float x, float y, float p
     }
 }
 
-/* Elements [i0, n) in steps of di of the operands at base (a.base, or a group node's). */
-template <int K>
-__device__ __forceinline__ void ew_body(const ew_args &a, char *const *base, int64_t n, int64_t i0,
-                                        int64_t di)
+template <int K> __global__ void ew_kernel(ew_args a, int64_t n, const float *gate)
 {
-    for (int64_t i = i0; i < n; i += di) {
+    if (cu_gated_off(gate))
+        return;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
         int64_t off[EW_MAX_OP], c[4];
         if (a.nd > 1)
             cu_coords4(a.ne, i, c);
         for (int k = 0; k < EW_MAX_OP; k++)
             off[k] = a.nd == 1 ? i * a.st[k][3] : cu_dot4(c, a.st[k]);
-        uint32_t *d = (uint32_t *)base[0] + off[0];
+        uint32_t *d = (uint32_t *)a.base[0] + off[0];
         if (K == EW_FILL) {
             *d = a.bits;
         } else if (K == EW_COPY) {
-            *d = ((const uint32_t *)base[1])[off[1]];
+            *d = ((const uint32_t *)a.base[1])[off[1]];
         } else {
-            float x = ((const float *)base[1])[off[1]];
-            float y = a.nop > 2 ? ((const float *)base[2])[off[2]] : 0.0f;
+            float x = ((const float *)a.base[1])[off[1]];
+            float y = a.nop > 2 ? ((const float *)a.base[2])[off[2]] : 0.0f;
             *(float *)d = ew_f<K>(x, y, a.p0);
         }
     }
-}
-
-template <int K> __global__ void ew_kernel(ew_args a, int64_t n, const float *gate)
-{
-    if (cu_gated_off(gate))
-        return;
-    ew_body<K>(a, a.base, n, blockIdx.x * (int64_t)blockDim.x + threadIdx.x,
-               (int64_t)gridDim.x * blockDim.x);
 }
 
 /* Dense operands (one run of stride 1, 16-byte aligned; a source may also be one value
@@ -77,18 +68,18 @@ template <int K> __global__ void ew_kernel(ew_args a, int64_t n, const float *ga
  * 128-bit loads and stores, which is what it takes to approach the copy bandwidth; the
  * tail of n % 4 elements is done by thread 0 of block 0. Reads come before the write, as
  * above, so dst == src stays safe. */
-__device__ __forceinline__ float4 ew_load4(const ew_args &a, char *const *base, int k, int64_t i)
+__device__ __forceinline__ float4 ew_load4(const ew_args &a, int k, int64_t i)
 {
     if (a.st[k][3] == 0) {
-        float v = *(const float *)base[k];
+        float v = *(const float *)a.base[k];
         return make_float4(v, v, v, v);
     }
-    return ((const float4 *)base[k])[i];
+    return ((const float4 *)a.base[k])[i];
 }
 
-__device__ __forceinline__ float ew_load1(const ew_args &a, char *const *base, int k, int64_t i)
+__device__ __forceinline__ float ew_load1(const ew_args &a, int k, int64_t i)
 {
-    return ((const float *)base[k])[i * a.st[k][3]];
+    return ((const float *)a.base[k])[i * a.st[k][3]];
 }
 
 template <int K> __device__ __forceinline__ float4 ew_f4(float4 x, float4 y, float p)
@@ -97,53 +88,47 @@ template <int K> __device__ __forceinline__ float4 ew_f4(float4 x, float4 y, flo
                        ew_f<K>(x.w, y.w, p));
 }
 
-template <int K>
-__device__ __forceinline__ void ew_dense_body(const ew_args &a, char *const *base, int64_t n)
+template <int K> __global__ void ew_dense_kernel(ew_args a, int64_t n, const float *gate)
 {
+    if (cu_gated_off(gate))
+        return;
     int64_t n4 = n / 4;
-    float4 *d = (float4 *)base[0];
+    float4 *d = (float4 *)a.base[0];
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4;
          i += (int64_t)gridDim.x * blockDim.x) {
         if (K == EW_FILL) {
             float f = __uint_as_float(a.bits);
             d[i] = make_float4(f, f, f, f);
         } else if (K == EW_COPY) {
-            d[i] = ew_load4(a, base, 1, i);
+            d[i] = ew_load4(a, 1, i);
         } else {
-            float4 xv = ew_load4(a, base, 1, i),
-                   yv = a.nop > 2 ? ew_load4(a, base, 2, i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            float4 xv = ew_load4(a, 1, i),
+                   yv = a.nop > 2 ? ew_load4(a, 2, i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             d[i] = ew_f4<K>(xv, yv, a.p0);
         }
     }
     if (blockIdx.x == 0 && threadIdx.x == 0)
         for (int64_t i = n4 * 4; i < n; i++) {
-            uint32_t *o = (uint32_t *)base[0] + i;
+            uint32_t *o = (uint32_t *)a.base[0] + i;
             if (K == EW_FILL)
                 *o = a.bits;
             else if (K == EW_COPY)
-                *o = ((const uint32_t *)base[1])[i * a.st[1][3]];
+                *o = ((const uint32_t *)a.base[1])[i * a.st[1][3]];
             else
-                *(float *)o = ew_f<K>(ew_load1(a, base, 1, i),
-                                      a.nop > 2 ? ew_load1(a, base, 2, i) : 0.0f, a.p0);
+                *(float *)o =
+                    ew_f<K>(ew_load1(a, 1, i), a.nop > 2 ? ew_load1(a, 2, i) : 0.0f, a.p0);
         }
-}
-
-template <int K> __global__ void ew_dense_kernel(ew_args a, int64_t n, const float *gate)
-{
-    if (cu_gated_off(gate))
-        return;
-    ew_dense_body<K>(a, a.base, n);
 }
 
 /* Whether every operand is one dense, 16-byte-aligned run after collapsing (a source may
  * be a broadcast value instead). */
-static bool ew_dense(const ew_args *o, char *const *base)
+static bool ew_dense(const ew_args *o)
 {
     if (o->nd != 1)
         return false;
     for (int k = 0; k < o->nop; k++) {
         bool scalar = k > 0 && o->st[k][3] == 0;
-        if (!scalar && (o->st[k][3] != 1 || (uintptr_t)base[k] % 16 != 0))
+        if (!scalar && (o->st[k][3] != 1 || (uintptr_t)o->base[k] % 16 != 0))
             return false;
     }
     return true;
@@ -188,7 +173,7 @@ template <int K> static ex_status ew_launch(cu_exec *e, ew_args *o, const char *
         return EX_OK;
     int64_t numel = o->ne[0] * o->ne[1] * o->ne[2] * o->ne[3];
     ew_collapse(o);
-    if (ew_dense(o, o->base))
+    if (ew_dense(o))
         cu_launch(e, ew_dense_kernel<K>, cu_blocks((numel + 3) / 4, CU_THREADS), CU_THREADS, 0, *o,
                   numel, e->gate);
     else
@@ -244,81 +229,6 @@ CU_OP(relu)
 CU_OP(relu_bwd)
 {
     return ew_f32<EW_RELU_BWD>(e, n, "relu_bwd", 2);
-}
-
-/* ---- groups of element-wise nodes (core/group.h): one geometry, each node its own
- * operands ---- */
-
-/* Nodes per launch (blockIdx.y): their operands' addresses travel as kernel parameters. */
-#define EW_GROUP 64
-
-/** Each node's operands and gate (NULL: none). */
-typedef struct ew_bases {
-    char *base[EW_GROUP][EW_MAX_OP];
-    const float *gate[EW_GROUP];
-} ew_bases;
-
-template <int K, int DENSE> __global__ void ew_group_kernel(ew_args a, ew_bases g, int64_t n)
-{
-    if (cu_gated_off(g.gate[blockIdx.y]))
-        return;
-    if (DENSE)
-        ew_dense_body<K>(a, g.base[blockIdx.y], n);
-    else
-        ew_body<K>(a, g.base[blockIdx.y], n, blockIdx.x * (int64_t)blockDim.x + threadIdx.x,
-                   (int64_t)gridDim.x * blockDim.x);
-}
-
-/* Launches of up to EW_GROUP nodes each, of the geometry o (collapsed), dense when every
- * node's operands are. */
-template <int K>
-static ex_status ew_group_launch(cu_exec *e, const ex_node_exec *n, int32_t count, ew_args *o)
-{
-    ew_bases *g = (ew_bases *)malloc(sizeof *g);
-    if (!g)
-        return cu_fail(e, EX_ERR_NOMEM, "%s: out of host memory", ex_op_name(n->op));
-    int64_t numel = o->ne[0] * o->ne[1] * o->ne[2] * o->ne[3];
-    ew_collapse(o);
-    ex_status st = EX_OK;
-    for (int32_t b = 0; b < count && st == EX_OK; b += EW_GROUP) {
-        int32_t m = count - b < EW_GROUP ? count - b : EW_GROUP;
-        bool dense = true;
-        for (int32_t k = 0; k < m; k++) {
-            const ex_node_exec *x = &n[b + k];
-            g->gate[k] = cu_gate_of(x);
-            g->base[k][0] = cu_ptr(&x->dst);
-            for (int s = 0; s < x->nsrc && s + 1 < EW_MAX_OP; s++)
-                g->base[k][s + 1] = cu_ptr(&x->src[s]);
-            dense = dense && ew_dense(o, g->base[k]);
-        }
-        dim3 grid(dense ? cu_blocks((numel + 3) / 4, CU_THREADS) : cu_blocks(numel, CU_THREADS),
-                  (unsigned)m);
-        if (dense)
-            cu_launch(e, ew_group_kernel<K, 1>, grid, CU_THREADS, 0, *o, *g, numel);
-        else
-            cu_launch(e, ew_group_kernel<K, 0>, grid, CU_THREADS, 0, *o, *g, numel);
-        st = cu_launched(e, ex_op_name(n->op));
-    }
-    free(g);
-    return st;
-}
-
-ex_status cu_ew_group(cu_exec *e, const ex_node_exec *n, int32_t count)
-{
-    ew_args o;
-    int nsrc = n->nsrc;
-    ex_status st = ew_setup(e, n, ex_op_name(n->op), nsrc, nsrc, &o);
-    if (st != EX_OK)
-        return st;
-    o.p0 = n->fp[0];
-    switch (n->op) {
-    case EX_OP_ADD: return ew_group_launch<EW_ADD>(e, n, count, &o);
-    case EX_OP_SUB: return ew_group_launch<EW_SUB>(e, n, count, &o);
-    case EX_OP_MUL: return ew_group_launch<EW_MUL>(e, n, count, &o);
-    case EX_OP_SCALE: return ew_group_launch<EW_SCALE>(e, n, count, &o);
-    case EX_OP_AXPY: return ew_group_launch<EW_AXPY>(e, n, count, &o);
-    default: return ew_group_launch<EW_RELU>(e, n, count, &o);
-    }
 }
 
 CU_OP(fill)
@@ -459,7 +369,7 @@ CU_OP(drop_path)
         span *= o.ne[d];
     ew_args flat = o;
     ew_collapse(&flat);
-    r.vec4 = ew_dense(&flat, flat.base) && span % 4 == 0;
+    r.vec4 = ew_dense(&flat) && span % 4 == 0;
     cu_launch(e, drop_path_kernel, cu_blocks(r.vec4 ? numel / 4 : numel, CU_THREADS), CU_THREADS, 0,
               o, r, numel, e->gate);
     return cu_launched(e, "drop_path");

@@ -252,9 +252,5 @@ void sgd_clip_node_errors(void **state);
  *  (core/group.h): the launches the plan counts, the runs bit for bit the same, both
  *  against the reference. */
 void update_groups(void **state);
-/** Consecutive element-wise nodes of one geometry (dense, a broadcast scalar source, a
- *  transposed view), planned with and without groups: launches, bit-for-bit equality,
- *  the reference. */
-void elementwise_groups(void **state);
 
 #endif

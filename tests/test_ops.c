@@ -94,7 +94,6 @@ int main(int argc, char **argv)
 
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_prestate(family_elementwise, &s),
-        cmocka_unit_test_prestate(elementwise_groups, &s),
         cmocka_unit_test_prestate(family_reduce, &s),
         cmocka_unit_test_prestate(family_softmax, &s),
         cmocka_unit_test_prestate(family_conv, &s),
