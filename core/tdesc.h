@@ -752,6 +752,45 @@ static inline ex_status ex_td_sgd_check(const ex_node_exec *n, char *why, size_t
     return EX_OK;
 }
 
+/** The optimizer ops' element-wise form (SGD, ADAM, CLIP; docs/ops.md), as every backend
+ *  checks it: nsrc sources; dst f32 with 1 to 4 dims; sources 0..nalign-1 f32 of dst's
+ *  shape exactly. Fills ne (dst's shape padded to 4 dims), st[0] (dst's strides) and
+ *  st[1 + i] (source i's). Operand k (0: dst, 1 + i: source i) must not broadcast where bit
+ *  k of written is set (the tensors the op updates). EX_OK, or the status to return with
+ *  what is wrong written into why (no op name). */
+static inline ex_status ex_td_update_of(const ex_node_exec *n, int nsrc, int nalign,
+                                        unsigned written, int64_t ne[4], int64_t (*st)[4],
+                                        char *why, size_t len)
+{
+    if (n->nsrc != nsrc || n->src == NULL) {
+        snprintf(why, len, "%d sources, expected %d", n->nsrc, nsrc);
+        return EX_ERR_ARG;
+    }
+    if (!ex_td_valid(&n->dst, EX_F32)) {
+        snprintf(why, len, "dst must be f32 with 1 to 4 dims");
+        return EX_ERR_ARG;
+    }
+    ex_td_shape4(&n->dst, ne, st[0]);
+    for (int i = 0; i < nalign; i++) {
+        int64_t tne[4];
+        int ok = ex_td_valid(&n->src[i], EX_F32);
+        if (ok)
+            ex_td_shape4(&n->src[i], tne, st[1 + i]);
+        for (int d = 0; d < 4 && ok; d++)
+            ok = tne[d] == ne[d];
+        if (!ok) {
+            snprintf(why, len, "source %d is not f32 of dst's shape", i);
+            return EX_ERR_SHAPE;
+        }
+    }
+    for (int k = 0; k <= nalign; k++)
+        if (((written >> k) & 1) && !ex_td_dst_ok(ne, st[k])) {
+            snprintf(why, len, "an updated tensor broadcasts");
+            return EX_ERR_ARG;
+        }
+    return EX_OK;
+}
+
 /** FILL's ip0 (docs/ops.md): 0 writes the value, 1 writes nothing (a buffer that the nodes
  *  written into it fill), -1 anything else. */
 static inline int ex_td_fill_unwritten(const ex_node_exec *n)

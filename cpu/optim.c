@@ -33,24 +33,6 @@ typedef struct opt_ops {
     float *p[OPT_MAX_OPS];
 } opt_ops;
 
-static int opt_valid(const ex_tdesc *t)
-{
-    return t->ndim >= 1 && t->ndim <= 4 && t->dtype == EX_F32 && t->buf != NULL;
-}
-
-/* Strides of t read as the padded shape ne; the updated operands must match it exactly. */
-static int opt_align(const ex_tdesc *t, const int64_t ne[4], int64_t st[4])
-{
-    int64_t tne[4];
-    if (!opt_valid(t))
-        return 0;
-    ex_td_shape4(t, tne, st);
-    for (int d = 0; d < 4; d++)
-        if (tne[d] != ne[d])
-            return 0;
-    return 1;
-}
-
 static int opt_dense(const int64_t ne[4], const int64_t st[4])
 {
     int64_t s = 1;
@@ -62,30 +44,23 @@ static int opt_dense(const int64_t ne[4], const int64_t st[4])
     return 1;
 }
 
-/* Operand 0 is dst; operands 1..nalign are sources 0..nalign−1. Bit k of written marks
- * operand k as updated: one that broadcasts (stride 0) would be written twice at once. */
+/* Operand 0 is dst; operands 1..nalign are sources 0..nalign−1, checked in core
+ * (ex_td_update_of; bit k of written: operand k is updated). */
 static ex_status opt_setup(const cpu_exec *e, const ex_node_exec *n, const char *op, int nsrc,
                            int nalign, unsigned written, opt_ops *o)
 {
-    if (n->nsrc != nsrc || n->src == NULL)
-        return cpu_fail(e, EX_ERR_ARG, "%s: %d sources, expected %d", op, n->nsrc, nsrc);
-    if (!opt_valid(&n->dst))
-        return cpu_fail(e, EX_ERR_ARG, "%s: dst must be f32 with 1 to 4 dims", op);
-    ex_td_shape4(&n->dst, o->ne, o->st[0]);
+    char why[96];
+    ex_status st = ex_td_update_of(n, nsrc, nalign, written, o->ne, o->st, why, sizeof why);
+    if (st != EX_OK)
+        return cpu_fail(e, st, "%s: %s", op, why);
     o->nop = 1 + nalign;
     o->numel = o->ne[0] * o->ne[1] * o->ne[2] * o->ne[3];
     o->p[0] = cpu_f32(&n->dst);
     o->dense = opt_dense(o->ne, o->st[0]);
     for (int i = 0; i < nalign; i++) {
-        if (!opt_align(&n->src[i], o->ne, o->st[1 + i]))
-            return cpu_fail(e, EX_ERR_SHAPE, "%s: source %d is not f32 of dst's shape", op, i);
         o->p[1 + i] = cpu_f32(&n->src[i]);
         o->dense = o->dense && opt_dense(o->ne, o->st[1 + i]);
     }
-    for (int k = 0; k < o->nop; k++)
-        for (int d = 0; d < 4; d++)
-            if (((written >> k) & 1) && o->ne[d] > 1 && o->st[k][d] == 0)
-                return cpu_fail(e, EX_ERR_ARG, "%s: an updated tensor broadcasts", op);
     return EX_OK;
 }
 
@@ -110,7 +85,7 @@ static void opt_offsets(const opt_ops *o, int64_t i, int64_t *off)
 static ex_status opt_scalars(const cpu_exec *e, const char *op, const ex_tdesc *t, int count,
                              float *v)
 {
-    if (!opt_valid(t) || ex_td_numel(t) != count)
+    if (!ex_td_valid(t, EX_F32) || ex_td_numel(t) != count)
         return cpu_fail(e, EX_ERR_SHAPE, "%s: expected an f32 source of %d element(s)", op, count);
     for (int i = 0; i < count; i++)
         v[i] = cpu_f32(t)[ex_td_at(t, i)];
@@ -281,7 +256,7 @@ static ex_status norm_chunks(const cpu_exec *e, const ex_node_exec *n, int64_t *
 {
     first[0] = 0;
     for (int i = 0; i < n->nsrc; i++) {
-        if (!opt_valid(&n->src[i]))
+        if (!ex_td_valid(&n->src[i], EX_F32))
             return cpu_fail(e, EX_ERR_ARG, "grad_norm: source %d must be f32 with 1 to 4 dims", i);
         first[i + 1] = first[i] + (ex_td_numel(&n->src[i]) + CPU_CHUNK - 1) / CPU_CHUNK;
     }
@@ -318,7 +293,7 @@ CPU_OP(grad_norm)
 {
     if (n->nsrc < 0 || (n->nsrc > 0 && n->src == NULL))
         return cpu_fail(e, EX_ERR_ARG, "grad_norm: %d sources", n->nsrc);
-    if (!opt_valid(&n->dst) || ex_td_numel(&n->dst) != 1)
+    if (!ex_td_valid(&n->dst, EX_F32) || ex_td_numel(&n->dst) != 1)
         return cpu_fail(e, EX_ERR_SHAPE, "grad_norm: dst must be one f32 element");
     int64_t *first = cpu_alloc(e, sizeof(int64_t) * (size_t)(n->nsrc + 1));
     if (first == NULL)

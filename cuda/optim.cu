@@ -38,38 +38,24 @@ static int opt_dense(const int64_t ne[4], const int64_t st[4])
     return 1;
 }
 
-/* Operand 0 is dst; operands 1..nalign are sources 0..nalign−1, of dst's shape exactly.
- * Bit k of written marks operand k as updated: it must not broadcast (stride 0). */
+/* Operand 0 is dst; operands 1..nalign are sources 0..nalign−1, checked in core
+ * (ex_td_update_of; bit k of written: operand k is updated). */
 static ex_status opt_setup(cu_exec *e, const ex_node_exec *n, const char *op, int nsrc, int nalign,
                            unsigned written, opt_args *o)
 {
-    if (n->nsrc != nsrc || n->src == NULL)
-        return cu_fail(e, EX_ERR_ARG, "%s: %d sources, expected %d", op, n->nsrc, nsrc);
-    if (!ex_td_valid(&n->dst, EX_F32))
-        return cu_fail(e, EX_ERR_ARG, "%s: dst must be f32 with 1 to 4 dims", op);
+    char why[96];
     memset(o, 0, sizeof *o);
-    ex_td_shape4(&n->dst, o->ne, o->st[0]);
+    ex_status st = ex_td_update_of(n, nsrc, nalign, written, o->ne, o->st, why, sizeof why);
+    if (st != EX_OK)
+        return cu_fail(e, st, "%s: %s", op, why);
     o->nop = 1 + nalign;
     o->numel = o->ne[0] * o->ne[1] * o->ne[2] * o->ne[3];
     o->p[0] = cu_f32(&n->dst);
     o->dense = opt_dense(o->ne, o->st[0]);
     for (int i = 0; i < nalign; i++) {
-        const ex_tdesc *t = &n->src[i];
-        int64_t tne[4];
-        int ok = ex_td_valid(t, EX_F32);
-        if (ok) {
-            ex_td_shape4(t, tne, o->st[1 + i]);
-            for (int d = 0; d < 4; d++)
-                ok = ok && tne[d] == o->ne[d];
-        }
-        if (!ok)
-            return cu_fail(e, EX_ERR_SHAPE, "%s: source %d is not f32 of dst's shape", op, i);
-        o->p[1 + i] = cu_f32(t);
+        o->p[1 + i] = cu_f32(&n->src[i]);
         o->dense = o->dense && opt_dense(o->ne, o->st[1 + i]);
     }
-    for (int k = 0; k < o->nop; k++)
-        if (((written >> k) & 1) && !ex_td_dst_ok(o->ne, o->st[k]))
-            return cu_fail(e, EX_ERR_ARG, "%s: an updated tensor broadcasts", op);
     for (int k = 0; k < 4; k++)
         o->f[k] = n->fp[k];
     return EX_OK;

@@ -26,11 +26,6 @@ static void put4(uint32_t out[4], const int64_t v[4])
         out[d] = (uint32_t)v[d];
 }
 
-static int valid(const ex_tdesc *t)
-{
-    return t->ndim >= 1 && t->ndim <= 4 && t->dtype == EX_F32 && t->buf != NULL;
-}
-
 static int same(const ex_tdesc *a, const ex_tdesc *b)
 {
     if (a->buf != b->buf || a->offset != b->offset || a->ndim != b->ndim)
@@ -41,26 +36,20 @@ static int same(const ex_tdesc *a, const ex_tdesc *b)
     return 1;
 }
 
-/* dst is src[0]; sources 1..nalign-1 align to its shape; bit k of written marks source k
- * as updated (it must not broadcast). */
+/* The node checked in core (ex_td_update_of; bit k of written: operand k, 0 dst and 1 + i
+ * source i, is updated); here dst must be src[0] and every source within 32-bit indexing. */
 static ex_status setup(vk_exec *e, const ex_node_exec *n, int nsrc, int nalign, unsigned written,
                        opt_pc *pc)
 {
-    if (n->nsrc != nsrc || n->src == NULL)
-        return vk_fail(e, EX_ERR_ARG, "%d sources, expected %d", n->nsrc, nsrc);
-    if (!valid(&n->dst))
-        return vk_fail(e, EX_ERR_ARG, "dst must be f32 with 1 to 4 dims");
-    int64_t ne[4], s[5][4];
-    ex_td_shape4(&n->dst, ne, s[0]);
-    for (int i = 0; i < nalign; i++) {
-        if (!valid(&n->src[i]) || !ex_td_align(&n->src[i], ne, s[i]))
-            return vk_fail(e, EX_ERR_SHAPE, "source %d is not f32 of dst's shape", i);
+    int64_t ne[4], st[5][4];
+    char why[96];
+    ex_status r = ex_td_update_of(n, nsrc, nalign, written, ne, st, why, sizeof why);
+    if (r != EX_OK)
+        return vk_fail(e, r, "%s", why);
+    int64_t(*s)[4] = st + 1; /* the sources' strides */
+    for (int i = 0; i < nalign; i++)
         if (!vk_fits32(ne, s[i]))
             return vk_fail(e, EX_ERR_UNSUPPORTED, "source %d is beyond 32-bit indexing", i);
-        for (int d = 0; d < 4; d++)
-            if (((written >> i) & 1) && ne[d] > 1 && s[i][d] == 0)
-                return vk_fail(e, EX_ERR_ARG, "an updated tensor broadcasts");
-    }
     if (!same(&n->dst, &n->src[0]))
         return vk_fail(e, EX_ERR_ARG, "dst must be src[0] (the update is in place)");
     memset(pc, 0, sizeof *pc);
@@ -84,7 +73,7 @@ static ex_status setup(vk_exec *e, const ex_node_exec *n, int nsrc, int nalign, 
 /* A small f32 source read by logical index (lr, hyper, norm). */
 static ex_status scalars(vk_exec *e, const ex_tdesc *t, int count, opt_pc *pc)
 {
-    if (!valid(t) || ex_td_numel(t) != count)
+    if (!ex_td_valid(t, EX_F32) || ex_td_numel(t) != count)
         return vk_fail(e, EX_ERR_SHAPE, "expected an f32 source of %d element(s)", count);
     pc->sc = vk_ref_small(e, t);
     pc->sc1 = count > 1 ? (uint32_t)ex_td_at(t, 1) : 0;
@@ -104,7 +93,7 @@ static ex_status sgd(vk_exec *e, const ex_node_exec *n)
     ex_status st = ex_td_sgd_check(n, why, sizeof why);
     if (st != EX_OK)
         return vk_fail(e, st, "%s", why);
-    st = setup(e, n, n->nsrc, 3, 1u | 1u << 2, &pc);
+    st = setup(e, n, n->nsrc, 3, 1u | 1u << 3, &pc);
     if (st == EX_OK)
         st = scalars(e, &n->src[3], 1, &pc);
     if (st != EX_OK)
@@ -123,7 +112,7 @@ static ex_status sgd(vk_exec *e, const ex_node_exec *n)
 static ex_status adam(vk_exec *e, const ex_node_exec *n)
 {
     opt_pc pc;
-    ex_status st = setup(e, n, 5, 4, 1u | 1u << 2 | 1u << 3, &pc);
+    ex_status st = setup(e, n, 5, 4, 1u | 1u << 3 | 1u << 4, &pc);
     if (st == EX_OK)
         st = scalars(e, &n->src[4], 2, &pc);
     if (st != EX_OK)
@@ -135,8 +124,6 @@ static ex_status adam(vk_exec *e, const ex_node_exec *n)
 static ex_status clip(vk_exec *e, const ex_node_exec *n)
 {
     opt_pc pc;
-    if (n->nsrc != 2 || n->src == NULL)
-        return vk_fail(e, EX_ERR_ARG, "%d sources, expected 2", n->nsrc);
     ex_status st = setup(e, n, 2, 1, 1u, &pc);
     if (st != EX_OK)
         return st;
@@ -157,10 +144,10 @@ static ex_status grad_norm(vk_exec *e, const ex_node_exec *n)
 {
     if (n->nsrc < 0 || (n->nsrc > 0 && n->src == NULL))
         return vk_fail(e, EX_ERR_ARG, "%d sources", n->nsrc);
-    if (!valid(&n->dst) || ex_td_numel(&n->dst) != 1)
+    if (!ex_td_valid(&n->dst, EX_F32) || ex_td_numel(&n->dst) != 1)
         return vk_fail(e, EX_ERR_SHAPE, "dst must be one f32 element");
     for (int i = 0; i < n->nsrc; i++)
-        if (!valid(&n->src[i]))
+        if (!ex_td_valid(&n->src[i], EX_F32))
             return vk_fail(e, EX_ERR_ARG, "source %d must be f32 with 1 to 4 dims", i);
     if (n->nsrc == 0) /* the norm of nothing */
         return vk_fail(e, EX_ERR_ARG, "no tensors to take the norm of");
