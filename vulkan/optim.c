@@ -57,8 +57,10 @@ static ex_status setup(vk_exec *e, const ex_node_exec *n, int nsrc, int nalign, 
     pc->n = (uint32_t)ex_td_numel(&n->dst);
     pc->p = vk_ref(e, &n->src[0]);
     put4(pc->sp, s[0]);
-    pc->g = vk_ref(e, &n->src[1]);
-    put4(pc->sg, s[1]);
+    if (nalign > 1) { /* CLIP (nalign 1) reads p as its g */
+        pc->g = vk_ref(e, &n->src[1]);
+        put4(pc->sg, s[1]);
+    }
     if (nalign > 2) {
         pc->m = vk_ref(e, &n->src[2]);
         put4(pc->sm, s[2]);
