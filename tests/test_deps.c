@@ -1,7 +1,8 @@
 /* The dependencies the planner hands every backend (core/deps.h): exact lists for nodes
  * made by hand, and for the plans of real searches a check against an oracle that walks
  * every element: whatever a node must wait for (the last writer of each 32-bit word it
- * touches, and for a write the readers since) is reached through its dependencies. */
+ * touches, and for a write the readers since) is reached through its dependencies. Then
+ * the groups it marks over them (core/group.h), for nodes made by hand. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +13,7 @@
 #include <cmocka.h>
 
 #include "core/deps.h"
+#include "core/group.h"
 #include "core/plan.h"
 #include "core/tdesc.h"
 #include "exapt/exapt.h"
@@ -322,6 +324,77 @@ static void gdas(void **state)
     search_plan(EX_SEARCH_GDAS, 1, 1);
 }
 
+/* ---- groups over nodes made by hand ---- */
+
+/* SGD of n elements: p and its momentum in A at p_at and p_at + 4096, the gradient in B at
+ * the same offset, lr in C; fp0 the momentum. */
+static ex_node_exec sgd(ex_tdesc *src, uint64_t p_at, int64_t n, float momentum)
+{
+    src[0] = vec(A, p_at, n, EX_F32);
+    src[1] = vec(B, p_at, n, EX_F32);
+    src[2] = vec(A, p_at + 4096, n, EX_F32);
+    src[3] = vec(C, 0, 1, EX_F32);
+    ex_node_exec x = node(EX_OP_SGD, src[0], src, 4);
+    x.fp[0] = momentum;
+    return x;
+}
+
+static bool only_sgd(void *impl, ex_op op)
+{
+    (void)impl;
+    return op == EX_OP_SGD;
+}
+
+static bool only_adam(void *impl, ex_op op)
+{
+    (void)impl;
+    return op == EX_OP_ADAM;
+}
+
+/* Which of ten nodes join: 0-1 (a group); 2 gated; 3 alone before other hyper-parameters;
+ * 4-5 (a group, momentum 0.5); 6 updates 5's parameter, so it waits for 5 and starts a
+ * group with 7; 8's gradient is not dense; 9 is an ADD. */
+static void groups_by_hand(void **state)
+{
+    (void)state;
+    static ex_tdesc src[10][4], gate;
+    ex_node_exec n[10];
+    n[0] = sgd(src[0], 0, 5, 0.9f);
+    n[1] = sgd(src[1], 64, 7, 0.9f);
+    n[2] = sgd(src[2], 128, 3, 0.9f);
+    gate = vec(C, 64, 4, EX_F32);
+    n[2].gate = &gate;
+    n[2].gate_index = 1;
+    n[3] = sgd(src[3], 192, 9, 0.9f);
+    n[4] = sgd(src[4], 256, 9, 0.5f);
+    n[5] = sgd(src[5], 320, 2, 0.5f);
+    n[6] = sgd(src[6], 320, 2, 0.5f);
+    n[7] = sgd(src[7], 384, 4, 0.5f);
+    n[8] = sgd(src[8], 448, 12, 0.5f);
+    src[8][1] = (ex_tdesc){EX_F32, 2, {3, 4, 1, 1}, {1, 3, 0, 0}, B, 448};
+    src[8][0].ndim = src[8][2].ndim = 2;
+    src[8][0].ne[0] = src[8][2].ne[0] = 3;
+    src[8][0].ne[1] = src[8][2].ne[1] = 4;
+    src[8][0].st[0] = src[8][2].st[0] = 4;
+    src[8][0].st[1] = src[8][2].st[1] = 1;
+    n[8].dst = src[8][0];
+    n[9] = node(EX_OP_ADD, vec(C, 512, 4, EX_F32), src[9], 2);
+    src[9][0] = src[9][1] = vec(C, 1024, 4, EX_F32);
+    int64_t *store = NULL;
+    assert_int_equal(ex__node_deps(NULL, n, 10, &store), EX_OK);
+    static const int32_t want[10] = {2, -1, 0, 0, 2, -1, 2, -1, 0, 0};
+    assert_int_equal(ex__node_groups(n, 10, only_sgd, NULL), 7);
+    for (int i = 0; i < 10; i++)
+        if (n[i].group != want[i])
+            fail_msg("node %d: group %d, expected %d", i, n[i].group, want[i]);
+    /* a backend that groups no SGD, or none at all: every node alone */
+    assert_int_equal(ex__node_groups(n, 10, only_adam, NULL), 10);
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(n[i].group, 0);
+    assert_int_equal(ex__node_groups(n, 10, NULL, NULL), 10);
+    free(store);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -329,6 +402,7 @@ int main(void)
         cmocka_unit_test(darts_first_order),
         cmocka_unit_test(darts_second_order_partial),
         cmocka_unit_test(gdas),
+        cmocka_unit_test(groups_by_hand),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
