@@ -791,6 +791,100 @@ static inline ex_status ex_td_update_of(const ex_node_exec *n, int nsrc, int nal
     return EX_OK;
 }
 
+/** The softmax family's rows (SOFTMAX, LOG_SOFTMAX and their backward passes; docs/ops.md),
+ *  as every backend checks them: nsrc sources; dst f32 with 1 to 4 dims, none empty, none
+ *  of stride 0; every source f32 and broadcasting to dst. Fills ne (dst's shape padded to
+ *  4 dims; dims 0..2 index rows), st[0] (dst's strides) and st[1 + i] (source i's).
+ *  EX_OK, or the status to return with what is wrong written into why (no op name). */
+static inline ex_status ex_td_rows_of(const ex_node_exec *n, int nsrc, int64_t ne[4],
+                                      int64_t (*st)[4], char *why, size_t len)
+{
+    if (n->nsrc != nsrc || n->src == NULL) {
+        snprintf(why, len, "%d sources, expected %d", n->nsrc, nsrc);
+        return EX_ERR_ARG;
+    }
+    if (n->dst.ndim < 1 || n->dst.ndim > 4 || n->dst.dtype != EX_F32) {
+        snprintf(why, len, "dst must be f32 with 1 to 4 dims");
+        return EX_ERR_ARG;
+    }
+    ex_td_shape4(&n->dst, ne, st[0]);
+    for (int d = 0; d < 4; d++)
+        if (ne[d] < 1) {
+            snprintf(why, len, "dst has an empty dim");
+            return EX_ERR_SHAPE;
+        }
+    if (!ex_td_dst_ok(ne, st[0])) {
+        snprintf(why, len, "dst broadcasts (stride 0)");
+        return EX_ERR_ARG;
+    }
+    for (int i = 0; i < nsrc; i++)
+        if (n->src[i].dtype != EX_F32 || !ex_td_align(&n->src[i], ne, st[1 + i])) {
+            snprintf(why, len, "source %d is not f32 of dst's shape", i);
+            return EX_ERR_SHAPE;
+        }
+    return EX_OK;
+}
+
+/** The logits and labels of CROSS_ENTROPY, its backward pass and ACCURACY (docs/ops.md), as
+ *  every backend checks them: nsrc sources; source 0 the logits, f32 with 1 to 4 dims and
+ *  at least one element, the last dim the classes; source 1 the labels, i32 with 1 to 4
+ *  dims, one per row (the other dims). Fills ne and st (the logits' padded shape and
+ *  strides) and *rows. EX_OK, or the status to return with why (no op name). */
+static inline ex_status ex_td_ce_of(const ex_node_exec *n, int nsrc, int64_t ne[4], int64_t st[4],
+                                    int64_t *rows, char *why, size_t len)
+{
+    if (n->nsrc != nsrc || n->src == NULL) {
+        snprintf(why, len, "%d sources, expected %d", n->nsrc, nsrc);
+        return EX_ERR_ARG;
+    }
+    const ex_tdesc *x = &n->src[0], *l = &n->src[1];
+    if (!ex_td_valid(x, EX_F32)) {
+        snprintf(why, len, "logits must be f32 with 1 to 4 dims");
+        return EX_ERR_ARG;
+    }
+    if (!ex_td_valid(l, EX_I32)) {
+        snprintf(why, len, "labels must be i32");
+        return EX_ERR_ARG;
+    }
+    ex_td_shape4(x, ne, st);
+    *rows = ne[0] * ne[1] * ne[2];
+    if (ne[3] < 1 || *rows < 1) {
+        snprintf(why, len, "logits have no elements");
+        return EX_ERR_SHAPE;
+    }
+    if (ex_td_numel(l) != *rows) {
+        snprintf(why, len, "%lld labels for %lld rows", (long long)ex_td_numel(l),
+                 (long long)*rows);
+        return EX_ERR_SHAPE;
+    }
+    return EX_OK;
+}
+
+/** CROSS_ENTROPY_BWD's gradient operands beyond ex_td_ce_of (ne: the logits' padded shape):
+ *  source 2, dloss, one f32 element; dst f32 of the logits' shape, no stride 0. Fills sd
+ *  (dst's strides). EX_OK, or EX_ERR_SHAPE with why (no op name). */
+static inline ex_status ex_td_ce_bwd_of(const ex_node_exec *n, const int64_t ne[4], int64_t sd[4],
+                                        char *why, size_t len)
+{
+    const ex_tdesc *dl = &n->src[2];
+    if (!ex_td_valid(dl, EX_F32) || ex_td_numel(dl) != 1) {
+        snprintf(why, len, "dloss must be one f32 element");
+        return EX_ERR_SHAPE;
+    }
+    if (n->dst.ndim != n->src[0].ndim || n->dst.dtype != EX_F32) {
+        snprintf(why, len, "dst must be f32 like logits");
+        return EX_ERR_SHAPE;
+    }
+    int64_t dne[4];
+    ex_td_shape4(&n->dst, dne, sd);
+    for (int d = 0; d < 4; d++)
+        if (dne[d] != ne[d] || (dne[d] > 1 && sd[d] == 0)) {
+            snprintf(why, len, "dst must have logits' shape");
+            return EX_ERR_SHAPE;
+        }
+    return EX_OK;
+}
+
 /** FILL's ip0 (docs/ops.md): 0 writes the value, 1 writes nothing (a buffer that the nodes
  *  written into it fill), -1 anything else. */
 static inline int ex_td_fill_unwritten(const ex_node_exec *n)

@@ -41,22 +41,6 @@ typedef struct sm_ops {
     float *base[1 + SM_MAX_SRC];
 } sm_ops;
 
-/* Strides of t read as the padded shape ne (size-1 dims broadcast); 0 when it does not fit. */
-static int sm_align(const ex_tdesc *t, ex_dtype dt, const int64_t ne[4], int64_t st[4])
-{
-    int64_t tne[4];
-    if (t->ndim < 1 || t->ndim > 4 || t->dtype != dt)
-        return 0;
-    ex_td_shape4(t, tne, st);
-    for (int d = 0; d < 4; d++) {
-        if (tne[d] != ne[d] && tne[d] != 1)
-            return 0;
-        if (tne[d] != ne[d])
-            st[d] = 0;
-    }
-    return 1;
-}
-
 static int64_t sm_row_off(const int64_t ne[4], const int64_t st[4], int64_t r)
 {
     return (r / (ne[1] * ne[2])) * st[0] + ((r / ne[2]) % ne[1]) * st[1] + (r % ne[2]) * st[2];
@@ -65,24 +49,14 @@ static int64_t sm_row_off(const int64_t ne[4], const int64_t st[4], int64_t r)
 static ex_status sm_setup(const cpu_exec *e, const ex_node_exec *n, const char *op, int nsrc,
                           sm_ops *o)
 {
-    if (n->nsrc != nsrc || n->src == NULL)
-        return cpu_fail(e, EX_ERR_ARG, "%s: %d sources, expected %d", op, n->nsrc, nsrc);
-    if (n->dst.ndim < 1 || n->dst.ndim > 4 || n->dst.dtype != EX_F32)
-        return cpu_fail(e, EX_ERR_ARG, "%s: dst must be f32 with 1 to 4 dims", op);
+    char why[96];
+    ex_status st = ex_td_rows_of(n, nsrc, o->ne, o->st, why, sizeof why);
+    if (st != EX_OK)
+        return cpu_fail(e, st, "%s: %s", op, why);
     o->nsrc = nsrc;
-    ex_td_shape4(&n->dst, o->ne, o->st[0]);
-    for (int d = 0; d < 4; d++)
-        if (o->ne[d] < 1)
-            return cpu_fail(e, EX_ERR_SHAPE, "%s: dst has an empty dim", op);
-    for (int d = 0; d < 4; d++)
-        if (o->ne[d] > 1 && o->st[0][d] == 0)
-            return cpu_fail(e, EX_ERR_ARG, "%s: dst broadcasts (stride 0)", op);
     o->base[0] = cpu_f32(&n->dst);
-    for (int i = 0; i < nsrc; i++) {
-        if (!sm_align(&n->src[i], EX_F32, o->ne, o->st[1 + i]))
-            return cpu_fail(e, EX_ERR_SHAPE, "%s: source %d is not f32 of dst's shape", op, i);
+    for (int i = 0; i < nsrc; i++)
         o->base[1 + i] = cpu_f32(&n->src[i]);
-    }
     return EX_OK;
 }
 
@@ -200,24 +174,14 @@ typedef struct ce_in {
 static ex_status ce_setup(const cpu_exec *e, const ex_node_exec *n, const char *op, int nsrc,
                           ce_in *c)
 {
-    if (n->nsrc != nsrc || n->src == NULL)
-        return cpu_fail(e, EX_ERR_ARG, "%s: %d sources, expected %d", op, n->nsrc, nsrc);
-    const ex_tdesc *x = &n->src[0], *l = &n->src[1];
-    if (x->ndim < 1 || x->ndim > 4 || x->dtype != EX_F32)
-        return cpu_fail(e, EX_ERR_ARG, "%s: logits must be f32 with 1 to 4 dims", op);
-    if (l->ndim < 1 || l->ndim > 4 || l->dtype != EX_I32)
-        return cpu_fail(e, EX_ERR_ARG, "%s: labels must be i32", op);
-    ex_td_shape4(x, c->ne, c->st);
+    char why[96];
+    ex_status st = ex_td_ce_of(n, nsrc, c->ne, c->st, &c->rows, why, sizeof why);
+    if (st != EX_OK)
+        return cpu_fail(e, st, "%s: %s", op, why);
     c->k = c->ne[3];
-    c->rows = c->ne[0] * c->ne[1] * c->ne[2];
-    if (c->k < 1 || c->rows < 1)
-        return cpu_fail(e, EX_ERR_SHAPE, "%s: logits have no elements", op);
-    if (ex_td_numel(l) != c->rows)
-        return cpu_fail(e, EX_ERR_SHAPE, "%s: %lld labels for %lld rows", op,
-                        (long long)ex_td_numel(l), (long long)c->rows);
-    c->x = cpu_f32(x);
-    c->labels = l;
-    c->lab = cpu_i32(l);
+    c->x = cpu_f32(&n->src[0]);
+    c->labels = &n->src[1];
+    c->lab = cpu_i32(c->labels);
     return EX_OK;
 }
 
@@ -312,15 +276,10 @@ CPU_OP(cross_entropy_bwd)
     if (st != EX_OK)
         return st;
     const ex_tdesc *dl = &n->src[2];
-    if (dl->ndim < 1 || dl->ndim > 4 || dl->dtype != EX_F32 || ex_td_numel(dl) != 1)
-        return cpu_fail(e, EX_ERR_SHAPE, "cross_entropy_bwd: dloss must be one f32 element");
-    int64_t ne[4], sd[4];
-    if (n->dst.ndim != n->src[0].ndim || n->dst.dtype != EX_F32)
-        return cpu_fail(e, EX_ERR_SHAPE, "cross_entropy_bwd: dst must be f32 like logits");
-    ex_td_shape4(&n->dst, ne, sd);
-    for (int d = 0; d < 4; d++)
-        if (ne[d] != c.ne[d] || (ne[d] > 1 && sd[d] == 0))
-            return cpu_fail(e, EX_ERR_SHAPE, "cross_entropy_bwd: dst must have logits' shape");
+    int64_t sd[4];
+    char why[96];
+    if ((st = ex_td_ce_bwd_of(n, c.ne, sd, why, sizeof why)) != EX_OK)
+        return cpu_fail(e, st, "cross_entropy_bwd: %s", why);
     st = ce_check_labels(e, "cross_entropy_bwd", &c);
     if (st != EX_OK)
         return st;
@@ -328,7 +287,7 @@ CPU_OP(cross_entropy_bwd)
     float *d = cpu_f32(&n->dst);
 #pragma omp parallel for if (!e->reference) num_threads(sm_threads(e)) schedule(static)
     for (int64_t r = 0; r < c.rows; r++)
-        ce_bwd_row(&c, r, d + sm_row_off(ne, sd, r), sd[3], g);
+        ce_bwd_row(&c, r, d + sm_row_off(c.ne, sd, r), sd[3], g);
     return EX_OK;
 }
 

@@ -25,24 +25,15 @@ enum sm_kind { SM_SOFTMAX, SM_SOFTMAX_BWD, SM_LOG_SOFTMAX, SM_LOG_SOFTMAX_BWD };
 
 static ex_status sm_setup(cu_exec *e, const ex_node_exec *n, const char *op, int nsrc, sm_args *o)
 {
-    if (n->nsrc != nsrc || n->src == NULL)
-        return cu_fail(e, EX_ERR_ARG, "%s: %d sources, expected %d", op, n->nsrc, nsrc);
-    if (n->dst.ndim < 1 || n->dst.ndim > 4 || n->dst.dtype != EX_F32)
-        return cu_fail(e, EX_ERR_ARG, "%s: dst must be f32 with 1 to 4 dims", op);
+    char why[96];
     memset(o, 0, sizeof *o);
+    ex_status st = ex_td_rows_of(n, nsrc, o->ne, o->st, why, sizeof why);
+    if (st != EX_OK)
+        return cu_fail(e, st, "%s: %s", op, why);
     o->nsrc = nsrc;
-    ex_td_shape4(&n->dst, o->ne, o->st[0]);
-    for (int d = 0; d < 4; d++)
-        if (o->ne[d] < 1)
-            return cu_fail(e, EX_ERR_SHAPE, "%s: dst has an empty dim", op);
-    if (!ex_td_dst_ok(o->ne, o->st[0]))
-        return cu_fail(e, EX_ERR_ARG, "%s: dst broadcasts (stride 0)", op);
     o->base[0] = cu_f32(&n->dst);
-    for (int i = 0; i < nsrc; i++) {
-        if (n->src[i].dtype != EX_F32 || !ex_td_align(&n->src[i], o->ne, o->st[1 + i]))
-            return cu_fail(e, EX_ERR_SHAPE, "%s: source %d is not f32 of dst's shape", op, i);
+    for (int i = 0; i < nsrc; i++)
         o->base[1 + i] = cu_f32(&n->src[i]);
-    }
     return EX_OK;
 }
 
@@ -158,24 +149,14 @@ typedef struct ce_args {
 
 static ex_status ce_setup(cu_exec *e, const ex_node_exec *n, const char *op, int nsrc, ce_args *c)
 {
-    if (n->nsrc != nsrc || n->src == NULL)
-        return cu_fail(e, EX_ERR_ARG, "%s: %d sources, expected %d", op, n->nsrc, nsrc);
-    const ex_tdesc *x = &n->src[0], *l = &n->src[1];
-    if (x->ndim < 1 || x->ndim > 4 || x->dtype != EX_F32 || x->buf == NULL)
-        return cu_fail(e, EX_ERR_ARG, "%s: logits must be f32 with 1 to 4 dims", op);
-    if (l->ndim < 1 || l->ndim > 4 || l->dtype != EX_I32 || l->buf == NULL)
-        return cu_fail(e, EX_ERR_ARG, "%s: labels must be i32", op);
+    char why[96];
     memset(c, 0, sizeof *c);
-    ex_td_shape4(x, c->ne, c->st);
+    ex_status st = ex_td_ce_of(n, nsrc, c->ne, c->st, &c->rows, why, sizeof why);
+    if (st != EX_OK)
+        return cu_fail(e, st, "%s: %s", op, why);
     c->k = c->ne[3];
-    c->rows = c->ne[0] * c->ne[1] * c->ne[2];
-    if (c->k < 1 || c->rows < 1)
-        return cu_fail(e, EX_ERR_SHAPE, "%s: logits have no elements", op);
-    if (ex_td_numel(l) != c->rows)
-        return cu_fail(e, EX_ERR_SHAPE, "%s: %lld labels for %lld rows", op,
-                       (long long)ex_td_numel(l), (long long)c->rows);
-    c->x = cu_f32(x);
-    c->lab = cu_t4_of(l);
+    c->x = cu_f32(&n->src[0]);
+    c->lab = cu_t4_of(&n->src[1]);
     return EX_OK;
 }
 
@@ -302,15 +283,9 @@ CU_OP(cross_entropy_bwd)
     if (st != EX_OK)
         return st;
     const ex_tdesc *dl = &n->src[2];
-    if (!ex_td_valid(dl, EX_F32) || ex_td_numel(dl) != 1)
-        return cu_fail(e, EX_ERR_SHAPE, "cross_entropy_bwd: dloss must be one f32 element");
-    int64_t ne[4];
-    if (n->dst.ndim != n->src[0].ndim || n->dst.dtype != EX_F32)
-        return cu_fail(e, EX_ERR_SHAPE, "cross_entropy_bwd: dst must be f32 like logits");
-    ex_td_shape4(&n->dst, ne, c.dst4);
-    for (int d = 0; d < 4; d++)
-        if (ne[d] != c.ne[d] || (ne[d] > 1 && c.dst4[d] == 0))
-            return cu_fail(e, EX_ERR_SHAPE, "cross_entropy_bwd: dst must have logits' shape");
+    char why[96];
+    if ((st = ex_td_ce_bwd_of(n, c.ne, c.dst4, why, sizeof why)) != EX_OK)
+        return cu_fail(e, st, "cross_entropy_bwd: %s", why);
     if (e->dry)
         return EX_OK;
     c.d = cu_f32(&n->dst);

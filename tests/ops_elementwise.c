@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -488,4 +489,119 @@ static const tcase softmax_cases[] = {
 void family_softmax(void **state)
 {
     run_table(*state, softmax_cases, sizeof softmax_cases / sizeof *softmax_cases);
+}
+
+/* ---- softmax-family nodes, well formed and malformed, given to the backend directly:
+ * every backend refuses the same nodes with the same words (core/tdesc.h) ---- */
+
+/* Regions of one buffer, in 32-bit words: logits [4, 5] (zeros), labels [4] (0..3), dloss
+ * [2], the loss, and a [4, 5] dst. */
+enum { SN_X = 0, SN_LAB = 64, SN_DL = 96, SN_LOSS = 128, SN_DST = 160, SN_WORDS = 192 };
+
+static ex_tdesc sn_desc(ex_buffer *buf, int64_t at, ex_dtype dt, int64_t rows, int64_t cols)
+{
+    ex_tdesc t = {.dtype = dt, .ndim = cols ? 2 : 1, .buf = buf, .offset = (uint64_t)at * 4};
+    t.ne[0] = rows;
+    t.ne[1] = cols ? cols : 1;
+    t.st[0] = cols ? cols : 1;
+    t.st[1] = cols ? 1 : 0;
+    return t;
+}
+
+typedef struct sn_case {
+    const char *what;
+    ex_op op;
+    int nsrc;
+    int labels;     /* how many labels (4: one a row) */
+    ex_dtype ldt;   /* their dtype */
+    int dloss;      /* dloss elements */
+    int dst_cols;   /* the [4, n] dst of the row ops and the backward pass */
+    int dst_bcast;  /* dst's rows at stride 0 */
+    int src1_cols;  /* SOFTMAX_BWD's dy columns */
+    ex_status want; /* with a needle in the message of a failure */
+    const char *needle;
+} sn_case;
+
+/* The node of case c over buf. */
+static ex_status sn_run(const suite *s, ex_buffer *buf, const sn_case *c, float *loss, char *msg,
+                        size_t len)
+{
+    const ex_backend_iface *f = ex__backend_iface_of(s->be);
+    void *im = ex__backend_impl_of(s->be);
+    uint32_t host[SN_WORDS] = {0};
+    for (uint32_t i = 0; i < 4; i++)
+        host[SN_LAB + i] = i;
+    float one = 1.0f;
+    memcpy(&host[SN_DL], &one, 4);
+    memcpy(&host[SN_DL + 1], &one, 4);
+    ex_status st = f->upload(im, buf, 0, host, sizeof host);
+    ex_tdesc src[3], dst = sn_desc(buf, SN_DST, EX_F32, 4, c->dst_cols);
+    if (c->dst_bcast)
+        dst.st[0] = 0;
+    if (c->op == EX_OP_CROSS_ENTROPY || c->op == EX_OP_CROSS_ENTROPY_BWD) {
+        src[0] = sn_desc(buf, SN_X, EX_F32, 4, 5);
+        src[1] = sn_desc(buf, SN_LAB, c->ldt, c->labels, 0);
+        src[2] = sn_desc(buf, SN_DL, EX_F32, c->dloss, 0);
+        if (c->op == EX_OP_CROSS_ENTROPY)
+            dst = sn_desc(buf, SN_LOSS, EX_F32, 1, 0);
+    } else {
+        src[0] = sn_desc(buf, SN_X, EX_F32, 4, 5);
+        src[1] = sn_desc(buf, SN_X, EX_F32, 4, c->src1_cols);
+        src[2] = src[1];
+    }
+    ex_node_exec n = {.op = c->op, .nsrc = c->nsrc, .src = src, .dst = dst, .tag = {-1, -1, -1}};
+    if (st == EX_OK)
+        st = f->compute(im, &n, 1, NULL);
+    if (st == EX_OK)
+        st = f->synchronize(im);
+    const char *what = st == EX_OK ? "" : f->error(im);
+    snprintf(msg, len, "%s", what ? what : "no message");
+    ex_status rd = f->download(im, buf, SN_LOSS * 4, loss, sizeof *loss);
+    return st != EX_OK ? st : rd;
+}
+
+void softmax_node_errors(void **state)
+{
+    suite *s = *state;
+    const ex_backend_iface *f = ex__backend_iface_of(s->be);
+    void *im = ex__backend_impl_of(s->be);
+    ex_buffer *buf = NULL;
+    assert_int_equal(f->buffer_alloc(im, SN_WORDS * 4, &buf), EX_OK);
+    static const sn_case cases[] = {
+        {"cross entropy", EX_OP_CROSS_ENTROPY, 2, 4, EX_I32, 1, 5, 0, 5, EX_OK, NULL},
+        {"3 labels for 4 rows", EX_OP_CROSS_ENTROPY, 2, 3, EX_I32, 1, 5, 0, 5, EX_ERR_SHAPE,
+         "labels for"},
+        {"f32 labels", EX_OP_CROSS_ENTROPY, 2, 4, EX_F32, 1, 5, 0, 5, EX_ERR_ARG, "labels"},
+        {"3 sources", EX_OP_CROSS_ENTROPY, 3, 4, EX_I32, 1, 5, 0, 5, EX_ERR_ARG, "sources"},
+        {"dloss of 2", EX_OP_CROSS_ENTROPY_BWD, 3, 4, EX_I32, 2, 5, 0, 5, EX_ERR_SHAPE, "dloss"},
+        {"dst of 4 columns", EX_OP_CROSS_ENTROPY_BWD, 3, 4, EX_I32, 1, 4, 0, 5, EX_ERR_SHAPE,
+         "logits' shape"},
+        {"softmax", EX_OP_SOFTMAX, 1, 4, EX_I32, 1, 5, 0, 5, EX_OK, NULL},
+        {"softmax, dst broadcasts", EX_OP_SOFTMAX, 1, 4, EX_I32, 1, 5, 1, 5, EX_ERR_ARG,
+         "broadcasts"},
+        {"softmax_bwd, dy of 4 columns", EX_OP_SOFTMAX_BWD, 2, 4, EX_I32, 1, 5, 0, 4, EX_ERR_SHAPE,
+         "not f32 of dst's shape"},
+        {"cross entropy again", EX_OP_CROSS_ENTROPY, 2, 4, EX_I32, 1, 5, 0, 5, EX_OK, NULL},
+    };
+    int failed = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const sn_case *c = &cases[i];
+        float loss = 0;
+        char msg[512];
+        ex_status st = sn_run(s, buf, c, &loss, msg, sizeof msg);
+        bool named = c->want == EX_OK || strstr(msg, c->needle);
+        /* zero logits: each row's loss is log 5 */
+        bool value = c->want != EX_OK || c->op != EX_OP_CROSS_ENTROPY ||
+                     fabs((double)loss - log(5.0)) < 1e-5;
+        if (st != c->want || !named || !value) {
+            print_error("FAIL [%s] %s node, %s: %s (%s), expected %s%s%s; loss %.7g\n",
+                        s->backend_name, ex_op_name(c->op), c->what, ex_status_str(st), msg,
+                        ex_status_str(c->want), c->needle ? " naming " : "",
+                        c->needle ? c->needle : "", (double)loss);
+            failed++;
+        }
+    }
+    f->buffer_free(im, buf);
+    if (failed)
+        fail_msg("%d softmax-family nodes were handled wrongly on %s", failed, s->backend_name);
 }

@@ -252,5 +252,8 @@ void sgd_clip_node_errors(void **state);
  *  (core/group.h): the launches the plan counts, the runs bit for bit the same, both
  *  against the reference. */
 void update_groups(void **state);
+/** Softmax-family nodes (cross entropy and its backward pass, softmax and its backward
+ *  pass), well formed and malformed, given to the backend directly. */
+void softmax_node_errors(void **state);
 
 #endif

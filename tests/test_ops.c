@@ -96,6 +96,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_prestate(family_elementwise, &s),
         cmocka_unit_test_prestate(family_reduce, &s),
         cmocka_unit_test_prestate(family_softmax, &s),
+        cmocka_unit_test_prestate(softmax_node_errors, &s),
         cmocka_unit_test_prestate(family_conv, &s),
         cmocka_unit_test_prestate(conv_flag_errors, &s),
         cmocka_unit_test_prestate(bn_flag_errors, &s),

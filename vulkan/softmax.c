@@ -26,11 +26,6 @@ static void put4(uint32_t out[4], const int64_t v[4])
         out[d] = (uint32_t)v[d];
 }
 
-static int align_f32(const ex_tdesc *t, const int64_t ne[4], int64_t st[4])
-{
-    return t->dtype == EX_F32 && ex_td_align(t, ne, st) && vk_fits32(ne, st);
-}
-
 static ex_status go(vk_exec *e, int variant, const sm_pc *pc)
 {
     return vk_dispatch(e, VK_SH_softmax_rows, variant, pc, sizeof *pc, vk_groups(pc->rows, 1), 1,
@@ -40,22 +35,16 @@ static ex_status go(vk_exec *e, int variant, const sm_pc *pc)
 /* SOFTMAX, LOG_SOFTMAX (x) and their backwards (y, dy): every operand of dst's shape. */
 static ex_status rowwise(vk_exec *e, const ex_node_exec *n, int nsrc, int variant)
 {
-    if (n->nsrc != nsrc || n->src == NULL)
-        return vk_fail(e, EX_ERR_ARG, "%d sources, expected %d", n->nsrc, nsrc);
-    if (n->dst.ndim < 1 || n->dst.ndim > 4 || n->dst.dtype != EX_F32)
-        return vk_fail(e, EX_ERR_ARG, "dst must be f32 with 1 to 4 dims");
-    int64_t ne[4], sd[4], s[2][4];
-    ex_td_shape4(&n->dst, ne, sd);
-    for (int d = 0; d < 4; d++)
-        if (ne[d] < 1)
-            return vk_fail(e, EX_ERR_SHAPE, "dst has an empty dim");
-    if (!ex_td_dst_ok(ne, sd))
-        return vk_fail(e, EX_ERR_ARG, "dst broadcasts (stride 0)");
-    if (!vk_fits32(ne, sd))
-        return vk_fail(e, EX_ERR_UNSUPPORTED, "dst is beyond 32-bit indexing");
-    for (int i = 0; i < nsrc; i++)
-        if (!align_f32(&n->src[i], ne, s[i]))
-            return vk_fail(e, EX_ERR_SHAPE, "source %d is not f32 of dst's shape", i);
+    int64_t ne[4], st[3][4];
+    char why[96];
+    ex_status r = ex_td_rows_of(n, nsrc, ne, st, why, sizeof why);
+    if (r != EX_OK)
+        return vk_fail(e, r, "%s", why);
+    int64_t *sd = st[0], (*s)[4] = st + 1;
+    for (int i = 0; i <= nsrc; i++)
+        if (!vk_fits32(ne, st[i]))
+            return vk_fail(e, EX_ERR_UNSUPPORTED, "%s is beyond 32-bit indexing",
+                           i ? "a source" : "dst");
     sm_pc pc;
     memset(&pc, 0, sizeof pc);
     pc.d = vk_ref(e, &n->dst);
@@ -74,22 +63,13 @@ static ex_status rowwise(vk_exec *e, const ex_node_exec *n, int nsrc, int varian
 /* Logits [.., K] as rows and the i32 labels read by row index. */
 static ex_status ce_setup(vk_exec *e, const ex_node_exec *n, int nsrc, sm_pc *pc)
 {
-    if (n->nsrc != nsrc || n->src == NULL)
-        return vk_fail(e, EX_ERR_ARG, "%d sources, expected %d", n->nsrc, nsrc);
     const ex_tdesc *x = &n->src[0], *l = &n->src[1];
-    if (x->ndim < 1 || x->ndim > 4 || x->dtype != EX_F32)
-        return vk_fail(e, EX_ERR_ARG, "logits must be f32 with 1 to 4 dims");
-    if (l->ndim < 1 || l->ndim > 4 || l->dtype != EX_I32)
-        return vk_fail(e, EX_ERR_ARG, "labels must be i32");
-    int64_t ne[4], st[4], lne[4], lst[4];
-    ex_td_shape4(x, ne, st);
+    int64_t ne[4], st[4], lne[4], lst[4], rows = 0;
+    char why[96];
+    ex_status r = ex_td_ce_of(n, nsrc, ne, st, &rows, why, sizeof why);
+    if (r != EX_OK)
+        return vk_fail(e, r, "%s", why);
     ex_td_shape4(l, lne, lst);
-    int64_t rows = ne[0] * ne[1] * ne[2];
-    if (ne[3] < 1 || rows < 1)
-        return vk_fail(e, EX_ERR_SHAPE, "logits have no elements");
-    if (ex_td_numel(l) != rows)
-        return vk_fail(e, EX_ERR_SHAPE, "%lld labels for %lld rows", (long long)ex_td_numel(l),
-                       (long long)rows);
     if (!vk_fits32(ne, st) || !vk_fits32(lne, lst))
         return vk_fail(e, EX_ERR_UNSUPPORTED, "logits are beyond 32-bit indexing");
     memset(pc, 0, sizeof *pc);
@@ -142,15 +122,12 @@ static ex_status ce_bwd(vk_exec *e, const ex_node_exec *n)
     if (st != EX_OK)
         return st;
     const ex_tdesc *dl = &n->src[2];
-    if (dl->ndim < 1 || dl->ndim > 4 || dl->dtype != EX_F32 || ex_td_numel(dl) != 1)
-        return vk_fail(e, EX_ERR_SHAPE, "dloss must be one f32 element");
-    if (n->dst.ndim != n->src[0].ndim || n->dst.dtype != EX_F32)
-        return vk_fail(e, EX_ERR_SHAPE, "dst must be f32 like logits");
     int64_t ne[4], sd[4];
-    ex_td_shape4(&n->dst, ne, sd);
+    char why[96];
     for (int d = 0; d < 4; d++)
-        if (ne[d] != (int64_t)pc.ne[d] || (ne[d] > 1 && sd[d] == 0))
-            return vk_fail(e, EX_ERR_SHAPE, "dst must have logits' shape");
+        ne[d] = (int64_t)pc.ne[d];
+    if ((st = ex_td_ce_bwd_of(n, ne, sd, why, sizeof why)) != EX_OK)
+        return vk_fail(e, st, "%s", why);
     if (!vk_fits32(ne, sd))
         return vk_fail(e, EX_ERR_UNSUPPORTED, "dst is beyond 32-bit indexing");
     pc.d = vk_ref(e, &n->dst);
