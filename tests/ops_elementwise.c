@@ -551,11 +551,7 @@ static ex_status sn_run(const suite *s, ex_buffer *buf, const sn_case *c, float 
     }
     ex_node_exec n = {.op = c->op, .nsrc = c->nsrc, .src = src, .dst = dst, .tag = {-1, -1, -1}};
     if (st == EX_OK)
-        st = f->compute(im, &n, 1, NULL);
-    if (st == EX_OK)
-        st = f->synchronize(im);
-    const char *what = st == EX_OK ? "" : f->error(im);
-    snprintf(msg, len, "%s", what ? what : "no message");
+        st = node_run(s, &n, msg, len);
     ex_status rd = f->download(im, buf, SN_LOSS * 4, loss, sizeof *loss);
     return st != EX_OK ? st : rd;
 }

@@ -151,6 +151,18 @@ ex_status plan_grouped(suite *s, ex_ctx *ctx, bool grouped, ex_plan **plan, int6
     return st;
 }
 
+ex_status node_run(const suite *s, const ex_node_exec *n, char *msg, size_t len)
+{
+    const ex_backend_iface *f = ex__backend_iface_of(s->be);
+    void *im = ex__backend_impl_of(s->be);
+    ex_status st = f->compute(im, n, 1, NULL);
+    if (st == EX_OK)
+        st = f->synchronize(im);
+    const char *what = st == EX_OK ? "" : f->error(im);
+    snprintf(msg, len, "%s", what ? what : "no message");
+    return st;
+}
+
 bool plan_has(const ex_plan *plan, ex_op op)
 {
     for (int64_t i = 0; i < ex_plan_node_count(plan); i++) {

@@ -191,6 +191,9 @@ bool read_f(env *e, ex_tensor *t, double *v, int64_t n);
 /** Plans every node of ctx with or without groups (ex_plan_opts.no_group); *launches
  *  receives the plan's launch count (0 when planning failed, which prints why). */
 ex_status plan_grouped(suite *s, ex_ctx *ctx, bool grouped, ex_plan **plan, int64_t *launches);
+/** Gives node n alone to the backend and waits for it; msg receives the backend's message
+ *  on failure ("" on success). */
+ex_status node_run(const suite *s, const ex_node_exec *n, char *msg, size_t len);
 /** Whether the plan runs a node of op. */
 bool plan_has(const ex_plan *plan, ex_op op);
 /** Copies root k's data into operand k (through its view), and back. */

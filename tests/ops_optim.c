@@ -356,11 +356,7 @@ static ex_status sc_run(const suite *s, ex_buffer *buf, const sc_case *c, float 
                       .fp = {0.9f, 0.0f, c->max_norm},
                       .tag = {-1, -1, -1}};
     if (st == EX_OK)
-        st = f->compute(im, &n, 1, NULL);
-    if (st == EX_OK)
-        st = f->synchronize(im);
-    const char *what = st == EX_OK ? "" : f->error(im);
-    snprintf(msg, len, "%s", what ? what : "no message");
+        st = node_run(s, &n, msg, len);
     ex_status rd = f->download(im, buf, SC_P * 4, p, SC_N * sizeof *p);
     if (rd == EX_OK)
         rd = f->download(im, buf, SC_M * 4, m, SC_N * sizeof *m);

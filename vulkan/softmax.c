@@ -63,12 +63,12 @@ static ex_status rowwise(vk_exec *e, const ex_node_exec *n, int nsrc, int varian
 /* Logits [.., K] as rows and the i32 labels read by row index. */
 static ex_status ce_setup(vk_exec *e, const ex_node_exec *n, int nsrc, sm_pc *pc)
 {
-    const ex_tdesc *x = &n->src[0], *l = &n->src[1];
     int64_t ne[4], st[4], lne[4], lst[4], rows = 0;
     char why[96];
     ex_status r = ex_td_ce_of(n, nsrc, ne, st, &rows, why, sizeof why);
     if (r != EX_OK)
         return vk_fail(e, r, "%s", why);
+    const ex_tdesc *x = &n->src[0], *l = &n->src[1];
     ex_td_shape4(l, lne, lst);
     if (!vk_fits32(ne, st) || !vk_fits32(lne, lst))
         return vk_fail(e, EX_ERR_UNSUPPORTED, "logits are beyond 32-bit indexing");
