@@ -269,18 +269,6 @@ static ex_status run_node(cu_exec *e, const ex_node_exec *n)
     return cu_fail(e, EX_ERR_UNSUPPORTED, "cuda: op %d is not in the catalogue", (int)n->op);
 }
 
-/* A group of the plan (ex_node_exec.group) of an op cuda_groups() accepts, each node
- * checked as alone before any runs. */
-static ex_status run_group(cu_exec *e, const ex_node_exec *n)
-{
-    cu_exec dry = *e;
-    dry.dry = 1;
-    ex_status st = EX_OK;
-    for (int32_t k = 0; k < n->group && st == EX_OK; k++)
-        st = run_node(&dry, &n[k]);
-    return st != EX_OK || e->dry ? st : cu_update_group(e, n, n->group);
-}
-
 /* ---- gates ---- */
 
 static ex_status gate_check(cu_exec *e, const ex_node_exec *n)
@@ -473,7 +461,7 @@ static ex_status capture_node(cu_backend *b, const ex_node_exec *nodes, int64_t 
             cu_check(&e, cudaStreamWaitEvent(e.stream, b->node_ev[ev[sc->waits[sn->wait0 + k]]], 0),
                      "cudaStreamWaitEvent");
     if (st == EX_OK)
-        st = nodes[i].group > 1        ? run_group(&e, &nodes[i])
+        st = nodes[i].group > 1        ? cu_update_group(&e, &nodes[i], nodes[i].group)
              : b->flags[i].span == 2   ? cu_bn_pair_run(&e, &nodes[i], &nodes[i + 1])
              : b->flags[i].conditional ? run_conditional(b, &e, &nodes[i])
                                        : run_node(&e, &nodes[i]);
@@ -724,7 +712,7 @@ static ex_status run_profiled(cu_backend *b, const ex_node_exec *nodes, int64_t 
         if (st == EX_OK)
             st = bk_check(b, cudaEventRecord(b->events[2 * i], b->stream), "cudaEventRecord");
         if (st == EX_OK)
-            st = n->group > 1 ? run_group(&e, n) : run_node(&e, n);
+            st = n->group > 1 ? cu_update_group(&e, n, n->group) : run_node(&e, n);
         if (st == EX_OK)
             st = bk_check(b, cudaEventRecord(b->events[2 * i + 1], b->stream), "cudaEventRecord");
         for (int32_t k = 1; k < n->group; k++) /* the group's time is its first node's */

@@ -498,8 +498,8 @@ CU_OP(topk_mask);
 CU_OP(sgd);
 CU_OP(adam);
 /** Runs count SGD or ADAM nodes, a group of the plan (core/group.h), in as few launches as
- *  their pointers fit (UPD_PER_LAUNCH nodes each). The caller has checked each node as
- *  alone (backend.cu's run_group). */
+ *  their pointers fit (UPD_PER_LAUNCH nodes each). The sizing pass has checked each node
+ *  as alone before (backend.cu), so no node fails after another has run. */
 ex_status cu_update_group(cu_exec *e, const ex_node_exec *n, int32_t count);
 CU_OP(grad_norm);
 CU_OP(clip);
