@@ -885,6 +885,223 @@ static inline ex_status ex_td_ce_bwd_of(const ex_node_exec *n, const int64_t ne[
     return EX_OK;
 }
 
+/** GRAD_NORM's node form, as every backend checks it (docs/ops.md): one source or more,
+ *  each f32 with 1 to 4 dims; dst one f32 element. EX_OK, or the status to return with
+ *  what is wrong written into why (no op name). */
+static inline ex_status ex_td_grad_norm_check(const ex_node_exec *n, char *why, size_t len)
+{
+    if (n->nsrc < 1 || n->src == NULL) {
+        snprintf(why, len, "%d sources, expected 1 or more", n->nsrc);
+        return EX_ERR_ARG;
+    }
+    if (!ex_td_valid(&n->dst, EX_F32) || ex_td_numel(&n->dst) != 1) {
+        snprintf(why, len, "dst must be one f32 element");
+        return EX_ERR_SHAPE;
+    }
+    for (int i = 0; i < n->nsrc; i++)
+        if (!ex_td_valid(&n->src[i], EX_F32)) {
+            snprintf(why, len, "source %d must be f32 with 1 to 4 dims", i);
+            return EX_ERR_ARG;
+        }
+    return EX_OK;
+}
+
+/** A mixed op's operands (MIXED_SUM, MIXED_SUM_BWD_W), as ex_td_mix_of reads them. */
+typedef struct ex_td_mix {
+    int n;         /**< candidates: sources 2 .. n + 1 */
+    unsigned bad;  /**< bit j: candidate j is not f32 of ne; the node fails only where its mask
+                        entry is not 0 (ex_td_mix_candidate), which a GPU reads on the device */
+    int64_t k;     /**< mask entries (and weights) */
+    int64_t ne[4]; /**< operand 0's padded shape: dst, or dy (backward) */
+    int64_t st[1 + EX_NODE_IPARAMS][4]; /**< operand 0's strides, then candidate j's at 1 + j,
+                                             read as ne (0 where bad) */
+} ex_td_mix;
+
+/* The mixed sum's weights (forward) or dst (backward) against the mask's k entries. */
+static inline ex_status ex_td_mix_ends(const ex_node_exec *n, ex_td_mix *m, char *why, size_t len)
+{
+    const ex_tdesc *d = &n->dst;
+    if (n->op == EX_OP_MIXED_SUM) {
+        if (ex_td_numel(&n->src[0]) != m->k) {
+            snprintf(why, len, "%lld weights, %lld mask entries",
+                     (long long)ex_td_numel(&n->src[0]), (long long)m->k);
+            return EX_ERR_SHAPE;
+        }
+        if (!ex_td_valid(d, EX_F32)) {
+            snprintf(why, len, "dst must be f32 with 1 to 4 dims");
+            return EX_ERR_ARG;
+        }
+        ex_td_shape4(d, m->ne, m->st[0]);
+        if (!ex_td_dst_ok(m->ne, m->st[0])) {
+            snprintf(why, len, "dst broadcasts (stride 0)");
+            return EX_ERR_ARG;
+        }
+        return EX_OK;
+    }
+    if (!ex_td_valid(d, EX_F32) || ex_td_numel(d) != m->k) {
+        snprintf(why, len, "dst must be f32 with one entry per mask entry");
+        return EX_ERR_SHAPE;
+    }
+    int64_t dne[4], dst[4];
+    ex_td_shape4(d, dne, dst);
+    if (!ex_td_dst_ok(dne, dst)) {
+        snprintf(why, len, "dst broadcasts (stride 0)");
+        return EX_ERR_ARG;
+    }
+    ex_td_shape4(&n->src[0], m->ne, m->st[0]);
+    return EX_OK;
+}
+
+/** MIXED_SUM's and MIXED_SUM_BWD_W's node form, as every backend checks it (docs/ops.md):
+ *  2 to 2 + EX_NODE_IPARAMS sources; source 0 the weights (forward: f32, one per mask
+ *  entry) or dy (backward: f32 with 1 to 4 dims); source 1 the mask, f32; ip[j] candidate
+ *  j's weight index in [0, k); forward: dst f32 with 1 to 4 dims, no stride 0; backward:
+ *  dst f32 with one entry per mask entry, no stride 0. Fills m; a candidate that does not
+ *  fit only sets its bit of m->bad. EX_OK, or the status to return with why (no op name). */
+static inline ex_status ex_td_mix_of(const ex_node_exec *n, ex_td_mix *m, char *why, size_t len)
+{
+    memset(m, 0, sizeof *m);
+    m->n = n->nsrc - 2;
+    if (m->n < 0 || m->n > EX_NODE_IPARAMS || n->src == NULL) {
+        snprintf(why, len, "%d sources, expected 2 to %d", n->nsrc, EX_NODE_IPARAMS + 2);
+        return EX_ERR_ARG;
+    }
+    bool fwd = n->op == EX_OP_MIXED_SUM;
+    if (!ex_td_valid(&n->src[0], EX_F32) || !ex_td_valid(&n->src[1], EX_F32)) {
+        snprintf(why, len,
+                 fwd ? "weights and mask must be f32" : "dy and mask must be f32 with 1 to 4 dims");
+        return EX_ERR_ARG;
+    }
+    m->k = ex_td_numel(&n->src[1]);
+    for (int j = 0; j < m->n; j++)
+        if (n->ip[j] < 0 || n->ip[j] >= m->k) {
+            snprintf(why, len, "candidate %d has weight index %d outside [0, %lld)", j, n->ip[j],
+                     (long long)m->k);
+            return EX_ERR_ARG;
+        }
+    ex_status st = ex_td_mix_ends(n, m, why, len);
+    for (int j = 0; j < m->n && st == EX_OK; j++) {
+        const ex_tdesc *x = &n->src[2 + j];
+        if (x->dtype != EX_F32 || !ex_td_align(x, m->ne, m->st[1 + j])) {
+            m->bad |= 1u << j;
+            memset(m->st[1 + j], 0, sizeof m->st[1 + j]);
+        }
+    }
+    return st;
+}
+
+/** EX_OK, or EX_ERR_SHAPE with why where candidate j of m, which is active (its mask entry
+ *  is not 0), does not fit (bit j of m->bad). */
+static inline ex_status ex_td_mix_candidate(const ex_node_exec *n, const ex_td_mix *m, int j,
+                                            char *why, size_t len)
+{
+    if (!((m->bad >> j) & 1))
+        return EX_OK;
+    snprintf(why, len, "candidate %d is not f32 of %s's shape", j,
+             n->op == EX_OP_MIXED_SUM ? "dst" : "dy");
+    return EX_ERR_SHAPE;
+}
+
+/* The NAS row ops' shape of the rows and how many sources align to it: 0 when op is not
+ * one of them. */
+static inline int ex_td_nas_rows_form(const ex_node_exec *n, int *nsrc, const ex_tdesc **ref)
+{
+    *ref = &n->dst;
+    switch (n->op) {
+    case EX_OP_GUMBEL_SOFTMAX: *nsrc = 3; return 1;
+    case EX_OP_GUMBEL_SOFTMAX_BWD: *nsrc = 3; return 2;
+    case EX_OP_HARDMAX_ST: *nsrc = 1; return 1;
+    case EX_OP_ENTROPY:
+        *nsrc = 1;
+        *ref = n->src ? &n->src[0] : &n->dst;
+        return 1;
+    case EX_OP_ENTROPY_BWD: *nsrc = 2; return 2;
+    case EX_OP_TOPK_MASK: *nsrc = 1; return 1;
+    default: *nsrc = 0; return 0;
+    }
+}
+
+/* What the NAS row ops ask beyond their rows: ENTROPY's dst p's shape with the last dim 1,
+ * TOPK_MASK's k >= 0, the Gumbel-softmax's tau (one f32 element) and counter (i32, 2
+ * elements or more). */
+static inline ex_status ex_td_nas_rows_extra(const ex_node_exec *n, char *why, size_t len)
+{
+    const ex_tdesc *p = &n->src[0], *d = &n->dst, *tau = NULL;
+    bool ok = true;
+    switch (n->op) {
+    case EX_OP_ENTROPY:
+        ok = d->ndim == p->ndim && p->ndim >= 1 && p->ndim <= 4 && d->ne[d->ndim - 1] == 1;
+        for (int k = 0; ok && k < p->ndim - 1; k++)
+            ok = d->ne[k] == p->ne[k];
+        if (!ok)
+            snprintf(why, len, "dst must be p's shape with last dim 1");
+        return ok ? EX_OK : EX_ERR_SHAPE;
+    case EX_OP_TOPK_MASK:
+        if (n->ip[0] < 0)
+            snprintf(why, len, "k is %d", n->ip[0]);
+        return n->ip[0] >= 0 ? EX_OK : EX_ERR_ARG;
+    case EX_OP_GUMBEL_SOFTMAX: tau = &n->src[1]; break;
+    case EX_OP_GUMBEL_SOFTMAX_BWD: tau = &n->src[2]; break;
+    default: return EX_OK;
+    }
+    if (!ex_td_valid(tau, EX_F32) || ex_td_numel(tau) != 1) {
+        snprintf(why, len, "tau must be one f32 element");
+        return EX_ERR_SHAPE;
+    }
+    const ex_tdesc *ct = &n->src[2];
+    if (n->op == EX_OP_GUMBEL_SOFTMAX && (!ex_td_valid(ct, EX_I32) || ex_td_numel(ct) < 2)) {
+        snprintf(why, len, "counter must be i32 [2]");
+        return EX_ERR_ARG;
+    }
+    return EX_OK;
+}
+
+/** The NAS row ops (GUMBEL_SOFTMAX and its backward pass, HARDMAX_ST, ENTROPY and its
+ *  backward pass, TOPK_MASK; docs/ops.md), as every backend checks them: their source
+ *  counts; rows of the padded shape ne (dst's; ENTROPY's p's), dims 0..2 indexing rows, at
+ *  least one element; dst f32 aligned to them, no element written twice; the first
+ *  *nalign sources f32 of that shape; what ex_td_nas_rows_extra asks. Fills ne, st[0]
+ *  (dst's strides read as ne) and st[1 + i] (source i's). EX_OK, or the status to return
+ *  with why (no op name). */
+static inline ex_status ex_td_nas_rows_of(const ex_node_exec *n, int64_t ne[4], int64_t (*st)[4],
+                                          int *nalign, char *why, size_t len)
+{
+    int nsrc;
+    const ex_tdesc *ref;
+    *nalign = ex_td_nas_rows_form(n, &nsrc, &ref);
+    if (n->nsrc != nsrc || n->src == NULL || nsrc == 0) {
+        snprintf(why, len, "%d sources, expected %d", n->nsrc, nsrc);
+        return nsrc ? EX_ERR_ARG : EX_ERR_UNSUPPORTED;
+    }
+    if (n->op == EX_OP_TOPK_MASK || n->op == EX_OP_ENTROPY) {
+        ex_status r = ex_td_nas_rows_extra(n, why, len);
+        if (r != EX_OK)
+            return r;
+    }
+    if (!ex_td_valid(ref, EX_F32) || !ex_td_valid(&n->dst, EX_F32)) {
+        snprintf(why, len, "tensors must be f32 with 1 to 4 dims");
+        return EX_ERR_ARG;
+    }
+    int64_t own[4], dne[4];
+    ex_td_shape4(ref, ne, own);
+    if (ne[0] * ne[1] * ne[2] * ne[3] < 1) {
+        snprintf(why, len, "no elements");
+        return EX_ERR_SHAPE;
+    }
+    ex_td_shape4(&n->dst, dne, own);
+    if (!ex_td_align(&n->dst, ne, st[0]) || !ex_td_dst_ok(dne, st[0])) {
+        snprintf(why, len, "dst does not fit the rows");
+        return EX_ERR_SHAPE;
+    }
+    for (int i = 0; i < *nalign; i++)
+        if (n->src[i].dtype != EX_F32 || !ex_td_align(&n->src[i], ne, st[1 + i])) {
+            snprintf(why, len, "source %d is not f32 of the rows' shape", i);
+            return EX_ERR_SHAPE;
+        }
+    return n->op == EX_OP_TOPK_MASK || n->op == EX_OP_ENTROPY ? EX_OK
+                                                              : ex_td_nas_rows_extra(n, why, len);
+}
+
 /** FILL's ip0 (docs/ops.md): 0 writes the value, 1 writes nothing (a buffer that the nodes
  *  written into it fill), -1 anything else. */
 static inline int ex_td_fill_unwritten(const ex_node_exec *n)

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/philox.h"
 #include "cpu/cpu.h"
@@ -26,38 +27,6 @@ static int nas_threads(const cpu_exec *e)
 #define NAS_MAX_X EX_NODE_IPARAMS
 /* Elements a mixed sum accumulates on the stack before writing them out. */
 #define MIX_TILE 1024
-
-static int nas_valid(const ex_tdesc *t, ex_dtype dt)
-{
-    return t->ndim >= 1 && t->ndim <= 4 && t->dtype == dt && t->buf != NULL;
-}
-
-/* Strides of t read as the padded shape ne (size-1 dims broadcast); 0 when it does not fit. */
-static int nas_align(const ex_tdesc *t, const int64_t ne[4], int64_t st[4])
-{
-    int64_t tne[4];
-    if (!nas_valid(t, EX_F32))
-        return 0;
-    ex_td_shape4(t, tne, st);
-    for (int d = 0; d < 4; d++) {
-        if (tne[d] != ne[d] && tne[d] != 1)
-            return 0;
-        if (tne[d] != ne[d])
-            st[d] = 0;
-    }
-    return 1;
-}
-
-/* Only where dst's own dim is 1 may it be read as broadcast: elsewhere threads would race. */
-static int nas_dst_ok(const ex_tdesc *d, const int64_t st[4])
-{
-    int64_t ne[4], own[4];
-    ex_td_shape4(d, ne, own);
-    for (int k = 0; k < 4; k++)
-        if (ne[k] > 1 && st[k] == 0)
-            return 0;
-    return 1;
-}
 
 static int64_t nas_row_off(const int64_t ne[4], const int64_t st[4], int64_t r)
 {
@@ -80,35 +49,26 @@ typedef struct mix_set {
     int src[NAS_MAX_X];
 } mix_set;
 
-/* Reads the weight indices of the n = nsrc − 2 candidates, checks them against K and
- * keeps those whose mask entry is not 0 (src[first + j] is candidate j). */
-static ex_status mix_select(const cpu_exec *e, const ex_node_exec *n, const char *op,
-                            const ex_tdesc *w, mix_set *m)
+/* Checks the node (core/tdesc.h) into g and keeps the candidates whose mask entry is not 0
+ * (src[first + j] is candidate j); one of them that does not fit fails the node. */
+static ex_status mix_select(const cpu_exec *e, const ex_node_exec *n, const char *op, ex_td_mix *g,
+                            mix_set *m)
 {
-    const ex_tdesc *mask = &n->src[1];
-    m->n = n->nsrc - 2;
+    char why[96];
+    ex_status st = ex_td_mix_of(n, g, why, sizeof why);
+    const ex_tdesc *mask = &n->src[1], *w = n->op == EX_OP_MIXED_SUM ? &n->src[0] : NULL;
+    m->n = g->n;
     m->na = 0;
-    if (m->n < 0 || m->n > NAS_MAX_X || n->src == NULL)
-        return cpu_fail(e, EX_ERR_ARG, "%s: %d sources, expected 2 to %d", op, n->nsrc,
-                        NAS_MAX_X + 2);
-    if (!nas_valid(mask, EX_F32) || (w && !nas_valid(w, EX_F32)))
-        return cpu_fail(e, EX_ERR_ARG, "%s: weights and mask must be f32", op);
-    int64_t k = ex_td_numel(mask);
-    if (w && ex_td_numel(w) != k)
-        return cpu_fail(e, EX_ERR_SHAPE, "%s: %lld weights, %lld mask entries", op,
-                        (long long)ex_td_numel(w), (long long)k);
-    for (int j = 0; j < m->n; j++) {
+    for (int j = 0; j < m->n && st == EX_OK; j++) {
         int i = n->ip[j];
-        if (i < 0 || i >= k)
-            return cpu_fail(e, EX_ERR_ARG, "%s: candidate %d has weight index %d outside [0, %lld)",
-                            op, j, i, (long long)k);
         if (nas_get(mask, i) == 0.0f)
             continue;
+        st = ex_td_mix_candidate(n, g, j, why, sizeof why);
         m->c[m->na] = w ? nas_get(w, i) : 1.0f;
         m->idx[m->na] = i;
         m->src[m->na++] = 2 + j;
     }
-    return EX_OK;
+    return st == EX_OK ? EX_OK : cpu_fail(e, st, "%s: %s", op, why);
 }
 
 /** dst and the active sources aligned to dst's padded shape. */
@@ -178,24 +138,17 @@ static void mix_exec(const cpu_exec *e, const mix_set *m, mix_ops *o)
 CPU_OP(mixed_sum)
 {
     mix_set m;
-    if (n->nsrc < 2 || n->src == NULL)
-        return cpu_fail(e, EX_ERR_ARG, "mixed_sum: %d sources, expected w, mask, x...", n->nsrc);
-    ex_status st = mix_select(e, n, "mixed_sum", &n->src[0], &m);
+    ex_td_mix g;
+    ex_status st = mix_select(e, n, "mixed_sum", &g, &m);
     if (st != EX_OK)
         return st;
-    if (!nas_valid(&n->dst, EX_F32))
-        return cpu_fail(e, EX_ERR_ARG, "mixed_sum: dst must be f32 with 1 to 4 dims");
     mix_ops o;
-    ex_td_shape4(&n->dst, o.ne, o.st[0]);
-    if (!nas_dst_ok(&n->dst, o.st[0]))
-        return cpu_fail(e, EX_ERR_ARG, "mixed_sum: dst broadcasts (stride 0)");
+    memcpy(o.ne, g.ne, sizeof o.ne);
+    memcpy(o.st[0], g.st[0], sizeof o.st[0]);
     o.base[0] = cpu_ptr(&n->dst);
     for (int j = 0; j < m.na; j++) {
-        const ex_tdesc *x = &n->src[m.src[j]];
-        if (!nas_align(x, o.ne, o.st[1 + j]))
-            return cpu_fail(e, EX_ERR_SHAPE, "mixed_sum: candidate %d is not f32 of dst's shape",
-                            m.src[j] - 2);
-        o.base[1 + j] = cpu_ptr(x);
+        memcpy(o.st[1 + j], g.st[m.src[j] - 1], sizeof o.st[1 + j]);
+        o.base[1 + j] = cpu_ptr(&n->src[m.src[j]]);
     }
     mix_exec(e, &m, &o);
     return EX_OK;
@@ -240,28 +193,18 @@ typedef struct dw_ops {
     const float *p[1 + NAS_MAX_X];
 } dw_ops;
 
-static ex_status dw_setup(const cpu_exec *e, const ex_node_exec *n, const mix_set *m, dw_ops *o)
+/* dy and the active candidates, checked into g (mix_select), as the dot products read them. */
+static void dw_setup(const ex_node_exec *n, const ex_td_mix *g, const mix_set *m, dw_ops *o)
 {
-    const ex_tdesc *dy = &n->src[0];
-    if (!nas_valid(dy, EX_F32))
-        return cpu_fail(e, EX_ERR_ARG, "mixed_sum_bwd_w: dy must be f32 with 1 to 4 dims");
-    const ex_tdesc *d = &n->dst;
-    if (!nas_valid(d, EX_F32) || ex_td_numel(d) != ex_td_numel(&n->src[1]))
-        return cpu_fail(e, EX_ERR_SHAPE,
-                        "mixed_sum_bwd_w: dst must be f32 with one entry "
-                        "per mask entry");
-    ex_td_shape4(dy, o->ne, o->st[0]);
-    o->p[0] = cpu_f32(dy);
+    memcpy(o->ne, g->ne, sizeof o->ne);
+    memcpy(o->st[0], g->st[0], sizeof o->st[0]);
+    o->p[0] = cpu_f32(&n->src[0]);
     for (int j = 0; j < m->na; j++) {
-        if (!nas_align(&n->src[m->src[j]], o->ne, o->st[1 + j]))
-            return cpu_fail(e, EX_ERR_SHAPE,
-                            "mixed_sum_bwd_w: candidate %d is not f32 of dy's shape",
-                            m->src[j] - 2);
+        memcpy(o->st[1 + j], g->st[m->src[j] - 1], sizeof o->st[1 + j]);
         o->p[1 + j] = cpu_f32(&n->src[m->src[j]]);
     }
     o->numel = o->ne[0] * o->ne[1] * o->ne[2] * o->ne[3];
     o->nch = (o->numel + CPU_CHUNK - 1) / CPU_CHUNK;
-    return EX_OK;
 }
 
 /* dst[k] = Σ of the dot products of the active candidates with weight index k. */
@@ -283,15 +226,12 @@ static void dw_store(const ex_tdesc *d, const mix_set *m, const double *part, in
 CPU_OP(mixed_sum_bwd_w)
 {
     mix_set m;
+    ex_td_mix g;
     dw_ops o;
-    if (n->nsrc < 2 || n->src == NULL)
-        return cpu_fail(e, EX_ERR_ARG, "mixed_sum_bwd_w: %d sources, expected dy, mask, x...",
-                        n->nsrc);
-    ex_status st = mix_select(e, n, "mixed_sum_bwd_w", NULL, &m);
-    if (st == EX_OK)
-        st = dw_setup(e, n, &m, &o);
+    ex_status st = mix_select(e, n, "mixed_sum_bwd_w", &g, &m);
     if (st != EX_OK)
         return st;
+    dw_setup(n, &g, &m, &o);
     double *part = cpu_alloc(e, sizeof(double) * (size_t)(m.na * o.nch + 1));
     if (part == NULL)
         return cpu_fail(e, EX_ERR_NOMEM, "mixed_sum_bwd_w: no memory for partial sums");
@@ -328,27 +268,16 @@ typedef struct nas_rows {
     float *base[3];
 } nas_rows;
 
-/* Aligns dst and sources 0..nalign−1 to the shape of ref (dst, or for ENTROPY its p). */
-static ex_status rows_setup(const cpu_exec *e, const ex_node_exec *n, const char *op, int nsrc,
-                            int nalign, const ex_tdesc *ref, nas_rows *o)
+/* The node checked (core/tdesc.h): dst and its aligned sources as the rows read them. */
+static ex_status rows_setup(const cpu_exec *e, const ex_node_exec *n, const char *op, nas_rows *o)
 {
-    if (n->nsrc != nsrc || n->src == NULL)
-        return cpu_fail(e, EX_ERR_ARG, "%s: %d sources, expected %d", op, n->nsrc, nsrc);
-    if (!nas_valid(ref, EX_F32) || !nas_valid(&n->dst, EX_F32))
-        return cpu_fail(e, EX_ERR_ARG, "%s: tensors must be f32 with 1 to 4 dims", op);
-    int64_t own[4];
-    ex_td_shape4(ref, o->ne, own);
-    if (o->ne[0] * o->ne[1] * o->ne[2] * o->ne[3] < 1)
-        return cpu_fail(e, EX_ERR_SHAPE, "%s: no elements", op);
-    o->nalign = nalign;
-    if (!nas_align(&n->dst, o->ne, o->st[0]) || !nas_dst_ok(&n->dst, o->st[0]))
-        return cpu_fail(e, EX_ERR_SHAPE, "%s: dst does not fit the rows", op);
+    char why[96];
+    ex_status st = ex_td_nas_rows_of(n, o->ne, o->st, &o->nalign, why, sizeof why);
+    if (st != EX_OK)
+        return cpu_fail(e, st, "%s: %s", op, why);
     o->base[0] = cpu_f32(&n->dst);
-    for (int i = 0; i < nalign; i++) {
-        if (!nas_align(&n->src[i], o->ne, o->st[1 + i]))
-            return cpu_fail(e, EX_ERR_SHAPE, "%s: source %d is not f32 of the rows' shape", op, i);
+    for (int i = 0; i < o->nalign; i++)
         o->base[1 + i] = cpu_f32(&n->src[i]);
-    }
     return EX_OK;
 }
 
@@ -366,16 +295,6 @@ static void rows_exec(const cpu_exec *e, const nas_rows *o, nas_fn fn, const voi
         }
         fn(&row);
     }
-}
-
-/* A one-element f32 source such as tau. */
-static ex_status nas_scalar(const cpu_exec *e, const char *op, const ex_tdesc *t, const char *what,
-                            float *v)
-{
-    if (!nas_valid(t, EX_F32) || ex_td_numel(t) != 1)
-        return cpu_fail(e, EX_ERR_SHAPE, "%s: %s must be one f32 element", op, what);
-    *v = cpu_f32(t)[0];
-    return EX_OK;
 }
 
 /** The Philox stream of a Gumbel-softmax node and its temperature. */
@@ -406,17 +325,12 @@ static void row_gumbel(const nas_row *r)
 CPU_OP(gumbel_softmax)
 {
     nas_rows o;
-    gumbel_arg a = {0};
-    ex_status st = rows_setup(e, n, "gumbel_softmax", 3, 1, &n->dst, &o);
-    if (st == EX_OK)
-        st = nas_scalar(e, "gumbel_softmax", &n->src[1], "tau", &a.tau);
+    ex_status st = rows_setup(e, n, "gumbel_softmax", &o);
     if (st != EX_OK)
         return st;
     const ex_tdesc *ct = &n->src[2];
-    if (!nas_valid(ct, EX_I32) || ex_td_numel(ct) < 2)
-        return cpu_fail(e, EX_ERR_ARG, "gumbel_softmax: counter must be i32 [2]");
-    a.k0 = (uint32_t)n->ip[0];
-    a.k1 = (uint32_t)n->ip[1];
+    gumbel_arg a = {
+        .k0 = (uint32_t)n->ip[0], .k1 = (uint32_t)n->ip[1], .tau = nas_get(&n->src[1], 0)};
     a.c0 = (uint32_t)cpu_i32(ct)[ex_td_at(ct, 0)];
     a.c1 = (uint32_t)cpu_i32(ct)[ex_td_at(ct, 1)];
     rows_exec(e, &o, row_gumbel, &a);
@@ -436,12 +350,11 @@ static void row_gumbel_bwd(const nas_row *r)
 CPU_OP(gumbel_softmax_bwd)
 {
     nas_rows o;
-    float tau = 0.0f;
-    ex_status st = rows_setup(e, n, "gumbel_softmax_bwd", 3, 2, &n->dst, &o);
-    if (st == EX_OK)
-        st = nas_scalar(e, "gumbel_softmax_bwd", &n->src[2], "tau", &tau);
-    if (st == EX_OK)
+    ex_status st = rows_setup(e, n, "gumbel_softmax_bwd", &o);
+    if (st == EX_OK) {
+        float tau = nas_get(&n->src[2], 0);
         rows_exec(e, &o, row_gumbel_bwd, &tau);
+    }
     return st;
 }
 
@@ -468,7 +381,7 @@ static void row_hardmax(const nas_row *r)
 CPU_OP(hardmax_st)
 {
     nas_rows o;
-    ex_status st = rows_setup(e, n, "hardmax_st", 1, 1, &n->dst, &o);
+    ex_status st = rows_setup(e, n, "hardmax_st", &o);
     if (st == EX_OK)
         rows_exec(e, &o, row_hardmax, NULL);
     return st;
@@ -492,15 +405,7 @@ static void row_entropy(const nas_row *r)
 CPU_OP(entropy)
 {
     nas_rows o;
-    if (n->nsrc != 1 || n->src == NULL)
-        return cpu_fail(e, EX_ERR_ARG, "entropy: %d sources, expected 1", n->nsrc);
-    const ex_tdesc *p = &n->src[0], *d = &n->dst;
-    int ok = d->ndim == p->ndim && p->ndim >= 1 && p->ndim <= 4 && d->ne[d->ndim - 1] == 1;
-    for (int k = 0; ok && k < p->ndim - 1; k++)
-        ok = d->ne[k] == p->ne[k];
-    if (!ok)
-        return cpu_fail(e, EX_ERR_SHAPE, "entropy: dst must be p's shape with last dim 1");
-    ex_status st = rows_setup(e, n, "entropy", 1, 1, p, &o);
+    ex_status st = rows_setup(e, n, "entropy", &o);
     if (st == EX_OK)
         rows_exec(e, &o, row_entropy, NULL);
     return st;
@@ -516,7 +421,7 @@ static void row_entropy_bwd(const nas_row *r)
 CPU_OP(entropy_bwd)
 {
     nas_rows o;
-    ex_status st = rows_setup(e, n, "entropy_bwd", 2, 2, &n->dst, &o);
+    ex_status st = rows_setup(e, n, "entropy_bwd", &o);
     if (st == EX_OK)
         rows_exec(e, &o, row_entropy_bwd, NULL);
     return st;
@@ -549,9 +454,7 @@ CPU_OP(topk_mask)
 {
     nas_rows o;
     topk_arg a = {n->ip[0], n->fp[0]};
-    if (a.k < 0)
-        return cpu_fail(e, EX_ERR_ARG, "topk_mask: k is %lld", (long long)a.k);
-    ex_status st = rows_setup(e, n, "topk_mask", 1, 1, &n->dst, &o);
+    ex_status st = rows_setup(e, n, "topk_mask", &o);
     if (st == EX_OK)
         rows_exec(e, &o, row_topk, &a);
     return st;

@@ -252,15 +252,11 @@ static double sumsq_range(const ex_tdesc *t, int64_t k0, int64_t k1)
 }
 
 /* first[i] = index of tensor i's first chunk; first[n] = all chunks. */
-static ex_status norm_chunks(const cpu_exec *e, const ex_node_exec *n, int64_t *first)
+static void norm_chunks(const ex_node_exec *n, int64_t *first)
 {
     first[0] = 0;
-    for (int i = 0; i < n->nsrc; i++) {
-        if (!ex_td_valid(&n->src[i], EX_F32))
-            return cpu_fail(e, EX_ERR_ARG, "grad_norm: source %d must be f32 with 1 to 4 dims", i);
+    for (int i = 0; i < n->nsrc; i++)
         first[i + 1] = first[i] + (ex_td_numel(&n->src[i]) + CPU_CHUNK - 1) / CPU_CHUNK;
-    }
-    return EX_OK;
 }
 
 /* The tensor holding chunk it: the last t with first[t] <= it (binary search). */
@@ -291,14 +287,14 @@ static void norm_partials(const cpu_exec *e, const ex_node_exec *n, const int64_
 
 CPU_OP(grad_norm)
 {
-    if (n->nsrc < 0 || (n->nsrc > 0 && n->src == NULL))
-        return cpu_fail(e, EX_ERR_ARG, "grad_norm: %d sources", n->nsrc);
-    if (!ex_td_valid(&n->dst, EX_F32) || ex_td_numel(&n->dst) != 1)
-        return cpu_fail(e, EX_ERR_SHAPE, "grad_norm: dst must be one f32 element");
+    char why[96];
+    ex_status st = ex_td_grad_norm_check(n, why, sizeof why);
+    if (st != EX_OK)
+        return cpu_fail(e, st, "grad_norm: %s", why);
     int64_t *first = cpu_alloc(e, sizeof(int64_t) * (size_t)(n->nsrc + 1));
     if (first == NULL)
         return cpu_fail(e, EX_ERR_NOMEM, "grad_norm: no memory for the chunk table");
-    ex_status st = norm_chunks(e, n, first);
+    norm_chunks(n, first);
     double *part = NULL;
     if (st == EX_OK && (part = cpu_alloc(e, sizeof(double) * (size_t)(first[n->nsrc] + 1))) == NULL)
         st = cpu_fail(e, EX_ERR_NOMEM, "grad_norm: no memory for partial sums");

@@ -44,44 +44,36 @@ typedef struct mix_args {
     int64_t k;
 } mix_args;
 
-/* Reads and checks the weight indices of the n = nsrc − 2 candidates against K. */
-static ex_status mix_select(cu_exec *e, const ex_node_exec *n, const char *op, const ex_tdesc *w,
-                            mix_args *m)
+/* The node checked (core/tdesc.h) into m, with each candidate's weight and mask entry. */
+static ex_status mix_select(cu_exec *e, const ex_node_exec *n, const char *op, mix_args *m)
 {
-    const ex_tdesc *mask = &n->src[1];
+    ex_td_mix g;
+    char why[96];
     memset(m, 0, sizeof *m);
-    m->n = n->nsrc - 2;
-    if (m->n < 0 || m->n > MIX_MAX || n->src == NULL)
-        return cu_fail(e, EX_ERR_ARG, "%s: %d sources, expected 2 to %d", op, n->nsrc, MIX_MAX + 2);
-    if (!ex_td_valid(mask, EX_F32) || (w && !ex_td_valid(w, EX_F32)))
-        return cu_fail(e, EX_ERR_ARG, "%s: weights and mask must be f32", op);
-    m->k = ex_td_numel(mask);
-    if (w && ex_td_numel(w) != m->k)
-        return cu_fail(e, EX_ERR_SHAPE, "%s: %lld weights, %lld mask entries", op,
-                       (long long)ex_td_numel(w), (long long)m->k);
+    ex_status st = ex_td_mix_of(n, &g, why, sizeof why);
+    if (st != EX_OK)
+        return cu_fail(e, st, "%s: %s", op, why);
+    m->n = g.n;
+    m->bad = g.bad;
+    m->k = g.k;
+    memcpy(m->ne, g.ne, sizeof m->ne);
+    memcpy(m->st, g.st, sizeof m->st);
+    const ex_tdesc *mask = &n->src[1], *w = n->op == EX_OP_MIXED_SUM ? &n->src[0] : NULL;
     for (int j = 0; j < m->n; j++) {
-        int i = n->ip[j];
-        if (i < 0 || i >= m->k)
-            return cu_fail(e, EX_ERR_ARG, "%s: candidate %d has weight index %d outside [0, %lld)",
-                           op, j, i, (long long)m->k);
-        m->idx[j] = i;
-        m->mask[j] = cu_f32(mask) + ex_td_at(mask, i);
-        m->w[j] = w ? cu_f32(w) + ex_td_at(w, i) : NULL;
+        m->idx[j] = n->ip[j];
+        m->mask[j] = cu_f32(mask) + ex_td_at(mask, n->ip[j]);
+        m->w[j] = w ? cu_f32(w) + ex_td_at(w, n->ip[j]) : NULL;
     }
     return EX_OK;
 }
 
-/* Aligns the candidates to ne (operand 0's padded shape). */
+/* The operands' addresses and how the kernels may read them. */
 static void mix_align(const ex_node_exec *n, mix_args *m)
 {
     m->dense = cu_dense4(m->ne, m->st[0]);
     for (int j = 0; j < m->n; j++) {
         const ex_tdesc *x = &n->src[2 + j];
         m->p[1 + j] = x->buf ? cu_f32(x) : NULL;
-        if (x->dtype != EX_F32 || !ex_td_align(x, m->ne, m->st[1 + j])) {
-            m->bad |= 1u << j;
-            memset(m->st[1 + j], 0, sizeof m->st[1 + j]);
-        }
         m->dense = m->dense && cu_dense4(m->ne, m->st[1 + j]);
     }
     int64_t numel = m->ne[0] * m->ne[1] * m->ne[2] * m->ne[3];
@@ -163,16 +155,9 @@ __global__ void mix_kernel(mix_args a, long long *status, long long node, const 
 CU_OP(mixed_sum)
 {
     mix_args m;
-    if (n->nsrc < 2 || n->src == NULL)
-        return cu_fail(e, EX_ERR_ARG, "mixed_sum: %d sources, expected w, mask, x...", n->nsrc);
-    ex_status st = mix_select(e, n, "mixed_sum", &n->src[0], &m);
+    ex_status st = mix_select(e, n, "mixed_sum", &m);
     if (st != EX_OK)
         return st;
-    if (!ex_td_valid(&n->dst, EX_F32))
-        return cu_fail(e, EX_ERR_ARG, "mixed_sum: dst must be f32 with 1 to 4 dims");
-    ex_td_shape4(&n->dst, m.ne, m.st[0]);
-    if (!ex_td_dst_ok(m.ne, m.st[0]))
-        return cu_fail(e, EX_ERR_ARG, "mixed_sum: dst broadcasts (stride 0)");
     if (e->dry)
         return EX_OK;
     m.p[0] = cu_f32(&n->dst);
@@ -262,19 +247,10 @@ __global__ void mix_dw_kernel(mix_args a, const double *part, const float *gate)
 CU_OP(mixed_sum_bwd_w)
 {
     mix_args m;
-    if (n->nsrc < 2 || n->src == NULL)
-        return cu_fail(e, EX_ERR_ARG, "mixed_sum_bwd_w: %d sources, expected dy, mask, x...",
-                       n->nsrc);
-    ex_status st = mix_select(e, n, "mixed_sum_bwd_w", NULL, &m);
+    ex_status st = mix_select(e, n, "mixed_sum_bwd_w", &m);
     if (st != EX_OK)
         return st;
     const ex_tdesc *dy = &n->src[0], *d = &n->dst;
-    if (!ex_td_valid(dy, EX_F32))
-        return cu_fail(e, EX_ERR_ARG, "mixed_sum_bwd_w: dy must be f32 with 1 to 4 dims");
-    if (!ex_td_valid(d, EX_F32) || ex_td_numel(d) != m.k)
-        return cu_fail(e, EX_ERR_SHAPE,
-                       "mixed_sum_bwd_w: dst must be f32 with one entry per mask entry");
-    ex_td_shape4(dy, m.ne, m.st[0]);
     m.numel = m.ne[0] * m.ne[1] * m.ne[2] * m.ne[3];
     int64_t per = (m.numel + MIX_BLOCKS - 1) / MIX_BLOCKS;
     m.chunk = (per + MIX_CHUNK - 1) / MIX_CHUNK * MIX_CHUNK;
@@ -312,37 +288,19 @@ typedef struct rows_args {
     float threshold;
 } rows_args;
 
-/* Aligns dst and sources 0..nalign−1 to the shape of ref (dst, or for ENTROPY its p). */
-static ex_status rows_setup(cu_exec *e, const ex_node_exec *n, const char *op, int nsrc, int nalign,
-                            const ex_tdesc *ref, rows_args *o)
+/* The node checked (core/tdesc.h): dst and its aligned sources as the rows read them. */
+static ex_status rows_setup(cu_exec *e, const ex_node_exec *n, const char *op, rows_args *o)
 {
-    if (n->nsrc != nsrc || n->src == NULL)
-        return cu_fail(e, EX_ERR_ARG, "%s: %d sources, expected %d", op, n->nsrc, nsrc);
-    if (!ex_td_valid(ref, EX_F32) || !ex_td_valid(&n->dst, EX_F32))
-        return cu_fail(e, EX_ERR_ARG, "%s: tensors must be f32 with 1 to 4 dims", op);
+    char why[96];
+    int nalign = 0;
     memset(o, 0, sizeof *o);
-    int64_t own[4], dne[4];
-    ex_td_shape4(ref, o->ne, own);
+    ex_status st = ex_td_nas_rows_of(n, o->ne, o->st, &nalign, why, sizeof why);
+    if (st != EX_OK)
+        return cu_fail(e, st, "%s: %s", op, why);
     o->rows = o->ne[0] * o->ne[1] * o->ne[2];
-    if (o->rows * o->ne[3] < 1)
-        return cu_fail(e, EX_ERR_SHAPE, "%s: no elements", op);
-    ex_td_shape4(&n->dst, dne, own);
-    if (!ex_td_align(&n->dst, o->ne, o->st[0]) || !ex_td_dst_ok(dne, o->st[0]))
-        return cu_fail(e, EX_ERR_SHAPE, "%s: dst does not fit the rows", op);
     o->base[0] = cu_f32(&n->dst);
-    for (int i = 0; i < nalign; i++) {
-        if (n->src[i].dtype != EX_F32 || !ex_td_align(&n->src[i], o->ne, o->st[1 + i]))
-            return cu_fail(e, EX_ERR_SHAPE, "%s: source %d is not f32 of the rows' shape", op, i);
+    for (int i = 0; i < nalign; i++)
         o->base[1 + i] = cu_f32(&n->src[i]);
-    }
-    return EX_OK;
-}
-
-/* A one-element f32 source such as tau. */
-static ex_status nas_scalar(cu_exec *e, const char *op, const ex_tdesc *t, const char *what)
-{
-    if (!ex_td_valid(t, EX_F32) || ex_td_numel(t) != 1)
-        return cu_fail(e, EX_ERR_SHAPE, "%s: %s must be one f32 element", op, what);
     return EX_OK;
 }
 
@@ -463,14 +421,10 @@ template <int K> static ex_status rows_run(cu_exec *e, const rows_args *o, const
 CU_OP(gumbel_softmax)
 {
     rows_args o;
-    ex_status st = rows_setup(e, n, "gumbel_softmax", 3, 1, &n->dst, &o);
-    if (st == EX_OK)
-        st = nas_scalar(e, "gumbel_softmax", &n->src[1], "tau");
+    ex_status st = rows_setup(e, n, "gumbel_softmax", &o);
     if (st != EX_OK)
         return st;
     const ex_tdesc *ct = &n->src[2];
-    if (!ex_td_valid(ct, EX_I32) || ex_td_numel(ct) < 2)
-        return cu_fail(e, EX_ERR_ARG, "gumbel_softmax: counter must be i32 [2]");
     o.tau = cu_f32(&n->src[1]);
     o.c0 = (const int32_t *)cu_ptr(ct) + ex_td_at(ct, 0);
     o.c1 = (const int32_t *)cu_ptr(ct) + ex_td_at(ct, 1);
@@ -482,9 +436,7 @@ CU_OP(gumbel_softmax)
 CU_OP(gumbel_softmax_bwd)
 {
     rows_args o;
-    ex_status st = rows_setup(e, n, "gumbel_softmax_bwd", 3, 2, &n->dst, &o);
-    if (st == EX_OK)
-        st = nas_scalar(e, "gumbel_softmax_bwd", &n->src[2], "tau");
+    ex_status st = rows_setup(e, n, "gumbel_softmax_bwd", &o);
     if (st != EX_OK)
         return st;
     o.tau = cu_f32(&n->src[2]);
@@ -494,44 +446,28 @@ CU_OP(gumbel_softmax_bwd)
 CU_OP(hardmax_st)
 {
     rows_args o;
-    ex_status st = rows_setup(e, n, "hardmax_st", 1, 1, &n->dst, &o);
-    if (st != EX_OK)
-        return st;
-    return rows_run<ROW_HARDMAX>(e, &o, "hardmax_st");
+    ex_status st = rows_setup(e, n, "hardmax_st", &o);
+    return st == EX_OK ? rows_run<ROW_HARDMAX>(e, &o, "hardmax_st") : st;
 }
 
 CU_OP(entropy)
 {
     rows_args o;
-    if (n->nsrc != 1 || n->src == NULL)
-        return cu_fail(e, EX_ERR_ARG, "entropy: %d sources, expected 1", n->nsrc);
-    const ex_tdesc *p = &n->src[0], *d = &n->dst;
-    int ok = d->ndim == p->ndim && p->ndim >= 1 && p->ndim <= 4 && d->ne[d->ndim - 1] == 1;
-    for (int k = 0; ok && k < p->ndim - 1; k++)
-        ok = d->ne[k] == p->ne[k];
-    if (!ok)
-        return cu_fail(e, EX_ERR_SHAPE, "entropy: dst must be p's shape with last dim 1");
-    ex_status st = rows_setup(e, n, "entropy", 1, 1, p, &o);
-    if (st != EX_OK)
-        return st;
-    return rows_run<ROW_ENTROPY>(e, &o, "entropy");
+    ex_status st = rows_setup(e, n, "entropy", &o);
+    return st == EX_OK ? rows_run<ROW_ENTROPY>(e, &o, "entropy") : st;
 }
 
 CU_OP(entropy_bwd)
 {
     rows_args o;
-    ex_status st = rows_setup(e, n, "entropy_bwd", 2, 2, &n->dst, &o);
-    if (st != EX_OK)
-        return st;
-    return rows_run<ROW_ENTROPY_BWD>(e, &o, "entropy_bwd");
+    ex_status st = rows_setup(e, n, "entropy_bwd", &o);
+    return st == EX_OK ? rows_run<ROW_ENTROPY_BWD>(e, &o, "entropy_bwd") : st;
 }
 
 CU_OP(topk_mask)
 {
     rows_args o;
-    if (n->ip[0] < 0)
-        return cu_fail(e, EX_ERR_ARG, "topk_mask: k is %lld", (long long)n->ip[0]);
-    ex_status st = rows_setup(e, n, "topk_mask", 1, 1, &n->dst, &o);
+    ex_status st = rows_setup(e, n, "topk_mask", &o);
     if (st != EX_OK)
         return st;
     o.topk = n->ip[0];

@@ -356,18 +356,15 @@ __global__ void norm_sum_kernel(const double *part, int64_t count, float *dst, c
 
 CU_OP(grad_norm)
 {
-    if (n->nsrc < 0 || (n->nsrc > 0 && n->src == NULL))
-        return cu_fail(e, EX_ERR_ARG, "grad_norm: %d sources", n->nsrc);
-    if (!ex_td_valid(&n->dst, EX_F32) || ex_td_numel(&n->dst) != 1)
-        return cu_fail(e, EX_ERR_SHAPE, "grad_norm: dst must be one f32 element");
+    char why[96];
+    ex_status st = ex_td_grad_norm_check(n, why, sizeof why);
+    if (st != EX_OK)
+        return cu_fail(e, st, "grad_norm: %s", why);
     int64_t chunks = 0;
-    for (int i = 0; i < n->nsrc; i++) {
-        if (!ex_td_valid(&n->src[i], EX_F32))
-            return cu_fail(e, EX_ERR_ARG, "grad_norm: source %d must be f32 with 1 to 4 dims", i);
+    for (int i = 0; i < n->nsrc; i++)
         chunks += (ex_td_numel(&n->src[i]) + CU_CHUNK - 1) / CU_CHUNK;
-    }
     void *ws = NULL;
-    ex_status st = cu_scratch(e, sizeof(double) * (size_t)(chunks + 1), &ws);
+    st = cu_scratch(e, sizeof(double) * (size_t)(chunks + 1), &ws);
     if (st != EX_OK || e->dry)
         return st;
     int64_t base = 0;

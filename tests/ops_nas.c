@@ -526,3 +526,224 @@ void family_nas(void **state)
     if (failed)
         fail_msg("%d NAS cases failed on backend %s", failed, s->backend_name);
 }
+
+/* ---- NAS-family nodes and GRAD_NORM, well formed and malformed, given to the backend
+ * directly: every backend refuses the same nodes with the same words (core/tdesc.h) ---- */
+
+/* Regions of one buffer, in 32-bit words: weights [3] (0.5, 2, 3), mask [3] (1, 0, 1),
+ * candidates x0 [4, 5] (i) and x1 (2i), a [4, 4] misfit, dst [4, 5], the weight
+ * gradient [3], probabilities [4, 5] (0.2), tau (1), the Gumbel counter i32 [2], the norm. */
+enum {
+    NN_W = 0,
+    NN_MASK = 8,
+    NN_X0 = 16,
+    NN_X1 = 48,
+    NN_XS = 80,
+    NN_DST = 112,
+    NN_DW = 144,
+    NN_P = 152,
+    NN_TAU = 184,
+    NN_CTR = 188,
+    NN_NORM = 192,
+    NN_WORDS = 200
+};
+
+/** What a case changes in its op's well-formed node. */
+enum nn_mut {
+    NN_NONE,
+    NN_INDEX,        /* candidate 1's weight index 3 */
+    NN_WEIGHTS,      /* 4 weights */
+    NN_DST_BCAST,    /* dst's first dim at stride 0 */
+    NN_BAD_ACTIVE,   /* candidate 1 the [4, 4] misfit, its mask entry 1 */
+    NN_BAD_INACTIVE, /* the same misfit at weight index 1, whose mask entry is 0 */
+    NN_SOURCES,      /* one source */
+    NN_DW_SIZE,      /* a weight gradient of 4 entries */
+    NN_TAU2,         /* tau of 2 elements */
+    NN_COUNTER,      /* the counter f32 */
+    NN_ROW_DST,      /* dst [4, 4] */
+    NN_ROW_SRC,      /* source 1 [4, 4] */
+    NN_TOPK,         /* k = -1 */
+};
+
+typedef struct nn_case {
+    const char *what;
+    ex_op op;
+    enum nn_mut mut;
+    ex_status want; /* with a needle in the message of a failure */
+    const char *needle;
+} nn_case;
+
+static ex_tdesc nn_desc(ex_buffer *buf, int64_t at, ex_dtype dt, int64_t rows, int64_t cols)
+{
+    int64_t ne[2] = {rows, cols};
+    return dense_desc(buf, (uint64_t)at * 4, dt, cols ? 2 : 1, cols ? ne : &ne[0]);
+}
+
+static void nn_host(uint32_t *host)
+{
+    float f[NN_WORDS] = {[NN_W] = 0.5f, 2.0f, 3.0f, [NN_MASK] = 1.0f, 0.0f, 1.0f};
+    for (int i = 0; i < 20; i++) {
+        f[NN_X0 + i] = (float)i;
+        f[NN_X1 + i] = 2.0f * (float)i;
+        f[NN_P + i] = 0.2f;
+    }
+    f[NN_TAU] = 1.0f;
+    memcpy(host, f, sizeof f);
+    host[NN_CTR] = 7;
+    host[NN_CTR + 1] = 0;
+}
+
+/* The mixed sum's node: forward (weights, mask, x0, x1 into dst) or the weight gradient
+ * (dy = x0, mask, x0, x1 into [3]). */
+static void nn_mix(ex_buffer *buf, const nn_case *c, ex_tdesc *src, ex_node_exec *n)
+{
+    bool fwd = c->op == EX_OP_MIXED_SUM;
+    src[0] = fwd ? nn_desc(buf, NN_W, EX_F32, c->mut == NN_WEIGHTS ? 4 : 3, 0)
+                 : nn_desc(buf, NN_X0, EX_F32, 4, 5);
+    src[1] = nn_desc(buf, NN_MASK, EX_F32, 3, 0);
+    src[2] = nn_desc(buf, NN_X0, EX_F32, 4, 5);
+    bool misfit = c->mut == NN_BAD_ACTIVE || c->mut == NN_BAD_INACTIVE;
+    src[3] = misfit ? nn_desc(buf, NN_XS, EX_F32, 4, 4) : nn_desc(buf, NN_X1, EX_F32, 4, 5);
+    n->nsrc = c->mut == NN_SOURCES ? 1 : 4;
+    n->ip[0] = 0;
+    n->ip[1] = c->mut == NN_INDEX ? 3 : c->mut == NN_BAD_INACTIVE ? 1 : 2;
+    n->dst = fwd ? nn_desc(buf, NN_DST, EX_F32, 4, 5)
+                 : nn_desc(buf, NN_DW, EX_F32, c->mut == NN_DW_SIZE ? 4 : 3, 0);
+}
+
+/* The row ops' node over the [4, 5] probabilities; GRAD_NORM over x0 and x1. */
+static void nn_rows(ex_buffer *buf, const nn_case *c, ex_tdesc *src, ex_node_exec *n)
+{
+    src[0] = nn_desc(buf, c->op == EX_OP_GRAD_NORM ? NN_X0 : NN_P, EX_F32, 4, 5);
+    src[1] = nn_desc(buf, c->op == EX_OP_GRAD_NORM ? NN_X1 : NN_P, EX_F32, 4,
+                     c->mut == NN_ROW_SRC ? 4 : 5);
+    src[2] = nn_desc(buf, NN_CTR, c->mut == NN_COUNTER ? EX_F32 : EX_I32, 2, 0);
+    n->dst = nn_desc(buf, NN_DST, EX_F32, 4, c->mut == NN_ROW_DST ? 4 : 5);
+    switch (c->op) {
+    case EX_OP_GUMBEL_SOFTMAX:
+        src[1] = nn_desc(buf, NN_TAU, EX_F32, c->mut == NN_TAU2 ? 2 : 1, 0);
+        n->nsrc = 3;
+        break;
+    case EX_OP_GUMBEL_SOFTMAX_BWD:
+        src[2] = nn_desc(buf, NN_TAU, EX_F32, c->mut == NN_TAU2 ? 2 : 1, 0);
+        n->nsrc = 3;
+        break;
+    case EX_OP_ENTROPY:
+        n->dst = nn_desc(buf, NN_DST, EX_F32, 4, c->mut == NN_ROW_DST ? 5 : 1);
+        n->nsrc = 1;
+        break;
+    case EX_OP_ENTROPY_BWD: n->nsrc = 2; break;
+    case EX_OP_GRAD_NORM:
+        n->nsrc = c->mut == NN_SOURCES ? 0 : 2;
+        if (c->mut != NN_ROW_DST)
+            n->dst = nn_desc(buf, NN_NORM, EX_F32, 1, 0);
+        break;
+    default: n->nsrc = 1; break;
+    }
+    n->ip[0] = c->op == EX_OP_TOPK_MASK ? (c->mut == NN_TOPK ? -1 : 2) : 5;
+    n->ip[1] = 11;
+}
+
+/* What a well-formed mixed sum or norm writes; true for the other ops. */
+static bool nn_value(const nn_case *c, const float *out)
+{
+    double want[20], got = out[NN_NORM], sq = 0.0;
+    for (int i = 0; i < 20; i++) {
+        want[i] = c->mut == NN_BAD_INACTIVE ? 0.5 * i : 6.5 * i; /* 0.5 x0 + 3 x1 */
+        sq += (double)i * i;
+    }
+    switch (c->op) {
+    case EX_OP_MIXED_SUM:
+        for (int i = 0; i < 20; i++)
+            if (out[NN_DST + i] != (float)want[i])
+                return false;
+        return true;
+    case EX_OP_MIXED_SUM_BWD_W: /* x0·x0, 0 (inactive), x0·x1 */
+        return out[NN_DW] == (float)sq && out[NN_DW + 1] == 0.0f &&
+               out[NN_DW + 2] == (float)(2.0 * sq);
+    case EX_OP_GRAD_NORM: return fabs(got - sqrt(5.0 * sq)) < 1e-4 * sqrt(5.0 * sq);
+    default: return true;
+    }
+}
+
+static ex_status nn_run(const suite *s, ex_buffer *buf, const nn_case *c, float *out, char *msg,
+                        size_t len)
+{
+    const ex_backend_iface *f = ex__backend_iface_of(s->be);
+    void *im = ex__backend_impl_of(s->be);
+    uint32_t host[NN_WORDS] = {0};
+    nn_host(host);
+    ex_status st = f->upload(im, buf, 0, host, sizeof host);
+    ex_tdesc src[4];
+    ex_node_exec n = {.op = c->op, .src = src, .tag = {-1, -1, -1}};
+    if (c->op == EX_OP_MIXED_SUM || c->op == EX_OP_MIXED_SUM_BWD_W)
+        nn_mix(buf, c, src, &n);
+    else
+        nn_rows(buf, c, src, &n);
+    if (c->mut == NN_DST_BCAST)
+        n.dst.st[0] = 0;
+    if (st == EX_OK)
+        st = node_run(s, &n, msg, len);
+    ex_status rd = f->download(im, buf, 0, out, NN_WORDS * 4);
+    return st != EX_OK ? st : rd;
+}
+
+void nas_node_errors(void **state)
+{
+    suite *s = *state;
+    const ex_backend_iface *f = ex__backend_iface_of(s->be);
+    void *im = ex__backend_impl_of(s->be);
+    ex_buffer *buf = NULL;
+    assert_int_equal(f->buffer_alloc(im, NN_WORDS * 4, &buf), EX_OK);
+    const ex_op ms = EX_OP_MIXED_SUM, mw = EX_OP_MIXED_SUM_BWD_W, gs = EX_OP_GUMBEL_SOFTMAX;
+    const ex_op gb = EX_OP_GUMBEL_SOFTMAX_BWD, en = EX_OP_ENTROPY, eb = EX_OP_ENTROPY_BWD;
+    const ex_op gn = EX_OP_GRAD_NORM;
+    static const char *shape = "candidate 1 is not f32 of dst's shape";
+    const nn_case cases[] = {
+        {"mixed sum", ms, NN_NONE, EX_OK, NULL},
+        {"index 3 of 3", ms, NN_INDEX, EX_ERR_ARG, "weight index 3 outside [0, 3)"},
+        {"4 weights", ms, NN_WEIGHTS, EX_ERR_SHAPE, "4 weights, 3 mask entries"},
+        {"dst broadcasts", ms, NN_DST_BCAST, EX_ERR_ARG, "dst broadcasts"},
+        {"an active misfit", ms, NN_BAD_ACTIVE, EX_ERR_SHAPE, shape},
+        {"an inactive misfit", ms, NN_BAD_INACTIVE, EX_OK, NULL},
+        {"one source", ms, NN_SOURCES, EX_ERR_ARG, "1 sources, expected 2 to"},
+        {"weight gradient", mw, NN_NONE, EX_OK, NULL},
+        {"gradient of 4", mw, NN_DW_SIZE, EX_ERR_SHAPE, "one entry per mask entry"},
+        {"gradient broadcasts", mw, NN_DST_BCAST, EX_ERR_ARG, "dst broadcasts"},
+        {"an active misfit", mw, NN_BAD_ACTIVE, EX_ERR_SHAPE, "candidate 1 is not f32 of dy's"},
+        {"gumbel", gs, NN_NONE, EX_OK, NULL},
+        {"tau of 2", gs, NN_TAU2, EX_ERR_SHAPE, "tau must be one f32 element"},
+        {"f32 counter", gs, NN_COUNTER, EX_ERR_ARG, "counter must be i32"},
+        {"backward, tau of 2", gb, NN_TAU2, EX_ERR_SHAPE, "tau must be one f32 element"},
+        {"entropy", en, NN_NONE, EX_OK, NULL},
+        {"entropy into [4, 5]", en, NN_ROW_DST, EX_ERR_SHAPE, "last dim 1"},
+        {"dy [4, 4]", eb, NN_ROW_SRC, EX_ERR_SHAPE, "source 1 is not f32 of the rows' shape"},
+        {"dst [4, 4]", EX_OP_HARDMAX_ST, NN_ROW_DST, EX_ERR_SHAPE, "source 0 is not f32 of the"},
+        {"entropy's dst broadcasts", en, NN_DST_BCAST, EX_ERR_SHAPE, "dst does not fit the rows"},
+        {"k -1", EX_OP_TOPK_MASK, NN_TOPK, EX_ERR_ARG, "k is -1"},
+        {"top 2", EX_OP_TOPK_MASK, NN_NONE, EX_OK, NULL},
+        {"norm", gn, NN_NONE, EX_OK, NULL},
+        {"norm of nothing", gn, NN_SOURCES, EX_ERR_ARG, "0 sources, expected 1 or more"},
+        {"norm into [4, 5]", gn, NN_ROW_DST, EX_ERR_SHAPE, "dst must be one f32 element"},
+        {"mixed sum again", ms, NN_NONE, EX_OK, NULL},
+    };
+    int failed = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const nn_case *c = &cases[i];
+        float out[NN_WORDS] = {0};
+        char msg[512];
+        ex_status st = nn_run(s, buf, c, out, msg, sizeof msg);
+        bool named = c->want == EX_OK || strstr(msg, c->needle);
+        bool value = c->want != EX_OK || nn_value(c, out);
+        if (st != c->want || !named || !value) {
+            print_error("FAIL [%s] %s node, %s: %s (%s), expected %s%s%s%s\n", s->backend_name,
+                        ex_op_name(c->op), c->what, ex_status_str(st), msg, ex_status_str(c->want),
+                        c->needle ? " naming " : "", c->needle ? c->needle : "",
+                        value ? "" : "; wrong values");
+            failed++;
+        }
+    }
+    f->buffer_free(im, buf);
+    if (failed)
+        fail_msg("%d NAS-family nodes were handled wrongly on %s", failed, s->backend_name);
+}

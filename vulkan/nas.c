@@ -110,39 +110,35 @@ typedef struct mix_ops {
 #define MIX_TAB_BYTES ((uint64_t)256)
 _Static_assert(MIX_TAB *MIX_MAX * 4 <= 256, "the table fits its scratch");
 
-/* The source count, weights and mask, and the weight indices against K. */
-static ex_status mix_select(vk_exec *e, const ex_node_exec *n, const ex_tdesc *w, mix_ops *m)
+/* The node checked (core/tdesc.h) into m, then this backend's limits: the weights and the
+ * mask within 2^16 entries and 32-bit indexing; a candidate beyond 32-bit indexing counts
+ * as one that does not fit. */
+static ex_status mix_select(vk_exec *e, const ex_node_exec *n, mix_ops *m)
 {
+    ex_td_mix g;
+    char why[96];
     memset(m, 0, sizeof *m);
-    m->n = n->nsrc - 2;
-    if (n->nsrc < 2 || m->n > MIX_MAX || n->src == NULL)
-        return vk_fail(e, EX_ERR_ARG, "%d sources, expected 2 to %d", n->nsrc, MIX_MAX + 2);
-    const ex_tdesc *mask = &n->src[1];
-    int64_t ne[4], st[4];
-    if (!ex_td_valid(mask, EX_F32) || (w && !ex_td_valid(w, EX_F32)))
-        return vk_fail(e, EX_ERR_ARG, "weights and mask must be f32");
-    m->k = ex_td_numel(mask);
-    if (w && ex_td_numel(w) != m->k)
-        return vk_fail(e, EX_ERR_SHAPE, "%lld weights, %lld mask entries",
-                       (long long)ex_td_numel(w), (long long)m->k);
-    for (int j = 0; j < m->n; j++)
-        if (n->ip[j] < 0 || n->ip[j] >= m->k)
-            return vk_fail(e, EX_ERR_ARG, "candidate %d has weight index %d outside [0, %lld)", j,
-                           n->ip[j], (long long)m->k);
-    if (!fits(mask, ne, st) || (w && !fits(w, ne, st)) || m->k > 0xFFFF)
-        return vk_fail(e, EX_ERR_UNSUPPORTED, "more than 65535 weights, or beyond 32-bit indexing");
-    return EX_OK;
-}
-
-/* Aligns the candidates to ne; one that does not fit sets its bit of bad. */
-static void mix_align(const ex_node_exec *n, mix_ops *m)
-{
+    ex_status st = ex_td_mix_of(n, &g, why, sizeof why);
+    if (st != EX_OK)
+        return vk_fail(e, st, "%s", why);
+    m->n = g.n;
+    m->bad = g.bad;
+    m->k = g.k;
+    memcpy(m->ne, g.ne, sizeof m->ne);
+    memcpy(m->sd, g.st[0], sizeof m->sd);
     for (int j = 0; j < m->n; j++) {
-        const ex_tdesc *x = &n->src[2 + j];
-        if (!ex_td_valid(x, EX_F32) || !ex_td_align(x, m->ne, m->st[j]) ||
-            !vk_fits32(m->ne, m->st[j]))
+        memcpy(m->st[j], g.st[1 + j], sizeof m->st[j]);
+        if (!vk_fits32(m->ne, m->st[j]))
             m->bad |= 1u << j;
     }
+    int64_t ne[4], sw[4];
+    bool fwd = n->op == EX_OP_MIXED_SUM;
+    if (!fits(&n->src[1], ne, sw) || (fwd && !fits(&n->src[0], ne, sw)) || m->k > 0xFFFF)
+        return vk_fail(e, EX_ERR_UNSUPPORTED, "more than 65535 weights, or beyond 32-bit indexing");
+    if (!vk_fits32(m->ne, m->sd))
+        return vk_fail(e, EX_ERR_UNSUPPORTED, "%s is beyond 32-bit indexing", fwd ? "dst" : "dy");
+    m->numel = ex_td_numel(fwd ? &n->dst : &n->src[0]);
+    return EX_OK;
 }
 
 /* Bytes of partials row j starts at, from the table's start. */
@@ -369,49 +365,29 @@ static ex_status mix_direct_groups(vk_exec *e, const ex_node_exec *n, const mix_
 static ex_status mixed_sum(vk_exec *e, const ex_node_exec *n)
 {
     mix_ops m;
-    ex_status st = mix_select(e, n, n->src ? &n->src[0] : NULL, &m);
+    ex_status st = mix_select(e, n, &m);
     if (st != EX_OK)
         return st;
-    const ex_tdesc *d = &n->dst;
-    if (!ex_td_valid(d, EX_F32))
-        return vk_fail(e, EX_ERR_ARG, "dst must be f32 with 1 to 4 dims");
-    ex_td_shape4(d, m.ne, m.sd);
-    if (!ex_td_dst_ok(m.ne, m.sd))
-        return vk_fail(e, EX_ERR_ARG, "dst broadcasts (stride 0)");
-    if (!vk_fits32(m.ne, m.sd))
-        return vk_fail(e, EX_ERR_UNSUPPORTED, "dst is beyond 32-bit indexing");
-    m.numel = ex_td_numel(d);
-    mix_align(n, &m);
     unsigned slice;
     int64_t outer;
     if (mix_direct(n, &m, &slice, &outer))
         return mix_direct_groups(e, n, &m, slice, outer);
     st = mix_table(e, n, &n->src[0], &m);
-    return st == EX_OK ? mix_groups(e, n, &m, d, 0) : st;
+    return st == EX_OK ? mix_groups(e, n, &m, &n->dst, 0) : st;
 }
 
 static ex_status mixed_sum_bwd_w(vk_exec *e, const ex_node_exec *n)
 {
     mix_ops m;
-    ex_status st = mix_select(e, n, NULL, &m);
+    ex_status st = mix_select(e, n, &m);
     if (st != EX_OK)
         return st;
     const ex_tdesc *dy = &n->src[0], *d = &n->dst;
-    if (!ex_td_valid(dy, EX_F32))
-        return vk_fail(e, EX_ERR_ARG, "dy must be f32 with 1 to 4 dims");
     int64_t dne[4], dst[4];
-    if (!ex_td_valid(d, EX_F32) || ex_td_numel(d) != m.k)
-        return vk_fail(e, EX_ERR_SHAPE, "dst must be f32 with one entry per mask entry");
     ex_td_shape4(d, dne, dst);
-    if (!ex_td_dst_ok(dne, dst))
-        return vk_fail(e, EX_ERR_ARG, "dst broadcasts (stride 0)");
-    if (!fits(dy, m.ne, m.sd) || !vk_fits32(dne, dst))
-        return vk_fail(e, EX_ERR_UNSUPPORTED, "dy or dst is beyond 32-bit indexing");
-    m.numel = ex_td_numel(dy);
     m.nch = (m.numel + MIX_CHUNK - 1) / MIX_CHUNK;
-    if (m.nch > 0xFFFFFF)
-        return vk_fail(e, EX_ERR_UNSUPPORTED, "dy is beyond 32-bit indexing");
-    mix_align(n, &m);
+    if (!vk_fits32(dne, dst) || m.nch > 0xFFFFFF)
+        return vk_fail(e, EX_ERR_UNSUPPORTED, "dy or dst is beyond 32-bit indexing");
     st = mix_table(e, n, NULL, &m);
     if (st == EX_OK)
         st = mix_groups(e, n, &m, dy, 1);
@@ -434,26 +410,16 @@ static ex_status mixed_sum_bwd_w(vk_exec *e, const ex_node_exec *n)
 
 /* ---- row ops over [E, K] ---- */
 
-/* dst and sources 0 .. nalign - 1 aligned to the padded shape of ref (dst, or ENTROPY's
- * p): dims 0..2 index rows, dim 3 runs along a row. */
-static ex_status rows_setup(vk_exec *e, const ex_node_exec *n, int nsrc, int nalign,
-                            const ex_tdesc *ref, rows_pc *pc)
+/* The node checked (core/tdesc.h), then 32-bit indexing; dst and its aligned sources as
+ * rows.comp reads them: dims 0..2 index rows, dim 3 runs along a row. */
+static ex_status rows_setup(vk_exec *e, const ex_node_exec *n, rows_pc *pc)
 {
-    if (n->nsrc != nsrc || n->src == NULL)
-        return vk_fail(e, EX_ERR_ARG, "%d sources, expected %d", n->nsrc, nsrc);
-    if (!ex_td_valid(ref, EX_F32) || !ex_td_valid(&n->dst, EX_F32))
-        return vk_fail(e, EX_ERR_ARG, "tensors must be f32 with 1 to 4 dims");
-    int64_t ne[4], own[4], s[3][4];
-    ex_td_shape4(ref, ne, own);
-    if (ne[0] * ne[1] * ne[2] * ne[3] < 1)
-        return vk_fail(e, EX_ERR_SHAPE, "no elements");
-    int64_t dne[4];
-    ex_td_shape4(&n->dst, dne, own);
-    if (!ex_td_align(&n->dst, ne, s[0]) || !ex_td_dst_ok(dne, s[0]))
-        return vk_fail(e, EX_ERR_SHAPE, "dst does not fit the rows");
-    for (int i = 0; i < nalign; i++)
-        if (n->src[i].dtype != EX_F32 || !ex_td_align(&n->src[i], ne, s[1 + i]))
-            return vk_fail(e, EX_ERR_SHAPE, "source %d is not f32 of the rows' shape", i);
+    int64_t ne[4], s[3][4];
+    int nalign = 0;
+    char why[96];
+    ex_status st = ex_td_nas_rows_of(n, ne, s, &nalign, why, sizeof why);
+    if (st != EX_OK)
+        return vk_fail(e, st, "%s", why);
     for (int i = 0; i <= nalign; i++)
         if (!vk_fits32(ne, s[i]))
             return vk_fail(e, EX_ERR_UNSUPPORTED, "operands beyond 32-bit indexing");
@@ -477,30 +443,24 @@ static ex_status rows_run(vk_exec *e, int variant, const rows_pc *pc)
     return vk_dispatch(e, VK_SH_nas_rows, variant, pc, sizeof *pc, vk_groups(pc->rows, 128), 1, 1);
 }
 
-/* A one-element f32 source such as tau. */
-static ex_status scalar(vk_exec *e, const ex_tdesc *t, const char *what, uint32_t *ref)
+/* A one-element f32 source such as tau (checked in core). */
+static uint32_t scalar(vk_exec *e, const ex_tdesc *t)
 {
-    if (!ex_td_valid(t, EX_F32) || ex_td_numel(t) != 1)
-        return vk_fail(e, EX_ERR_SHAPE, "%s must be one f32 element", what);
-    *ref = vk_ref_small(e, t) + (uint32_t)ex_td_at(t, 0);
-    return EX_OK;
+    return vk_ref_small(e, t) + (uint32_t)ex_td_at(t, 0);
 }
 
 static ex_status gumbel_softmax(vk_exec *e, const ex_node_exec *n)
 {
     rows_pc pc;
-    ex_status st = rows_setup(e, n, 3, 1, &n->dst, &pc);
-    if (st == EX_OK)
-        st = scalar(e, &n->src[1], "tau", &pc.tau);
+    ex_status st = rows_setup(e, n, &pc);
     if (st != EX_OK)
         return st;
     const ex_tdesc *ct = &n->src[2];
-    if (!ex_td_valid(ct, EX_I32) || ex_td_numel(ct) < 2)
-        return vk_fail(e, EX_ERR_ARG, "counter must be i32 [2]");
     int64_t ne[4], cs[4];
     ex_td_shape4(ct, ne, cs);
     if (!vk_fits32(ne, cs) || (int64_t)pc.rows * pc.k > UINT32_MAX)
         return vk_fail(e, EX_ERR_UNSUPPORTED, "beyond 32-bit indexing");
+    pc.tau = scalar(e, &n->src[1]);
     pc.ctr = vk_ref_small(e, ct);
     pc.cst = (uint32_t)ex_td_at(ct, 1);
     pc.k0 = (uint32_t)n->ip[0];
@@ -511,43 +471,29 @@ static ex_status gumbel_softmax(vk_exec *e, const ex_node_exec *n)
 static ex_status gumbel_softmax_bwd(vk_exec *e, const ex_node_exec *n)
 {
     rows_pc pc;
-    ex_status st = rows_setup(e, n, 3, 2, &n->dst, &pc);
-    if (st == EX_OK)
-        st = scalar(e, &n->src[2], "tau", &pc.tau);
-    return st == EX_OK ? rows_run(e, ROW_GUMBEL_BWD, &pc) : st;
-}
-
-static ex_status entropy(vk_exec *e, const ex_node_exec *n)
-{
-    if (n->nsrc != 1 || n->src == NULL)
-        return vk_fail(e, EX_ERR_ARG, "%d sources, expected 1", n->nsrc);
-    const ex_tdesc *p = &n->src[0], *d = &n->dst;
-    int ok = d->ndim == p->ndim && p->ndim >= 1 && p->ndim <= 4 && d->ne[d->ndim - 1] == 1;
-    for (int k = 0; ok && k < p->ndim - 1; k++)
-        ok = d->ne[k] == p->ne[k];
-    if (!ok)
-        return vk_fail(e, EX_ERR_SHAPE, "dst must be p's shape with last dim 1");
-    rows_pc pc;
-    ex_status st = rows_setup(e, n, 1, 1, p, &pc);
-    return st == EX_OK ? rows_run(e, ROW_ENTROPY, &pc) : st;
+    ex_status st = rows_setup(e, n, &pc);
+    if (st != EX_OK)
+        return st;
+    pc.tau = scalar(e, &n->src[2]);
+    return rows_run(e, ROW_GUMBEL_BWD, &pc);
 }
 
 static ex_status topk_mask(vk_exec *e, const ex_node_exec *n)
 {
-    if (n->ip[0] < 0)
-        return vk_fail(e, EX_ERR_ARG, "k is %lld", (long long)n->ip[0]);
     rows_pc pc;
-    ex_status st = rows_setup(e, n, 1, 1, &n->dst, &pc);
+    ex_status st = rows_setup(e, n, &pc);
+    if (st != EX_OK)
+        return st;
     pc.topk = (uint32_t)n->ip[0];
     pc.thr = n->fp[0];
-    return st == EX_OK ? rows_run(e, ROW_TOPK, &pc) : st;
+    return rows_run(e, ROW_TOPK, &pc);
 }
 
-/* HARDMAX_ST (x) and ENTROPY_BWD (p, dy): rows of dst's shape. */
-static ex_status rows_plain(vk_exec *e, const ex_node_exec *n, int nsrc, int variant)
+/* HARDMAX_ST, ENTROPY and ENTROPY_BWD: nothing beyond their rows. */
+static ex_status rows_plain(vk_exec *e, const ex_node_exec *n, int variant)
 {
     rows_pc pc;
-    ex_status st = rows_setup(e, n, nsrc, nsrc, &n->dst, &pc);
+    ex_status st = rows_setup(e, n, &pc);
     return st == EX_OK ? rows_run(e, variant, &pc) : st;
 }
 
@@ -558,9 +504,9 @@ ex_status vk_run_nas(vk_exec *e, const ex_node_exec *n)
     case EX_OP_MIXED_SUM_BWD_W: return mixed_sum_bwd_w(e, n);
     case EX_OP_GUMBEL_SOFTMAX: return gumbel_softmax(e, n);
     case EX_OP_GUMBEL_SOFTMAX_BWD: return gumbel_softmax_bwd(e, n);
-    case EX_OP_HARDMAX_ST: return rows_plain(e, n, 1, ROW_HARDMAX);
-    case EX_OP_ENTROPY: return entropy(e, n);
-    case EX_OP_ENTROPY_BWD: return rows_plain(e, n, 2, ROW_ENTROPY_BWD);
+    case EX_OP_HARDMAX_ST: return rows_plain(e, n, ROW_HARDMAX);
+    case EX_OP_ENTROPY: return rows_plain(e, n, ROW_ENTROPY);
+    case EX_OP_ENTROPY_BWD: return rows_plain(e, n, ROW_ENTROPY_BWD);
     case EX_OP_TOPK_MASK: return topk_mask(e, n);
     default: return vk_fail(e, EX_ERR_UNSUPPORTED, "not a NAS op");
     }

@@ -144,18 +144,13 @@ static ex_status clip(vk_exec *e, const ex_node_exec *n)
  * sum in order. */
 static ex_status grad_norm(vk_exec *e, const ex_node_exec *n)
 {
-    if (n->nsrc < 0 || (n->nsrc > 0 && n->src == NULL))
-        return vk_fail(e, EX_ERR_ARG, "%d sources", n->nsrc);
-    if (!ex_td_valid(&n->dst, EX_F32) || ex_td_numel(&n->dst) != 1)
-        return vk_fail(e, EX_ERR_SHAPE, "dst must be one f32 element");
-    for (int i = 0; i < n->nsrc; i++)
-        if (!ex_td_valid(&n->src[i], EX_F32))
-            return vk_fail(e, EX_ERR_ARG, "source %d must be f32 with 1 to 4 dims", i);
-    if (n->nsrc == 0) /* the norm of nothing */
-        return vk_fail(e, EX_ERR_ARG, "no tensors to take the norm of");
+    char why[96];
+    ex_status st = ex_td_grad_norm_check(n, why, sizeof why);
+    if (st != EX_OK)
+        return vk_fail(e, st, "%s", why);
     uint64_t at = e->scratch_at;
     uint32_t part = 0;
-    ex_status st = vk_scratch(e, VK_ALIGN * (uint64_t)n->nsrc, &part);
+    st = vk_scratch(e, VK_ALIGN * (uint64_t)n->nsrc, &part);
     for (int i = 0; i < n->nsrc && st == EX_OK; i++) {
         vk_bind_reset(e);
         uint32_t p = vk_scratch_ref(e, at + VK_ALIGN * (uint64_t)i, 4, VK_WRITE);
