@@ -63,13 +63,15 @@ static void usage(FILE *f)
                "[--channels C]\n"
                "                        [--layers L] [--iters N] [--profile 0|1] "
                "[--mode darts|gdas|topk]\n"
-               "                        [--cands NAME,NAME,...] [--recompute 0|1] [--group 0|1]\n"
-               "                        --out DIR\n"
+               "                        [--cands NAME,NAME,...] [--recompute 0|1|2]\n"
+               "                        [--group 0|1] --out DIR\n"
                "defaults: --backend auto --input 32x32x3 --batch 64 --channels 16 "
                "--layers 8 --iters 20 --profile 0 --mode darts, DARTS's 8 candidates\n"
                "--profile 1 times one more step node by node and reports it by op\n"
-               "--recompute 0|1 keeps or recomputes the depthwise convolutions' outputs for the "
-               "backward pass (default: recomputes them where the backend says it is cheap, CUDA)\n"
+               "--recompute 0|1|2 keeps everything for the backward pass, recomputes the depthwise "
+               "convolutions' outputs (1), or those and the batch norms' outputs that are cheap to "
+               "make again (2; ex_graph_set_recompute_level); default: 1 where the backend says it "
+               "is cheap (CUDA), else 0\n"
                "--group 0 launches every node on its own (default 1: the plan's groups)\n");
 }
 
@@ -131,7 +133,7 @@ static int parse_option(const char *key, const char *val, opts *o)
     else if (!strcmp(key, "--profile"))
         return parse_int(val, 0, 1, &o->profile);
     else if (!strcmp(key, "--recompute"))
-        return parse_int(val, 0, 1, &o->recompute);
+        return parse_int(val, 0, 2, &o->recompute);
     else if (!strcmp(key, "--group"))
         return parse_int(val, 0, 1, &o->group);
     else if (!strcmp(key, "--mode"))

@@ -434,9 +434,14 @@ static void gradients(ex_ctx *ctx, ex_tensor *loss, int n, ex_tensor *const *wrt
     grad_state s = {.ctx = ctx};
     s.needs = ex__calloc(ctx, (size_t)n0, sizeof *s.needs);
     s.head = ex__malloc(ctx, (size_t)n0 * sizeof *s.head);
-    if (!s.needs || !s.head) {
+    ctx->remade = ctx->recompute ? ex__calloc(ctx, (size_t)n0, sizeof *ctx->remade) : NULL;
+    ctx->nremade = ctx->remade ? n0 : 0;
+    if (!s.needs || !s.head || (ctx->recompute && !ctx->remade)) {
         free(s.needs);
         free(s.head);
+        free(ctx->remade);
+        ctx->remade = NULL;
+        ctx->nremade = 0;
         ex__fail(ctx, EX_ERR_NOMEM, "backward: out of host memory");
         return;
     }
@@ -467,12 +472,20 @@ static void gradients(ex_ctx *ctx, ex_tensor *loss, int n, ex_tensor *const *wrt
     free(s.items);
     free(s.needs);
     free(s.head);
+    free(ctx->remade);
+    ctx->remade = NULL;
+    ctx->nremade = 0;
 }
 
 void ex_graph_set_recompute(ex_ctx *ctx, bool on)
 {
+    ex_graph_set_recompute_level(ctx, on ? 1 : 0);
+}
+
+void ex_graph_set_recompute_level(ex_ctx *ctx, int level)
+{
     if (ctx)
-        ctx->recompute = on;
+        ctx->recompute = level < 0 ? 0 : level > 2 ? 2 : level;
 }
 
 ex_status ex_graph_gradients(ex_ctx *ctx, ex_tensor *loss, int n, ex_tensor *const *wrt,

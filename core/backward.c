@@ -17,15 +17,82 @@ static ex_tensor *bnode(ex_ctx *ctx, ex_op op, const ex_tensor *fwd, const ex_te
     return r;
 }
 
-/* x as the backward pass reads it: made again (ex_graph_set_recompute) when it is cheap to
- * and its sources outlive the forward pass anyway, so that the forward pass's x dies at
- * once; otherwise x itself. */
+/* Sources of a node the backward pass makes again, at most. */
+#define REMAKE_SRC 4
+
+/* Whether t is a node with storage of its own that no caller keeps. */
+static bool plain_node(const ex_tensor *t)
+{
+    return t->kind == EX_K_NODE && t->storage == t && !t->keep && t->nsrc <= REMAKE_SRC;
+}
+
+static bool remakeable(const ex_ctx *ctx, const ex_tensor *x);
+static ex_tensor *recomputed(ex_ctx *ctx, ex_tensor *x);
+
+/* Level 2: whether y, an affine-free batch norm's input, is cheap to make again with it
+ * from tensors the backward pass keeps anyway: a pooling of one, or a pointwise
+ * convolution of a depthwise convolution of one. */
+static bool cheap_bn_input(const ex_ctx *ctx, const ex_tensor *y)
+{
+    if (!plain_node(y))
+        return false;
+    if (y->op == EX_OP_MAX_POOL || y->op == EX_OP_AVG_POOL)
+        return !remakeable(ctx, y->src[0]);
+    if (y->op != EX_OP_PWCONV)
+        return false;
+    const ex_tensor *dw = y->src[0];
+    return plain_node(dw) && dw->op == EX_OP_DWCONV2D && !remakeable(ctx, dw->src[0]);
+}
+
+/* Whether the backward pass makes x again instead of reading it (ex_graph_set_recompute_level):
+ * level 1, a depthwise convolution's output or a strided copy; level 2 also an affine-free
+ * batch norm's output whose input is cheap to make again (cheap_bn_input). */
+static bool remakeable(const ex_ctx *ctx, const ex_tensor *x)
+{
+    if (ctx->recompute < 1 || !plain_node(x))
+        return false;
+    if (x->op == EX_OP_DWCONV2D || x->op == EX_OP_COPY)
+        return true;
+    return ctx->recompute >= 2 && x->op == EX_OP_BN_APPLY && x->nsrc == 2 &&
+           cheap_bn_input(ctx, x->src[0]);
+}
+
+/* x made again under x's own tag and gate (a skipped candidate's is skipped too), once per
+ * backward walk: every reader shares it (ctx->remade). Its sources are those made again
+ * where they are (a depthwise convolution's input may be a batch norm's output made
+ * again), a batch norm's cheap input always. */
+static ex_tensor *remake(ex_ctx *ctx, ex_tensor *x)
+{
+    bool memo = x->id < ctx->nremade;
+    if (memo && ctx->remade[x->id])
+        return ctx->remade[x->id];
+    ex_tensor *src[REMAKE_SRC];
+    for (int i = 0; i < x->nsrc; i++)
+        src[i] = recomputed(ctx, x->src[i]);
+    if (x->op == EX_OP_BN_APPLY) /* its input, made again only with it */
+        src[0] = remake(ctx, x->src[0]);
+    int32_t tag[3];
+    memcpy(tag, ctx->tag, sizeof tag);
+    ex_tensor *gate = ctx->gate;
+    int64_t gate_index = ctx->gate_index;
+    memcpy(ctx->tag, x->tag, sizeof tag);
+    ctx->gate = x->gate;
+    ctx->gate_index = x->gate_index;
+    ex_tensor *r = bnode(ctx, x->op, x, x, x->nsrc, src);
+    memcpy(ctx->tag, tag, sizeof tag);
+    ctx->gate = gate;
+    ctx->gate_index = gate_index;
+    if (memo && !ex__is_inert(r))
+        ctx->remade[x->id] = r;
+    return r;
+}
+
+/* x as the backward pass reads it: made again (remakeable) when it is cheap to and its
+ * sources outlive the forward pass anyway, so that the forward pass's x dies at once;
+ * otherwise x itself. */
 static ex_tensor *recomputed(ex_ctx *ctx, ex_tensor *x)
 {
-    if (!ctx->recompute || x->kind != EX_K_NODE || x->storage != x || x->keep ||
-        (x->op != EX_OP_DWCONV2D && x->op != EX_OP_COPY))
-        return x;
-    return bnode(ctx, x->op, x, x, x->nsrc, x->src);
+    return remakeable(ctx, x) ? remake(ctx, x) : x;
 }
 
 static ex_tensor *bcast(ex_ctx *ctx, ex_tensor *g, const ex_tensor *like)
@@ -45,7 +112,8 @@ static void conv_rule(ex_ctx *ctx, ex_tensor *t, ex_tensor *g, ex_grad_sink give
                  ex_op_name(t->op), relu);
         return;
     }
-    ex_tensor *a[3] = {g, w, x}, *b[2] = {x, g};
+    ex_tensor *xr = recomputed(ctx, x);
+    ex_tensor *a[3] = {g, w, xr}, *b[2] = {xr, g};
     give(ctx, x, bnode(ctx, data, t, x, relu ? 3 : 2, a), u);
     give(ctx, w, bnode(ctx, filter, t, w, 2, b), u);
 }
@@ -73,7 +141,7 @@ static void bn_rule(ex_ctx *ctx, ex_tensor *t, ex_tensor *g, ex_grad_sink give, 
     ex_tensor *x = t->src[0], *stats = t->src[1];
     bool affine = t->nsrc == 4;
     bool synced = stats->op == EX_OP_BN_STATS && stats->ip[1] == EX_BN_STATS_FINISH;
-    ex_tensor *xs = affine ? x : t;
+    ex_tensor *xs = affine ? x : recomputed(ctx, t);
     ex_tensor *r[3] = {xs, stats, g};
     int64_t c = x->ne[1], ne2[2] = {2, c};
     ex_tensor *red = ex__node(ctx, EX_OP_BN_BWD_REDUCE, EX_F32, 2, ne2, 3, r);
@@ -97,7 +165,7 @@ static void mixed_sum_rule(ex_ctx *ctx, ex_tensor *t, ex_tensor *g, ex_grad_sink
     int n = t->nsrc - 2;
     ex_tensor *s[EX_MAX_CANDIDATES + 2] = {g, mask};
     for (int j = 0; j < n; j++)
-        s[2 + j] = t->src[2 + j];
+        s[2 + j] = recomputed(ctx, t->src[2 + j]);
     give(ctx, w, bnode(ctx, EX_OP_MIXED_SUM_BWD_W, t, w, n + 2, s), u);
     ex_tensor *gate = ctx->gate;
     int64_t gate_index = ctx->gate_index;

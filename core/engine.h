@@ -74,9 +74,12 @@ struct ex_ctx {
     int64_t gate_index;
     ex_tensor **grads; /* after backward: gradient by tensor id (NULL: none) */
     int64_t ngrads;
-    bool in_backward; /* backward nodes: tag and gate come from the forward node */
-    bool recompute;   /* ex_graph_set_recompute */
-    int ranks;        /* ex_ctx_set_ranks: the data-parallel group the graph is built for */
+    bool in_backward;   /* backward nodes: tag and gate come from the forward node */
+    int recompute;      /* ex_graph_set_recompute_level */
+    ex_tensor **remade; /* during a backward walk at level >= 1: per tensor id below
+                           nremade, what the walk made again (core/backward.c) */
+    int64_t nremade;
+    int ranks; /* ex_ctx_set_ranks: the data-parallel group the graph is built for */
     ex_alloc_hook hook;
     ex_tensor inert;
 };

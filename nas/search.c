@@ -133,8 +133,8 @@ static ex_status check_config(const ex_search_config *c, char *msg, size_t len)
         why = "mode or top-k";
     else if (c->nonfinite_limit < 0)
         why = "nonfinite_limit (>= 0)";
-    else if (c->recompute < -1 || c->recompute > 1)
-        why = "recompute (-1, 0 or 1)";
+    else if (c->recompute < -1 || c->recompute > 2)
+        why = "recompute (-1, 0, 1 or 2)";
     else if (c->arch_warmup < 0 || c->max_param_free < -1)
         why = "arch_warmup (>= 0) or max_param_free (>= -1)";
     else if (c->partial_channels < 1 || c->channels % c->partial_channels)
@@ -516,7 +516,7 @@ ex_status ex__search_new_faulty(const ex_search_config *caller, ex_backend *be,
     if (ctx) {
         ex_ctx_fail_alloc_after(ctx, fail_alloc_after);
         bool cheap = ex_backend_get_caps(be)->features & EX_FEAT_RECOMPUTE;
-        ex_graph_set_recompute(ctx, c->recompute < 0 ? cheap : c->recompute != 0);
+        ex_graph_set_recompute_level(ctx, c->recompute < 0 ? cheap : c->recompute);
     }
     ex_search *s = ctx ? ex__calloc(ctx, 1, sizeof *s) : NULL;
     if (s)

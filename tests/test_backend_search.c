@@ -7,7 +7,11 @@
  * ten times the largest weight difference (the node's two inputs).
  *
  *   test_backend_search [--backend NAME] [--reference NAME] [--steps N]
- *                       [--partial-channels K]     (default vulkan, cpu, 20, 1)
+ *                       [--partial-channels K] [--recompute L]
+ *                                      (default vulkan, cpu, 20, 1, each backend's own)
+ *
+ * --recompute sets ex_search_config.recompute on both sides (the levels' results are bitwise
+ * the same on the CPU: test_search).
  *
  * --reference cpu-ref compares with the CPU backend's double-accumulating reference path:
  * the fast CPU path's float sums follow the machine's BLAS kernels, and over 20 steps two
@@ -37,7 +41,7 @@
 #define MAX_E 64
 
 static const char *other_backend = "vulkan", *reference = "cpu";
-static int nsteps = 20, partial = 1;
+static int nsteps = 20, partial = 1, recompute = -1;
 
 /* Two classes: a bright top or bottom half, plus a little hashed noise of 65,536 levels.
  * Noise of five levels made many equal values, and where two values tie (a max-pooling
@@ -72,6 +76,7 @@ static void small_config(ex_search_config *c)
     c->arch_lr = 3e-2f; /* alpha must move in a few steps */
     c->seed = 12345;
     c->partial_channels = partial;
+    c->recompute = recompute;
 }
 
 /** What one run leaves behind. */
@@ -301,10 +306,12 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--partial-channels") == 0 && i + 1 < argc &&
                    atoi(argv[i + 1]) > 0) {
             partial = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--recompute") == 0 && i + 1 < argc) {
+            recompute = atoi(argv[++i]);
         } else {
             fprintf(stderr,
                     "usage: %s [--backend NAME] [--reference NAME] [--steps N] "
-                    "[--partial-channels K]\n",
+                    "[--partial-channels K] [--recompute L]\n",
                     argv[0]);
             return 2;
         }

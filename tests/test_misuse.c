@@ -105,6 +105,7 @@ static void context_and_tensors(void **state)
     ex_ctx_set_error(NULL, EX_ERR_ARG, "ignored %d", 1);
     ex_ctx_set_gate(NULL, NULL, 0);
     ex_graph_set_recompute(NULL, true); /* no context: nothing to set, no crash */
+    ex_graph_set_recompute_level(NULL, 2);
     assert_null(ex_requires_grad(NULL, NULL));
     assert_int_equal(ex_graph_gradients(NULL, NULL, 0, NULL, NULL), EX_ERR_ARG);
     assert_string_equal(ex_tensor_name(NULL), "");
@@ -605,7 +606,7 @@ static void searches_and_networks(void **state)
     c.nonfinite_limit = -1;
     FAILS_MSG(ex_search_new(&c, be, &s, msg, sizeof msg), EX_ERR_ARG);
     ex_search_config_default(&c);
-    c.recompute = 2;
+    c.recompute = 3;
     FAILS_MSG(ex_search_new(&c, be, &s, msg, sizeof msg), EX_ERR_ARG);
     ex_search_config_default(&c);
     c.layers = 0;

@@ -221,37 +221,45 @@ static void every_mode(void **state)
     ex_backend_close(be);
 }
 
-/* Recomputing the depthwise convolutions' outputs in the backward passes changes memory
- * and node count, never a result: alpha and the losses are bitwise those of keeping them,
- * in every mode and the second order. */
+/* Recomputing in the backward passes (level 1: the depthwise convolutions' outputs; level
+ * 2: also the batch norms' outputs that are cheap to make again) changes memory and node
+ * count, never a result: alpha and the losses are bitwise those of keeping everything, in
+ * every mode (GDAS's and top-k's gated candidates), the second order and with partial
+ * channels; each level plans
+ * less memory in more nodes than the one below. */
 static void recompute_is_bitwise(void **state)
 {
     (void)state;
     ex_backend *be = cpu();
-    for (int r = 0; r < 4; r++) {
-        float a[2][2 * EDGES * K];
-        ex_search_stats st[2];
-        ex_plan_stats ps[2];
-        for (int on = 0; on < 2; on++) {
+    for (int r = 0; r < 5; r++) { /* the modes, then PC-DARTS (its channel slices' copies) */
+        int mr = r < 4 ? r : 0;
+        float a[3][2 * EDGES * K];
+        ex_search_stats st[3];
+        ex_plan_stats ps[3];
+        for (int level = 0; level < 3; level++) {
             ex_search_config c;
-            small_config(&c, mode_runs[r].mode, mode_runs[r].order);
-            c.recompute = on;
+            small_config(&c, mode_runs[mr].mode, mode_runs[mr].order);
+            c.partial_channels = r < 4 ? 1 : 2;
+            c.recompute = level;
             ex_search *s = make(&c, be);
-            assert_int_equal(ex_plan_get_stats(ex_search_plan(s), &ps[on]), EX_OK);
-            steps(s, 0, 3, &st[on]);
-            alphas(s, a[on]);
+            assert_int_equal(ex_plan_get_stats(ex_search_plan(s), &ps[level]), EX_OK);
+            steps(s, 0, 3, &st[level]);
+            alphas(s, a[level]);
             ex_search_free(s);
         }
-        const char *m = ex_search_mode_name(mode_runs[r].mode);
-        if (memcmp(a[0], a[1], sizeof a[0]) != 0 || st[0].train_loss != st[1].train_loss ||
-            st[0].valid_loss != st[1].valid_loss)
-            fail_msg("%s order %d: recomputing changed alpha or a loss", m, mode_runs[r].order);
-        if (!(ps[1].arena_bytes < ps[0].arena_bytes && ps[1].nodes > ps[0].nodes))
-            fail_msg("%s order %d: recomputing planned %llu arena bytes in %lld nodes, keeping "
-                     "%llu in %lld",
-                     m, mode_runs[r].order, (unsigned long long)ps[1].arena_bytes,
-                     (long long)ps[1].nodes, (unsigned long long)ps[0].arena_bytes,
-                     (long long)ps[0].nodes);
+        const char *m = r < 4 ? ex_search_mode_name(mode_runs[mr].mode) : "pc-darts";
+        for (int l = 1; l < 3; l++) {
+            if (memcmp(a[0], a[l], sizeof a[0]) != 0 || st[0].train_loss != st[l].train_loss ||
+                st[0].valid_loss != st[l].valid_loss)
+                fail_msg("%s order %d: recomputing at level %d changed alpha or a loss", m,
+                         mode_runs[mr].order, l);
+            if (!(ps[l].arena_bytes < ps[l - 1].arena_bytes && ps[l].nodes > ps[l - 1].nodes))
+                fail_msg("%s order %d: level %d planned %llu arena bytes in %lld nodes, level %d "
+                         "%llu in %lld",
+                         m, mode_runs[mr].order, l, (unsigned long long)ps[l].arena_bytes,
+                         (long long)ps[l].nodes, l - 1, (unsigned long long)ps[l - 1].arena_bytes,
+                         (long long)ps[l - 1].nodes);
+        }
     }
     ex_backend_close(be);
 }

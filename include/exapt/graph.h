@@ -30,12 +30,21 @@ ex_status ex_graph_backward(ex_ctx *ctx, ex_tensor *loss);
 ex_status ex_graph_gradients(ex_ctx *ctx, ex_tensor *loss, int n, ex_tensor *const *wrt,
                              ex_tensor **grads);
 
-/** Whether gradients built from now on recompute what is cheap to make again instead of
- *  keeping it from the forward pass: the input of a pointwise convolution, which its
- *  filter gradient reads, when it is a depthwise convolution's output or a strided copy.
- *  Their sources are kept for their own gradients anyway, so the recomputed tensor lives
- *  only briefly: less memory (a DARTS step at batch 64 keeps about a third less), a few
- *  more nodes. Off by default; the gradients are bitwise the same either way. */
+/** How much the gradients built from now on recompute instead of keeping it from the
+ *  forward pass, made again from tensors the backward pass keeps anyway, once per
+ *  ex_graph_gradients() and shared by every reader, so each lives only briefly. Level 0
+ *  (the default): nothing. Level 1: a depthwise convolution's output or a strided copy
+ *  that a convolution's gradient reads (a pointwise convolution's filter gradient, a
+ *  depthwise convolution's of PC-DARTS's channel slices): a DARTS step at batch 64 keeps
+ *  about a third less for a few more nodes. Level 2 adds the output of an
+ *  affine-free batch norm whose input is a pooling of a kept tensor, or a pointwise
+ *  convolution of a depthwise convolution of one (with that input made again too): in a
+ *  DARTS cell the pooling candidates, the dilated convolutions and the separable
+ *  convolutions' first halves keep nothing but the edge's input. The gradients are
+ *  bitwise the same at every level. Levels above 2 count as 2, below 0 as 0. */
+void ex_graph_set_recompute_level(ex_ctx *ctx, int level);
+
+/** ex_graph_set_recompute_level(ctx, on ? 1 : 0). */
 void ex_graph_set_recompute(ex_ctx *ctx, bool on);
 
 /** The gradient of t after ex_graph_backward(), or NULL when loss does not depend on t.

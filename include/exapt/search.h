@@ -69,13 +69,16 @@ typedef struct ex_search_config {
                                  time per image, so larger batches (1: all channels, DARTS;
                                  k must divide channels) */
     uint64_t seed;
-    int recompute;       /**< 1: the backward passes recompute depthwise convolutions'
-                              outputs instead of keeping them (ex_graph_set_recompute):
-                              the same results with a third less memory; 0: they keep
-                              them; -1 (default): where the backend says it is cheap
-                              (EX_FEAT_RECOMPUTE: CUDA, 6 % more time for 38 % less
-                              memory), not on Vulkan (10 % more time, its dispatches
-                              and barriers) or the CPU (14 % more time) */
+    int recompute;       /**< how much the backward passes recompute instead of keep
+                              (ex_graph_set_recompute_level; the same results at every
+                              level): 1, depthwise convolutions' outputs (a third less
+                              memory); 2, also the batch norms' outputs of the pooling
+                              candidates, the dilated convolutions and the separable
+                              convolutions' first halves; 0, nothing; -1 (default): 1
+                              where the backend says it is cheap (EX_FEAT_RECOMPUTE:
+                              CUDA, 6 % more time for 38 % less memory), 0 on Vulkan (10 %
+                              more time, its dispatches and barriers) and the CPU (14 %
+                              more time) */
     int nonfinite_limit; /**< steps in a row whose loss or gradients are not finite that
                               are skipped (state kept) before ex_search_step fails with
                               EX_ERR_NONFINITE (3; 0: the first one fails) */
