@@ -852,6 +852,24 @@ static void free_run(search_run *r)
     free(r->yv);
 }
 
+/* Whether the training in dir was of genotype g, as its metrics log's header records it. */
+static bool trained_on(const char *dir, const ex_genotype *g)
+{
+    json_t *rec = run_record_peek(dir);
+    char *json = rec ? json_dumps(json_object_get(rec, "genotype"), JSON_COMPACT) : NULL;
+    ex_genotype old;
+    char msg[256], a[EX_GENOTYPE_TEXT_MAX], b[EX_GENOTYPE_TEXT_MAX];
+    bool same = json && ex_genotype_parse_json(json, strlen(json), &old, msg, sizeof msg) == EX_OK;
+    if (same) {
+        ex_genotype_format(&old, a, sizeof a);
+        ex_genotype_format(g, b, sizeof b);
+        same = strcmp(a, b) == 0;
+    }
+    free(json);
+    json_decref(rec);
+    return same;
+}
+
 static int train_found(search_run *r, const search_args *a, const char *backend)
 {
     train_job j = r->train_cfg;
@@ -865,11 +883,20 @@ static int train_found(search_run *r, const search_args *a, const char *backend)
     j.run_dir = r->out;
     j.comm = r->cfg.comm;
     /* a resumed run whose training had begun continues it; one stopped at the boundary
-     * (or before it) starts it */
-    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", j.out);
-    j.resume = a->resume && access(ckpt, F_OK) == 0 ? j.out : NULL;
+     * (or before it) starts it, and so does one whose search ran on (a longer --epochs)
+     * and found another network: that network's training replaces the earlier one's */
     if (ex_search_genotype(r->s, &j.genotype) != EX_OK)
         return cli_fail("search", "genotype: %s", ex_search_error(r->s));
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", j.out);
+    j.resume = a->resume && access(ckpt, F_OK) == 0 ? j.out : NULL;
+    if (j.resume && !trained_on(j.out, &j.genotype)) {
+        fprintf(stderr, "search: the training in %s was of another network; it starts again\n",
+                j.out);
+        int rc = run_claim_dir(j.out, true, "search");
+        if (rc)
+            return rc;
+        j.resume = NULL;
+    }
     double acc = 0;
     return train_run(&j, &acc);
 }

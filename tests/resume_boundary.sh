@@ -3,7 +3,9 @@
 # stopped at the boundary between search and training, and killed inside the training,
 # it ends bitwise where a run never interrupted ends (trained weights, genotype). A
 # resume that tries to change the configuration is refused, and the metrics log's header
-# records the command, the version and commit, and every setting.
+# records the command, the version and commit, and every setting. A finished run resumed
+# with a longer --epochs searches on and trains the network it then finds (the earlier
+# training, of another network, is replaced).
 # Usage: resume_boundary.sh EXAPT_BINARY
 set -euo pipefail
 exapt=$1
@@ -61,4 +63,15 @@ if "$exapt" search --resume "$dir/cut" --channels 8 2>"$dir/refused.log"; then
     fail "a resume with --channels was accepted"
 fi
 grep -q "cannot be given with --resume" "$dir/refused.log" || fail "no clear refusal"
-echo "4 passed, 0 failed"
+
+# a finished run searched on: its training is of the genotype found last
+cp -r "$dir/whole" "$dir/more"
+"$exapt" search --resume "$dir/more" --epochs 4 2>"$dir/more.log" ||
+    { tail -3 "$dir/more.log"; fail "the resume with a longer --epochs failed"; }
+python3 - "$dir/more" <<'PY' || fail "the training is not of the genotype found last"
+import json, sys
+found = json.load(open(sys.argv[1] + "/genotype.json"))
+trained = json.loads(open(sys.argv[1] + "/train/metrics.jsonl").readline())["config"]["genotype"]
+assert all(found[k] == trained[k] for k in ("normal", "reduce", "normal_concat", "reduce_concat"))
+PY
+echo "5 passed, 0 failed"
