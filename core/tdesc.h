@@ -906,6 +906,39 @@ static inline ex_status ex_td_grad_norm_check(const ex_node_exec *n, char *why, 
     return EX_OK;
 }
 
+/** Whether c can be a Philox stream's counter (GUMBEL_SOFTMAX, DROP_PATH, the random ops):
+ *  i32 with 1 to 4 dims and 2 elements or more, in a buffer. */
+static inline bool ex_td_counter_ok(const ex_tdesc *c)
+{
+    return ex_td_valid(c, EX_I32) && ex_td_numel(c) >= 2;
+}
+
+/** RAND_UNIFORM's and RAND_NORMAL's node form, as every backend checks it (docs/ops.md):
+ *  one source, the counter (ex_td_counter_ok); dst f32 with 1 to 4 dims, no element
+ *  written twice. EX_OK, or the status to return with why (no op name). */
+static inline ex_status ex_td_rand_check(const ex_node_exec *n, char *why, size_t len)
+{
+    if (n->nsrc != 1 || n->src == NULL) {
+        snprintf(why, len, "%d sources, expected the counter", n->nsrc);
+        return EX_ERR_ARG;
+    }
+    if (!ex_td_counter_ok(&n->src[0])) {
+        snprintf(why, len, "counter must be i32 [2]");
+        return EX_ERR_ARG;
+    }
+    if (!ex_td_valid(&n->dst, EX_F32)) {
+        snprintf(why, len, "dst must be f32 with 1 to 4 dims");
+        return EX_ERR_ARG;
+    }
+    int64_t ne[4], st[4];
+    ex_td_shape4(&n->dst, ne, st);
+    if (!ex_td_dst_ok(ne, st)) {
+        snprintf(why, len, "dst broadcasts (stride 0)");
+        return EX_ERR_ARG;
+    }
+    return EX_OK;
+}
+
 /** A mixed op's operands (MIXED_SUM, MIXED_SUM_BWD_W), as ex_td_mix_of reads them. */
 typedef struct ex_td_mix {
     int n;         /**< candidates: sources 2 .. n + 1 */
@@ -1048,8 +1081,7 @@ static inline ex_status ex_td_nas_rows_extra(const ex_node_exec *n, char *why, s
         snprintf(why, len, "tau must be one f32 element");
         return EX_ERR_SHAPE;
     }
-    const ex_tdesc *ct = &n->src[2];
-    if (n->op == EX_OP_GUMBEL_SOFTMAX && (!ex_td_valid(ct, EX_I32) || ex_td_numel(ct) < 2)) {
+    if (n->op == EX_OP_GUMBEL_SOFTMAX && !ex_td_counter_ok(&n->src[2])) {
         snprintf(why, len, "counter must be i32 [2]");
         return EX_ERR_ARG;
     }

@@ -343,7 +343,7 @@ CPU_OP(drop_path)
     if (st != EX_OK)
         return st;
     const ex_tdesc *ct = &n->src[1];
-    if (!ew_valid(ct) || ex_td_numel(ct) < 2)
+    if (!ex_td_counter_ok(ct))
         return cpu_fail(e, EX_ERR_SHAPE, "drop_path: counter needs 2 elements");
     const int32_t *cnt = cpu_i32(ct);
     uint32_t k0 = (uint32_t)n->ip[0], k1 = (uint32_t)n->ip[1];

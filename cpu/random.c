@@ -23,16 +23,11 @@ typedef struct rnd_stream {
 
 static ex_status rnd_setup(const cpu_exec *e, const ex_node_exec *n, const char *op, rnd_stream *s)
 {
-    if (n->nsrc != 1 || n->src == NULL)
-        return cpu_fail(e, EX_ERR_ARG, "%s: %d sources, expected the counter", op, n->nsrc);
-    const ex_tdesc *c = &n->src[0], *d = &n->dst;
-    if (c->ndim < 1 || c->ndim > 4 || c->dtype != EX_I32 || ex_td_numel(c) < 2)
-        return cpu_fail(e, EX_ERR_ARG, "%s: counter must be i32 [2]", op);
-    if (d->ndim < 1 || d->ndim > 4 || d->dtype != EX_F32)
-        return cpu_fail(e, EX_ERR_ARG, "%s: dst must be f32 with 1 to 4 dims", op);
-    for (int k = 0; k < d->ndim; k++)
-        if (d->ne[k] > 1 && d->st[k] == 0)
-            return cpu_fail(e, EX_ERR_ARG, "%s: dst broadcasts (stride 0)", op);
+    char why[96];
+    ex_status st = ex_td_rand_check(n, why, sizeof why);
+    if (st != EX_OK)
+        return cpu_fail(e, st, "%s: %s", op, why);
+    const ex_tdesc *c = &n->src[0];
     s->k0 = (uint32_t)n->ip[0];
     s->k1 = (uint32_t)n->ip[1];
     s->c0 = (uint32_t)cpu_i32(c)[ex_td_at(c, 0)];

@@ -352,7 +352,7 @@ CU_OP(drop_path)
     if (st != EX_OK)
         return st;
     const ex_tdesc *ct = &n->src[1];
-    if (!ex_td_valid(ct, EX_I32) || ex_td_numel(ct) < 2)
+    if (!ex_td_counter_ok(ct))
         return cu_fail(e, EX_ERR_SHAPE, "drop_path: counter needs 2 elements");
     if (e->dry)
         return EX_OK;

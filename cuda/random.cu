@@ -40,16 +40,11 @@ static int rnd_contiguous(const ex_tdesc *t)
 
 static ex_status rnd_fill(cu_exec *e, const ex_node_exec *n, const char *op, int normal)
 {
-    if (n->nsrc != 1 || n->src == NULL)
-        return cu_fail(e, EX_ERR_ARG, "%s: %d sources, expected the counter", op, n->nsrc);
+    char why[96];
+    ex_status st = ex_td_rand_check(n, why, sizeof why);
+    if (st != EX_OK)
+        return cu_fail(e, st, "%s: %s", op, why);
     const ex_tdesc *c = &n->src[0], *d = &n->dst;
-    if (!ex_td_valid(c, EX_I32) || ex_td_numel(c) < 2)
-        return cu_fail(e, EX_ERR_ARG, "%s: counter must be i32 [2]", op);
-    if (!ex_td_valid(d, EX_F32))
-        return cu_fail(e, EX_ERR_ARG, "%s: dst must be f32 with 1 to 4 dims", op);
-    for (int k = 0; k < d->ndim; k++)
-        if (d->ne[k] > 1 && d->st[k] == 0)
-            return cu_fail(e, EX_ERR_ARG, "%s: dst broadcasts (stride 0)", op);
     if (e->dry)
         return EX_OK;
     rnd_args r;

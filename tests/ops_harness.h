@@ -258,8 +258,8 @@ void update_groups(void **state);
 /** Softmax-family nodes (cross entropy and its backward pass, softmax and its backward
  *  pass), well formed and malformed, given to the backend directly. */
 void softmax_node_errors(void **state);
-/** NAS-family nodes (mixed sum and its weight gradient, the row ops) and GRAD_NORM, well
- *  formed and malformed, given to the backend directly. */
-void nas_node_errors(void **state);
+/** The search's own nodes (the NAS family: mixed sum and its weight gradient, the row ops;
+ *  GRAD_NORM; the random draws), well formed and malformed, given to the backend directly. */
+void search_node_errors(void **state);
 
 #endif

@@ -527,8 +527,9 @@ void family_nas(void **state)
         fail_msg("%d NAS cases failed on backend %s", failed, s->backend_name);
 }
 
-/* ---- NAS-family nodes and GRAD_NORM, well formed and malformed, given to the backend
- * directly: every backend refuses the same nodes with the same words (core/tdesc.h) ---- */
+/* ---- the search's own nodes (the NAS family, GRAD_NORM, the random draws), well formed
+ * and malformed, given to the backend directly: every backend refuses the same nodes with
+ * the same words (core/tdesc.h) ---- */
 
 /* Regions of one buffer, in 32-bit words: weights [3] (0.5, 2, 3), mask [3] (1, 0, 1),
  * candidates x0 [4, 5] (i) and x1 (2i), a [4, 4] misfit, dst [4, 5], the weight
@@ -611,7 +612,8 @@ static void nn_mix(ex_buffer *buf, const nn_case *c, ex_tdesc *src, ex_node_exec
                  : nn_desc(buf, NN_DW, EX_F32, c->mut == NN_DW_SIZE ? 4 : 3, 0);
 }
 
-/* The row ops' node over the [4, 5] probabilities; GRAD_NORM over x0 and x1. */
+/* The row ops' node over the [4, 5] probabilities; GRAD_NORM over x0 and x1; a random draw
+ * into dst from the counter. */
 static void nn_rows(ex_buffer *buf, const nn_case *c, ex_tdesc *src, ex_node_exec *n)
 {
     src[0] = nn_desc(buf, c->op == EX_OP_GRAD_NORM ? NN_X0 : NN_P, EX_F32, 4, 5);
@@ -633,6 +635,14 @@ static void nn_rows(ex_buffer *buf, const nn_case *c, ex_tdesc *src, ex_node_exe
         n->nsrc = 1;
         break;
     case EX_OP_ENTROPY_BWD: n->nsrc = 2; break;
+    case EX_OP_RAND_UNIFORM:
+    case EX_OP_RAND_NORMAL:
+        src[0] = src[2];
+        src[1] = src[2];
+        n->nsrc = c->mut == NN_SOURCES ? 2 : 1;
+        n->fp[0] = -1.0f;
+        n->fp[1] = 1.0f;
+        break;
     case EX_OP_GRAD_NORM:
         n->nsrc = c->mut == NN_SOURCES ? 0 : 2;
         if (c->mut != NN_ROW_DST)
@@ -662,6 +672,13 @@ static bool nn_value(const nn_case *c, const float *out)
         return out[NN_DW] == (float)sq && out[NN_DW + 1] == 0.0f &&
                out[NN_DW + 2] == (float)(2.0 * sq);
     case EX_OP_GRAD_NORM: return fabs(got - sqrt(5.0 * sq)) < 1e-4 * sqrt(5.0 * sq);
+    case EX_OP_RAND_UNIFORM: /* in [-1, 1), not all alike */
+    case EX_OP_RAND_NORMAL:  /* N(-1, 1): finite */
+        for (int i = 0; i < 20; i++)
+            if (!isfinite(out[NN_DST + i]) ||
+                (c->op == EX_OP_RAND_UNIFORM && !(out[NN_DST + i] >= -1 && out[NN_DST + i] < 1)))
+                return false;
+        return out[NN_DST] != out[NN_DST + 1];
     default: return true;
     }
 }
@@ -688,7 +705,7 @@ static ex_status nn_run(const suite *s, ex_buffer *buf, const nn_case *c, float 
     return st != EX_OK ? st : rd;
 }
 
-void nas_node_errors(void **state)
+void search_node_errors(void **state)
 {
     suite *s = *state;
     const ex_backend_iface *f = ex__backend_iface_of(s->be);
@@ -725,6 +742,11 @@ void nas_node_errors(void **state)
         {"norm", gn, NN_NONE, EX_OK, NULL},
         {"norm of nothing", gn, NN_SOURCES, EX_ERR_ARG, "0 sources, expected 1 or more"},
         {"norm into [4, 5]", gn, NN_ROW_DST, EX_ERR_SHAPE, "dst must be one f32 element"},
+        {"uniform", EX_OP_RAND_UNIFORM, NN_NONE, EX_OK, NULL},
+        {"f32 counter", EX_OP_RAND_UNIFORM, NN_COUNTER, EX_ERR_ARG, "counter must be i32 [2]"},
+        {"two sources", EX_OP_RAND_UNIFORM, NN_SOURCES, EX_ERR_ARG, "expected the counter"},
+        {"dst broadcasts", EX_OP_RAND_NORMAL, NN_DST_BCAST, EX_ERR_ARG, "dst broadcasts"},
+        {"normal", EX_OP_RAND_NORMAL, NN_NONE, EX_OK, NULL},
         {"mixed sum again", ms, NN_NONE, EX_OK, NULL},
     };
     int failed = 0;
@@ -745,5 +767,5 @@ void nas_node_errors(void **state)
     }
     f->buffer_free(im, buf);
     if (failed)
-        fail_msg("%d NAS-family nodes were handled wrongly on %s", failed, s->backend_name);
+        fail_msg("%d of the search's nodes were handled wrongly on %s", failed, s->backend_name);
 }

@@ -107,7 +107,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_prestate(family_batchnorm, &s),
         cmocka_unit_test_prestate(family_sync_batchnorm, &s),
         cmocka_unit_test_prestate(family_nas, &s),
-        cmocka_unit_test_prestate(nas_node_errors, &s),
+        cmocka_unit_test_prestate(search_node_errors, &s),
         cmocka_unit_test_prestate(family_optim, &s),
         cmocka_unit_test_prestate(sgd_clip_node_errors, &s),
         cmocka_unit_test_prestate(update_groups, &s),

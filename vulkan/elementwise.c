@@ -160,7 +160,7 @@ static ex_status drop_path(vk_exec *e, const ex_node_exec *n)
     if (st != EX_OK)
         return st;
     const ex_tdesc *ct = &n->src[1];
-    if (ct->ndim < 1 || ct->ndim > 4 || !ct->buf || ex_td_numel(ct) < 2)
+    if (!ex_td_counter_ok(ct))
         return vk_fail(e, EX_ERR_SHAPE, "counter needs 2 elements");
     pc.b = vk_ref_small(e, ct);
     pc.cst = (uint32_t)ex_td_at(ct, 1);

@@ -17,17 +17,13 @@ _Static_assert(sizeof(rnd_pc) <= VK_PC_BYTES, "philox.comp's push constants");
 
 static ex_status rnd(vk_exec *e, const ex_node_exec *n, int normal)
 {
-    if (n->nsrc != 1 || n->src == NULL)
-        return vk_fail(e, EX_ERR_ARG, "%d sources, expected the counter", n->nsrc);
+    char why[96];
+    ex_status r = ex_td_rand_check(n, why, sizeof why);
+    if (r != EX_OK)
+        return vk_fail(e, r, "%s", why);
     const ex_tdesc *c = &n->src[0], *d = &n->dst;
-    if (c->ndim < 1 || c->ndim > 4 || c->dtype != EX_I32 || !c->buf || ex_td_numel(c) < 2)
-        return vk_fail(e, EX_ERR_ARG, "counter must be i32 [2]");
-    if (d->ndim < 1 || d->ndim > 4 || d->dtype != EX_F32 || !d->buf)
-        return vk_fail(e, EX_ERR_ARG, "dst must be f32 with 1 to 4 dims");
     int64_t ne[4], st[4];
     ex_td_shape4(d, ne, st);
-    if (!ex_td_dst_ok(ne, st))
-        return vk_fail(e, EX_ERR_ARG, "dst broadcasts (stride 0)");
     if (!vk_fits32(ne, st))
         return vk_fail(e, EX_ERR_UNSUPPORTED, "dst is beyond 32-bit indexing");
     rnd_pc pc;
