@@ -1134,6 +1134,51 @@ static inline ex_status ex_td_nas_rows_of(const ex_node_exec *n, int64_t ne[4], 
                                                               : ex_td_nas_rows_extra(n, why, len);
 }
 
+/** QCONCAT's node form, as every backend checks it (docs/ops.md): 1 to EX_MAX_QCONCAT parts,
+ *  each i8 [N, Ci, H, W] of dst's N, H and W; the last source the multipliers, f32 with
+ *  one per part; dst i8 [N, Σ Ci, H, W], no element written twice. EX_OK, or the status to
+ *  return with what is wrong written into why (no op name). */
+static inline ex_status ex_td_qconcat_of(const ex_node_exec *n, char *why, size_t len)
+{
+    int parts = n->nsrc - 1;
+    if (parts < 1 || parts > EX_MAX_QCONCAT || n->src == NULL) {
+        snprintf(why, len, "%d sources, expected 2 to %d", n->nsrc, EX_MAX_QCONCAT + 1);
+        return EX_ERR_ARG;
+    }
+    const ex_tdesc *d = &n->dst, *m = &n->src[parts];
+    if (!ex_td_valid(d, EX_I8) || d->ndim != 4) {
+        snprintf(why, len, "dst must be i8 [N, C, H, W]");
+        return EX_ERR_ARG;
+    }
+    if (!ex_td_valid(m, EX_F32) || m->ndim != 1 || m->ne[0] != parts) {
+        snprintf(why, len, "the multipliers (last source) must be f32 [%d], one per part", parts);
+        return EX_ERR_SHAPE;
+    }
+    int64_t at = 0;
+    for (int p = 0; p < parts; p++) {
+        const ex_tdesc *x = &n->src[p];
+        if (!ex_td_valid(x, EX_I8) || x->ndim != 4) {
+            snprintf(why, len, "part %d must be i8 [N, C, H, W]", p);
+            return EX_ERR_ARG;
+        }
+        if (x->ne[0] != d->ne[0] || x->ne[2] != d->ne[2] || x->ne[3] != d->ne[3]) {
+            snprintf(why, len, "part %d differs from dst in N, H or W", p);
+            return EX_ERR_SHAPE;
+        }
+        at += x->ne[1];
+    }
+    if (at != d->ne[1]) {
+        snprintf(why, len, "parts hold %lld channels, dst %lld", (long long)at,
+                 (long long)d->ne[1]);
+        return EX_ERR_SHAPE;
+    }
+    if (!ex_td_dst_ok(d->ne, d->st)) {
+        snprintf(why, len, "dst broadcasts (stride 0)");
+        return EX_ERR_ARG;
+    }
+    return EX_OK;
+}
+
 /** FILL's ip0 (docs/ops.md): 0 writes the value, 1 writes nothing (a buffer that the nodes
  *  written into it fill), -1 anything else. */
 static inline int ex_td_fill_unwritten(const ex_node_exec *n)

@@ -362,45 +362,26 @@ __global__ void q_cat_kernel(q_cat a, const float *gate)
 
 CU_OP(qconcat)
 {
-    int parts = n->nsrc - 1;
-    if (parts < 1 || parts > EX_MAX_QCONCAT || n->src == NULL)
-        return cu_fail(e, EX_ERR_ARG, "qconcat: %d sources, expected 2 to %d", n->nsrc,
-                       EX_MAX_QCONCAT + 1);
-    const ex_tdesc *d = &n->dst, *m = &n->src[parts];
-    ex_status st = q_operand(e, n, d, "dst", EX_I8, EX_I8, 4);
-    if (st == EX_OK)
-        st = q_operand(e, n, m, "the multipliers (last source)", EX_F32, EX_F32, 1);
+    char why[96];
+    ex_status st = ex_td_qconcat_of(n, why, sizeof why);
     if (st != EX_OK)
-        return st;
-    if (m->ne[0] != parts)
-        return cu_fail(e, EX_ERR_SHAPE, "qconcat: %lld multipliers for %d parts",
-                       (long long)m->ne[0], parts);
+        return cu_fail(e, st, "qconcat: %s", why);
+    int parts = n->nsrc - 1;
+    const ex_tdesc *d = &n->dst, *m = &n->src[parts];
     q_cat a;
     memset(&a, 0, sizeof a);
     a.parts = parts;
     for (int p = 0; p < parts; p++) {
         const ex_tdesc *x = &n->src[p];
-        char what[32];
-        snprintf(what, sizeof what, "part %d", p);
-        st = q_operand(e, n, x, what, EX_I8, EX_I8, 4);
-        if (st != EX_OK)
-            return st;
-        if (x->ne[0] != d->ne[0] || x->ne[2] != d->ne[2] || x->ne[3] != d->ne[3])
-            return cu_fail(e, EX_ERR_SHAPE, "qconcat: part %d differs from dst in N, H or W", p);
         a.x[p] = cu_ptr(x);
         for (int k = 0; k < 4; k++)
             a.xs[p][k] = x->st[k];
         a.at[p + 1] = a.at[p] + x->ne[1];
     }
-    if (a.at[parts] != d->ne[1])
-        return cu_fail(e, EX_ERR_SHAPE, "qconcat: parts hold %lld channels, dst %lld",
-                       (long long)a.at[parts], (long long)d->ne[1]);
     for (int k = 0; k < 4; k++) {
         a.ne[k] = d->ne[k];
         a.sy[k] = d->st[k];
     }
-    if (!ex_td_dst_ok(a.ne, a.sy))
-        return cu_fail(e, EX_ERR_ARG, "qconcat: dst broadcasts (stride 0)");
     a.m = cu_f32(m);
     a.m_st = m->st[0];
     a.y = cu_ptr(d);

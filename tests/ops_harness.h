@@ -235,6 +235,9 @@ void family_random(void **state);
 void family_quant(void **state);
 /** Malformed fused requantizes of the int8 convolutions (sources, dst dtype, ip7). */
 void qconv_rq_errors(void **state);
+/** QCONCAT nodes, well formed and malformed, given to the backend directly: refused before
+ *  anything is written. */
+void qconcat_node_errors(void **state);
 /** Malformed windows of the int8 convolutions (stride, padding, shapes, bias) and pools
  *  (kernel, stride, padding, shapes) refused. */
 void qconv_window_errors(void **state);

@@ -758,3 +758,104 @@ void family_quant(void **state)
     pools(&f);
     assert_int_equal(f.failed, 0);
 }
+
+/* ---- QCONCAT nodes, well formed and malformed, given to the backend directly: every
+ * backend refuses the same nodes with the same words (core/tdesc.h), before it writes ---- */
+
+/* Bytes of one buffer: part 0 i8 [2, 3, 4, 4] (ones), part 1 i8 [2, 5, 4, 4] (twos), the
+ * multipliers f32 [3] (1), dst i8 [2, 9, 4, 4] and bytes after it; dst's bytes and those
+ * after start as 0x55. */
+enum { QC_X0 = 0, QC_X1 = 128, QC_M = 320, QC_Y = 384, QC_END = 768 };
+
+typedef struct qc_case {
+    const char *what;
+    int parts;       /* sources: parts + 1 */
+    int dst_c, x1_h; /* dst's channels, part 1's height */
+    int nm;          /* multipliers */
+    ex_dtype x0dt;   /* part 0's dtype */
+    int dst_bcast;   /* dst's first dim at stride 0 */
+    ex_status want;  /* with a needle in the message of a failure */
+    const char *needle;
+} qc_case;
+
+static ex_status qc_run(const suite *s, ex_buffer *buf, const qc_case *c, int8_t *out, char *msg,
+                        size_t len)
+{
+    const ex_backend_iface *f = ex__backend_iface_of(s->be);
+    void *im = ex__backend_impl_of(s->be);
+    uint8_t host[QC_END];
+    memset(host, 0x55, sizeof host);
+    memset(host + QC_X0, 1, 96);
+    memset(host + QC_X1, 2, 160);
+    float one = 1.0f;
+    for (int i = 0; i < 3; i++)
+        memcpy(host + QC_M + 4 * i, &one, 4);
+    ex_status st = f->upload(im, buf, 0, host, sizeof host);
+    int64_t x0[4] = {2, 3, 4, 4}, x1[4] = {2, 5, c->x1_h, 4}, y[4] = {2, c->dst_c, 4, 4},
+            nm = c->nm;
+    ex_tdesc src[3] = {dense_desc(buf, QC_X0, c->x0dt, 4, x0), dense_desc(buf, QC_X1, EX_I8, 4, x1),
+                       dense_desc(buf, QC_M, EX_F32, 1, &nm)};
+    if (c->parts == 1)
+        src[1] = src[2];
+    ex_node_exec n = {.op = EX_OP_QCONCAT,
+                      .nsrc = c->parts + 1,
+                      .src = src,
+                      .dst = dense_desc(buf, QC_Y, EX_I8, 4, y),
+                      .tag = {-1, -1, -1}};
+    if (c->dst_bcast)
+        n.dst.st[0] = 0;
+    if (st == EX_OK)
+        st = node_run(s, &n, msg, len);
+    ex_status rd = f->download(im, buf, QC_Y, out, QC_END - QC_Y);
+    return st != EX_OK ? st : rd;
+}
+
+/* A well-formed concatenation: part 0's 3 channels of ones, part 1's 5 of twos, per image,
+ * and nothing after them; a refused node writes nothing at all. */
+static bool qc_value(const qc_case *c, const int8_t *out)
+{
+    int written = c->want == EX_OK ? 2 * 8 * 16 : 0;
+    for (int i = 0; i < QC_END - QC_Y; i++)
+        if (out[i] != (i >= written ? 0x55 : (i / 16) % 8 < 3 ? 1 : 2))
+            return false;
+    return true;
+}
+
+void qconcat_node_errors(void **state)
+{
+    suite *s = *state;
+    const ex_backend_iface *f = ex__backend_iface_of(s->be);
+    void *im = ex__backend_impl_of(s->be);
+    ex_buffer *buf = NULL;
+    assert_int_equal(f->buffer_alloc(im, QC_END, &buf), EX_OK);
+    static const qc_case cases[] = {
+        {"two parts", 2, 8, 4, 2, EX_I8, 0, EX_OK, NULL},
+        {"dst of 9 channels", 2, 9, 4, 2, EX_I8, 0, EX_ERR_SHAPE, "parts hold 8 channels, dst 9"},
+        {"dst of 7 channels", 2, 7, 4, 2, EX_I8, 0, EX_ERR_SHAPE, "parts hold 8 channels, dst 7"},
+        {"part 1 of height 2", 2, 8, 2, 2, EX_I8, 0, EX_ERR_SHAPE, "part 1 differs from dst"},
+        {"3 multipliers", 2, 8, 4, 3, EX_I8, 0, EX_ERR_SHAPE, "must be f32 [2], one per part"},
+        {"an f32 part", 2, 8, 4, 2, EX_F32, 0, EX_ERR_ARG, "part 0 must be i8"},
+        {"no parts", 0, 8, 4, 2, EX_I8, 0, EX_ERR_ARG, "1 sources, expected 2 to 11"},
+        {"dst broadcasts", 2, 8, 4, 2, EX_I8, 1, EX_ERR_ARG, "dst broadcasts"},
+        {"two parts again", 2, 8, 4, 2, EX_I8, 0, EX_OK, NULL},
+    };
+    int failed = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const qc_case *c = &cases[i];
+        int8_t out[QC_END - QC_Y];
+        char msg[512];
+        ex_status st = qc_run(s, buf, c, out, msg, sizeof msg);
+        bool named = c->want == EX_OK || strstr(msg, c->needle);
+        bool value = qc_value(c, out);
+        if (st != c->want || !named || !value) {
+            print_error("FAIL [%s] qconcat, %s: %s (%s), expected %s%s%s%s\n", s->backend_name,
+                        c->what, ex_status_str(st), msg, ex_status_str(c->want),
+                        c->needle ? " naming " : "", c->needle ? c->needle : "",
+                        value ? "" : "; wrong bytes");
+            failed++;
+        }
+    }
+    f->buffer_free(im, buf);
+    if (failed)
+        fail_msg("%d QCONCAT nodes were handled wrongly on %s", failed, s->backend_name);
+}

@@ -227,36 +227,22 @@ static ex_status q_i8_ew(vk_exec *e, const ex_node_exec *n)
  * the tracker puts barriers between dispatches that bind dst. */
 static ex_status q_concat(vk_exec *e, const ex_node_exec *n)
 {
+    char why[96];
+    ex_status st = ex_td_qconcat_of(n, why, sizeof why);
+    if (st != EX_OK)
+        return vk_fail(e, st, "%s", why);
     int parts = n->nsrc - 1;
-    if (parts < 1 || n->src == NULL)
-        return vk_fail(e, EX_ERR_ARG, "no parts");
     const ex_tdesc *d = &n->dst, *m = &n->src[parts];
-    ex_status st = q_typed(e, d, EX_I8, 4, "dst");
-    if (st == EX_OK)
-        st = q_typed(e, m, EX_F32, 1, "the multipliers");
-    if (st == EX_OK && m->ne[0] < parts)
-        st = vk_fail(e, EX_ERR_SHAPE, "%lld multipliers for %d parts", (long long)m->ne[0], parts);
-    if (st == EX_OK && (m->st[0] < 0 || m->st[0] * (parts - 1) > INT32_MAX))
+    if (m->st[0] < 0 || m->st[0] * (parts - 1) > INT32_MAX)
         st = vk_fail(e, EX_ERR_UNSUPPORTED, "the multipliers are beyond 32-bit indexing");
     if (st == EX_OK)
         st = q_dst_words(e, d);
-    int64_t at = 0;
-    for (int p = 0; st == EX_OK && p < parts; p++) {
-        const ex_tdesc *x = &n->src[p];
-        if ((st = q_typed(e, x, EX_I8, 4, "every part")) != EX_OK)
-            break;
-        if (x->ne[0] != d->ne[0] || x->ne[2] != d->ne[2] || x->ne[3] != d->ne[3])
-            st = vk_fail(e, EX_ERR_SHAPE, "part %d differs from dst in N, H or W", p);
-        else if (!vk_fits32(x->ne, x->st))
+    for (int p = 0; st == EX_OK && p < parts; p++)
+        if (!vk_fits32(n->src[p].ne, n->src[p].st))
             st = vk_fail(e, EX_ERR_UNSUPPORTED, "part %d is beyond 32-bit indexing", p);
-        at += x->ne[1];
-    }
-    if (st == EX_OK && at != d->ne[1])
-        st = vk_fail(e, EX_ERR_SHAPE, "parts hold %lld channels, dst %lld", (long long)at,
-                     (long long)d->ne[1]);
     if (st != EX_OK)
         return st;
-    at = 0;
+    int64_t at = 0;
     for (int p = 0; st == EX_OK && p < parts; p++) {
         const ex_tdesc *x = &n->src[p];
         qe_pc pc;
