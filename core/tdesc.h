@@ -1134,6 +1134,86 @@ static inline ex_status ex_td_nas_rows_of(const ex_node_exec *n, int64_t ne[4], 
                                                               : ex_td_nas_rows_extra(n, why, len);
 }
 
+/* The dtypes of an int8 element-wise op (ex_td_qew_of): dst's, and the one or two x may
+ * have; its sources; whether source 1 is a per-channel operand. False when op is not one. */
+static inline bool ex_td_qew_form(ex_op op, ex_dtype *dt, ex_dtype x[2], int *nsrc, bool *chan)
+{
+    *dt = x[0] = x[1] = EX_I8;
+    *nsrc = 2;
+    *chan = true;
+    switch (op) {
+    case EX_OP_QUANTIZE: x[0] = x[1] = EX_F32; return true;
+    case EX_OP_DEQUANTIZE:
+        *dt = EX_F32;
+        x[1] = EX_I32;
+        return true;
+    case EX_OP_REQUANTIZE: x[1] = EX_I32; return true;
+    case EX_OP_QADD: *chan = false; return true;
+    case EX_OP_QRELU:
+        *chan = false;
+        *nsrc = 1;
+        return true;
+    default: return false;
+    }
+}
+
+/** The int8 element-wise ops (QUANTIZE, DEQUANTIZE, REQUANTIZE, QADD, QRELU; docs/ops.md), as
+ *  every backend checks them: their source count; dst of the op's dtype, [N, C] or [N, C,
+ *  H, W] in a buffer, no element written twice; x (QADD's a and b) of its dtypes,
+ *  broadcasting to dst; the per-channel operand of the first three f32 [C] or [1]. Fills
+ *  ne (dst's shape padded to 4 dims), st[0] (dst's strides), st[1] (x's, read as ne) and
+ *  st[2] (QADD's b, or the per-channel operand read along dst's channel dim: 0 in every
+ *  other dim and where it holds one value). EX_OK, or the status to return with why (no
+ *  op name). */
+static inline ex_status ex_td_qew_of(const ex_node_exec *n, int64_t ne[4], int64_t (*st)[4],
+                                     char *why, size_t len)
+{
+    ex_dtype dt, xt[2];
+    int nsrc;
+    bool chan;
+    if (!ex_td_qew_form(n->op, &dt, xt, &nsrc, &chan)) {
+        snprintf(why, len, "not an int8 element-wise op");
+        return EX_ERR_UNSUPPORTED;
+    }
+    if (n->nsrc != nsrc || n->src == NULL) {
+        snprintf(why, len, "%d sources, expected %d", n->nsrc, nsrc);
+        return EX_ERR_ARG;
+    }
+    const ex_tdesc *d = &n->dst;
+    if (!ex_td_valid(d, dt) || (d->ndim != 2 && d->ndim != 4)) {
+        snprintf(why, len, "dst must be %s [N, C] or [N, C, H, W]", ex_dtype_name(dt));
+        return EX_ERR_ARG;
+    }
+    ex_td_shape4(d, ne, st[0]);
+    if (!ex_td_dst_ok(ne, st[0])) {
+        snprintf(why, len, "dst broadcasts (stride 0)");
+        return EX_ERR_ARG;
+    }
+    memset(st[2], 0, sizeof st[2]);
+    for (int k = 0; k < (chan ? 1 : nsrc); k++) {
+        const ex_tdesc *x = &n->src[k];
+        if (!ex_td_valid(x, xt[0]) && !ex_td_valid(x, xt[1])) {
+            snprintf(why, len, "source %d must be %s%s%s", k, ex_dtype_name(xt[0]),
+                     xt[1] != xt[0] ? " or " : "", xt[1] != xt[0] ? ex_dtype_name(xt[1]) : "");
+            return EX_ERR_ARG;
+        }
+        if (!ex_td_align(x, ne, st[1 + k])) {
+            snprintf(why, len, "source %d does not fit dst", k);
+            return EX_ERR_SHAPE;
+        }
+    }
+    if (!chan)
+        return EX_OK;
+    const ex_tdesc *v = &n->src[1];
+    int c = d->ndim == 4 ? 1 : 3; /* dst's dim 1, padded */
+    if (!ex_td_valid(v, EX_F32) || v->ndim != 1 || (v->ne[0] != 1 && v->ne[0] != ne[c])) {
+        snprintf(why, len, "the per-channel operand must be f32 [%lld] or [1]", (long long)ne[c]);
+        return EX_ERR_SHAPE;
+    }
+    st[2][c] = v->ne[0] == 1 ? 0 : v->st[0];
+    return EX_OK;
+}
+
 /** QCONCAT's node form, as every backend checks it (docs/ops.md): 1 to EX_MAX_QCONCAT parts,
  *  each i8 [N, Ci, H, W] of dst's N, H and W; the last source the multipliers, f32 with
  *  one per part; dst i8 [N, Σ Ci, H, W], no element written twice. EX_OK, or the status to

@@ -91,27 +91,15 @@ static ex_status q_need(const cpu_exec *e, const ex_node_exec *n, int nsrc)
     return EX_OK;
 }
 
-/* Checks the node's nsrc sources and sets the walk; vec says src[1] is per channel. */
-static ex_status q_walk_of(const cpu_exec *e, const ex_node_exec *n, int nsrc, bool vec, q_walk *w)
+/* The node checked (core/tdesc.h) and its walk. */
+static ex_status q_walk_of(const cpu_exec *e, const ex_node_exec *n, q_walk *w)
 {
+    char why[96];
     memset(w, 0, sizeof *w);
-    ex_status st = q_need(e, n, nsrc);
+    ex_status st = ex_td_qew_of(n, w->ne, w->st, why, sizeof why);
     if (st != EX_OK)
-        return st;
-    ex_td_shape4(&n->dst, w->ne, w->st[0]);
-    for (int k = 1; k <= nsrc && !(vec && k == 2); k++)
-        if (!ex_td_align(&n->src[k - 1], w->ne, w->st[k]))
-            return cpu_fail(e, EX_ERR_SHAPE, "cpu: %s: source %d does not fit dst",
-                            ex_op_name(n->op), k - 1);
-    if (vec) {
-        const ex_tdesc *v = &n->src[1];
-        int cdim = 4 - n->dst.ndim + 1;
-        if (v->ndim != 1 || (v->ne[0] != 1 && v->ne[0] != w->ne[cdim]))
-            return cpu_fail(e, EX_ERR_SHAPE, "cpu: %s: the per-channel operand does not fit",
-                            ex_op_name(n->op));
-        w->st[2][cdim] = v->ne[0] == 1 ? 0 : v->st[0];
-    }
-    ex_td_merge_dims(nsrc + 1 < 3 ? nsrc + 1 : 3, w->ne, w->st, 1);
+        return cpu_fail(e, st, "%s: %s", ex_op_name(n->op), why);
+    ex_td_merge_dims(n->nsrc + 1, w->ne, w->st, 1);
     return EX_OK;
 }
 
@@ -172,7 +160,7 @@ static inline bool q_dense_rows(const q_walk *w, int nsrc)
 CPU_OP(quantize)
 {
     q_walk w;
-    ex_status st = q_walk_of(e, n, 2, true, &w);
+    ex_status st = q_walk_of(e, n, &w);
     if (st != EX_OK)
         return st;
     const float *x = cpu_f32(&n->src[0]), *v = cpu_f32(&n->src[1]);
@@ -184,7 +172,7 @@ CPU_OP(quantize)
 CPU_OP(dequantize)
 {
     q_walk w;
-    ex_status st = q_walk_of(e, n, 2, true, &w);
+    ex_status st = q_walk_of(e, n, &w);
     if (st != EX_OK)
         return st;
     const float *v = cpu_f32(&n->src[1]);
@@ -202,7 +190,7 @@ CPU_OP(dequantize)
 CPU_OP(requantize)
 {
     q_walk w;
-    ex_status st = q_walk_of(e, n, 2, true, &w);
+    ex_status st = q_walk_of(e, n, &w);
     if (st != EX_OK)
         return st;
     float lo = n->ip[0] ? 0.0f : -127.0f;
@@ -232,7 +220,7 @@ CPU_OP(requantize)
 CPU_OP(qadd)
 {
     q_walk w;
-    ex_status st = q_walk_of(e, n, 2, false, &w);
+    ex_status st = q_walk_of(e, n, &w);
     if (st != EX_OK)
         return st;
     float lo = n->ip[0] ? 0.0f : -127.0f;
@@ -257,7 +245,7 @@ CPU_OP(qadd)
 CPU_OP(qrelu)
 {
     q_walk w;
-    ex_status st = q_walk_of(e, n, 1, false, &w);
+    ex_status st = q_walk_of(e, n, &w);
     if (st != EX_OK)
         return st;
     const int8_t *x = cpu_i8(&n->src[0]);

@@ -199,48 +199,30 @@ template <int K> __global__ void q_ew_kernel(q_ew a, const float *gate)
     }
 }
 
-/* Checks the sources and dst's dtype, and aligns dst with the first nalign sources. */
-static ex_status q_ew_prep(cu_exec *e, const ex_node_exec *n, int nsrc, int nalign, ex_dtype ydt,
-                           q_ew *o)
+/* The node checked (core/tdesc.h) into o: dst, x (QADD's a and b), the per-channel operand. */
+static ex_status q_ew_prep(cu_exec *e, const ex_node_exec *n, q_ew *o)
 {
+    int64_t st[3][4];
+    char why[96];
     memset(o, 0, sizeof *o);
-    ex_status st = q_need(e, n, nsrc);
-    if (st == EX_OK)
-        st = q_operand(e, n, &n->dst, "dst", ydt, ydt, 0);
-    if (st != EX_OK)
-        return st;
-    ex_td_shape4(&n->dst, o->ne, o->sy);
-    if (!ex_td_dst_ok(o->ne, o->sy))
-        return cu_fail(e, EX_ERR_ARG, "%s: dst broadcasts (stride 0)", q_name(n));
-    int64_t *s[2] = {o->sa, o->sb};
-    for (int k = 0; k < nalign; k++)
-        if (!ex_td_align(&n->src[k], o->ne, s[k]))
-            return cu_fail(e, EX_ERR_SHAPE, "%s: source %d does not fit dst", q_name(n), k);
+    ex_status s = ex_td_qew_of(n, o->ne, st, why, sizeof why);
+    if (s != EX_OK)
+        return cu_fail(e, s, "%s: %s", q_name(n), why);
+    bool add = n->op == EX_OP_QADD, chan = !add && n->op != EX_OP_QRELU;
+    memcpy(o->sy, st[0], sizeof o->sy);
+    memcpy(o->sa, st[1], sizeof o->sa);
+    if (add)
+        memcpy(o->sb, st[2], sizeof o->sb);
     o->y = cu_ptr(&n->dst);
     o->a = cu_ptr(&n->src[0]);
-    o->b = nalign > 1 ? cu_ptr(&n->src[1]) : NULL;
+    o->b = add ? cu_ptr(&n->src[1]) : NULL;
     o->lo = -127;
-    return EX_OK;
-}
-
-/* The per-channel operand (src[1]): f32 [C] or [1], C dim 1 of a 2- or 4-dim x. */
-static ex_status q_chan_prep(cu_exec *e, const ex_node_exec *n, q_ew *o)
-{
-    const ex_tdesc *x = &n->src[0], *v = &n->src[1];
-    if (x->ndim != 2 && x->ndim != 4)
-        return cu_fail(e, EX_ERR_SHAPE, "%s: x must be [N, C] or [N, C, H, W] (it has %d dims)",
-                       q_name(n), x->ndim);
-    if (n->dst.ndim != x->ndim)
-        return cu_fail(e, EX_ERR_SHAPE, "%s: x and dst differ in rank", q_name(n));
-    ex_status st = q_operand(e, n, v, "the per-channel operand", EX_F32, EX_F32, 1);
-    if (st != EX_OK)
-        return st;
-    if (v->ne[0] != x->ne[1] && v->ne[0] != 1)
-        return cu_fail(e, EX_ERR_SHAPE, "%s: per-channel operand [%lld] for %lld channels",
-                       q_name(n), (long long)v->ne[0], (long long)x->ne[1]);
-    o->ch = cu_f32(v);
-    o->ch_st = v->ne[0] == 1 ? 0 : v->st[0];
-    o->cdim = x->ndim == 4 ? 1 : 3;
+    if (chan) {
+        const ex_tdesc *v = &n->src[1];
+        o->ch = cu_f32(v);
+        o->ch_st = v->ne[0] == 1 ? 0 : v->st[0];
+        o->cdim = n->dst.ndim == 4 ? 1 : 3;
+    }
     return EX_OK;
 }
 
@@ -263,22 +245,14 @@ template <int K> static ex_status q_ew_launch(cu_exec *e, const ex_node_exec *n,
 CU_OP(quantize)
 {
     q_ew o;
-    ex_status st = q_ew_prep(e, n, 2, 1, EX_I8, &o);
-    if (st == EX_OK)
-        st = q_operand(e, n, &n->src[0], "x", EX_F32, EX_F32, 0);
-    if (st == EX_OK)
-        st = q_chan_prep(e, n, &o);
+    ex_status st = q_ew_prep(e, n, &o);
     return st != EX_OK ? st : q_ew_launch<Q_QUANT>(e, n, o);
 }
 
 CU_OP(dequantize)
 {
     q_ew o;
-    ex_status st = q_ew_prep(e, n, 2, 1, EX_F32, &o);
-    if (st == EX_OK)
-        st = q_operand(e, n, &n->src[0], "x", EX_I8, EX_I32, 0);
-    if (st == EX_OK)
-        st = q_chan_prep(e, n, &o);
+    ex_status st = q_ew_prep(e, n, &o);
     if (st != EX_OK)
         return st;
     return n->src[0].dtype == EX_I8 ? q_ew_launch<Q_DEQ8>(e, n, o) : q_ew_launch<Q_DEQ32>(e, n, o);
@@ -287,11 +261,7 @@ CU_OP(dequantize)
 CU_OP(requantize)
 {
     q_ew o;
-    ex_status st = q_ew_prep(e, n, 2, 1, EX_I8, &o);
-    if (st == EX_OK)
-        st = q_operand(e, n, &n->src[0], "x", EX_I8, EX_I32, 0);
-    if (st == EX_OK)
-        st = q_chan_prep(e, n, &o);
+    ex_status st = q_ew_prep(e, n, &o);
     if (st != EX_OK)
         return st;
     o.lo = n->ip[0] ? 0 : -127;
@@ -301,11 +271,7 @@ CU_OP(requantize)
 CU_OP(qadd)
 {
     q_ew o;
-    ex_status st = q_ew_prep(e, n, 2, 2, EX_I8, &o);
-    if (st == EX_OK)
-        st = q_operand(e, n, &n->src[0], "a", EX_I8, EX_I8, 0);
-    if (st == EX_OK)
-        st = q_operand(e, n, &n->src[1], "b", EX_I8, EX_I8, 0);
+    ex_status st = q_ew_prep(e, n, &o);
     if (st != EX_OK)
         return st;
     o.lo = n->ip[0] ? 0 : -127;
@@ -317,9 +283,7 @@ CU_OP(qadd)
 CU_OP(qrelu)
 {
     q_ew o;
-    ex_status st = q_ew_prep(e, n, 1, 1, EX_I8, &o);
-    if (st == EX_OK)
-        st = q_operand(e, n, &n->src[0], "x", EX_I8, EX_I8, 0);
+    ex_status st = q_ew_prep(e, n, &o);
     return st != EX_OK ? st : q_ew_launch<Q_RELU>(e, n, o);
 }
 

@@ -238,6 +238,9 @@ void qconv_rq_errors(void **state);
 /** QCONCAT nodes, well formed and malformed, given to the backend directly: refused before
  *  anything is written. */
 void qconcat_node_errors(void **state);
+/** int8 element-wise nodes (QUANTIZE, DEQUANTIZE, REQUANTIZE, QADD, QRELU), well formed and
+ *  malformed, given to the backend directly: refused before anything is read or written. */
+void qew_node_errors(void **state);
 /** Malformed windows of the int8 convolutions (stride, padding, shapes, bias) and pools
  *  (kernel, stride, padding, shapes) refused. */
 void qconv_window_errors(void **state);

@@ -859,3 +859,124 @@ void qconcat_node_errors(void **state)
     if (failed)
         fail_msg("%d QCONCAT nodes were handled wrongly on %s", failed, s->backend_name);
 }
+
+/* ---- int8 element-wise nodes, well formed and malformed, given to the backend directly:
+ * every backend refuses the same nodes with the same words (core/tdesc.h), before it reads
+ * a source as a dtype it is not ---- */
+
+/* Bytes of one buffer: x as f32, i8 and i32 [4, 3] (0 .. 11), the per-channel operand
+ * f32 [3] (1), dst and the bytes after it (0x55). */
+enum { QW_F = 0, QW_I8 = 64, QW_I32 = 128, QW_V = 192, QW_Y = 256, QW_END = 384 };
+
+typedef struct qw_case {
+    const char *what;
+    ex_op op;
+    int nsrc;
+    ex_dtype xdt, ydt; /* x's dtype (it lies at QW_F, QW_I8 or QW_I32), dst's */
+    int ydims;         /* dst [4, 3], or [4, 3, 1] */
+    int nv, bcols;     /* the per-channel operand's values; QADD's b [4, bcols] */
+    int ybcast;        /* dst's first dim at stride 0 */
+    ex_status want;    /* with a needle in the message of a failure */
+    const char *needle;
+} qw_case;
+
+static ex_status qw_run(const suite *s, ex_buffer *buf, const qw_case *c, uint8_t *out, char *msg,
+                        size_t len)
+{
+    const ex_backend_iface *f = ex__backend_iface_of(s->be);
+    void *im = ex__backend_impl_of(s->be);
+    uint8_t host[QW_END];
+    memset(host, 0x55, sizeof host);
+    for (int i = 0; i < 12; i++) {
+        float v = (float)i;
+        int32_t w = i;
+        memcpy(host + QW_F + 4 * i, &v, 4);
+        host[QW_I8 + i] = (uint8_t)i;
+        memcpy(host + QW_I32 + 4 * i, &w, 4);
+    }
+    float one = 1.0f;
+    for (int i = 0; i < 3; i++)
+        memcpy(host + QW_V + 4 * i, &one, 4);
+    ex_status st = f->upload(im, buf, 0, host, sizeof host);
+    uint64_t at = c->xdt == EX_F32 ? QW_F : c->xdt == EX_I8 ? QW_I8 : QW_I32;
+    int64_t x[2] = {4, 3}, b[2] = {4, c->bcols}, y[3] = {4, 3, 1}, nv = c->nv;
+    ex_tdesc src[2] = {dense_desc(buf, at, c->xdt, 2, x),
+                       c->op == EX_OP_QADD || c->op == EX_OP_QRELU
+                           ? dense_desc(buf, QW_I8, EX_I8, 2, b)
+                           : dense_desc(buf, QW_V, EX_F32, 1, &nv)};
+    ex_node_exec n = {.op = c->op,
+                      .nsrc = c->nsrc,
+                      .src = src,
+                      .dst = dense_desc(buf, QW_Y, c->ydt, c->ydims, y),
+                      .fp = {1.0f, 0.0f},
+                      .tag = {-1, -1, -1}};
+    if (c->ybcast)
+        n.dst.st[0] = 0;
+    if (st == EX_OK)
+        st = node_run(s, &n, msg, len);
+    ex_status rd = f->download(im, buf, QW_Y, out, QW_END - QW_Y);
+    return st != EX_OK ? st : rd;
+}
+
+/* A well-formed node writes x's values 0 .. 11 (x times 1, in dst's dtype) and nothing
+ * after them; a refused one writes nothing at all. */
+static bool qw_value(const qw_case *c, const uint8_t *out)
+{
+    int size = c->ydt == EX_F32 ? 4 : 1, written = c->want == EX_OK ? 12 * size : 0;
+    for (int i = 0; i < written; i += size) {
+        float v = (float)(i / size);
+        if (size == 4 ? memcmp(out + i, &v, 4) != 0 : out[i] != i)
+            return false;
+    }
+    for (int i = written; i < QW_END - QW_Y; i++)
+        if (out[i] != 0x55)
+            return false;
+    return true;
+}
+
+void qew_node_errors(void **state)
+{
+    suite *s = *state;
+    const ex_backend_iface *f = ex__backend_iface_of(s->be);
+    void *im = ex__backend_impl_of(s->be);
+    ex_buffer *buf = NULL;
+    assert_int_equal(f->buffer_alloc(im, QW_END, &buf), EX_OK);
+    const ex_op q = EX_OP_QUANTIZE, dq = EX_OP_DEQUANTIZE, rq = EX_OP_REQUANTIZE;
+    const ex_op add = EX_OP_QADD, relu = EX_OP_QRELU;
+    const ex_dtype f32 = EX_F32, i8 = EX_I8, i32 = EX_I32;
+    static const char *arg = "source 0 must be f32";
+    const qw_case cases[] = {
+        {"quantize", q, 2, f32, i8, 2, 3, 3, 0, EX_OK, NULL},
+        {"one multiplier", q, 2, f32, i8, 2, 1, 3, 0, EX_OK, NULL},
+        {"an i8 x", q, 2, i8, i8, 2, 3, 3, 0, EX_ERR_ARG, arg},
+        {"an f32 dst", q, 2, f32, f32, 2, 3, 3, 0, EX_ERR_ARG, "dst must be i8 [N, C] or"},
+        {"a 3-d dst", q, 2, f32, i8, 3, 3, 3, 0, EX_ERR_ARG, "dst must be i8 [N, C] or"},
+        {"two multipliers", q, 2, f32, i8, 2, 2, 3, 0, EX_ERR_SHAPE, "must be f32 [3] or [1]"},
+        {"dst broadcasts", q, 2, f32, i8, 2, 3, 3, 1, EX_ERR_ARG, "dst broadcasts"},
+        {"i32 to f32", dq, 2, i32, f32, 2, 3, 3, 0, EX_OK, NULL},
+        {"f32 x", rq, 2, f32, i8, 2, 3, 3, 0, EX_ERR_ARG, "source 0 must be i8 or i32"},
+        {"i32 to i8", rq, 2, i32, i8, 2, 3, 3, 0, EX_OK, NULL},
+        {"b [4, 2]", add, 2, i8, i8, 2, 3, 2, 0, EX_ERR_SHAPE, "source 1 does not fit dst"},
+        {"two sources", relu, 2, i8, i8, 2, 3, 3, 0, EX_ERR_ARG, "2 sources, expected 1"},
+        {"relu", relu, 1, i8, i8, 2, 3, 3, 0, EX_OK, NULL},
+    };
+    int failed = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const qw_case *c = &cases[i];
+        uint8_t out[QW_END - QW_Y];
+        char msg[512];
+        ex_status st = qw_run(s, buf, c, out, msg, sizeof msg);
+        bool named = c->want == EX_OK || strstr(msg, c->needle);
+        bool value = qw_value(c, out);
+        if (st != c->want || !named || !value) {
+            print_error("FAIL [%s] %s, %s: %s (%s), expected %s%s%s%s\n", s->backend_name,
+                        ex_op_name(c->op), c->what, ex_status_str(st), msg, ex_status_str(c->want),
+                        c->needle ? " naming " : "", c->needle ? c->needle : "",
+                        value ? "" : "; wrong bytes");
+            failed++;
+        }
+    }
+    f->buffer_free(im, buf);
+    if (failed)
+        fail_msg("%d int8 element-wise nodes were handled wrongly on %s", failed, s->backend_name);
+}

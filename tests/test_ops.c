@@ -115,6 +115,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_prestate(family_quant, &s),
         cmocka_unit_test_prestate(qconv_rq_errors, &s),
         cmocka_unit_test_prestate(qconcat_node_errors, &s),
+        cmocka_unit_test_prestate(qew_node_errors, &s),
         cmocka_unit_test_prestate(qconv_window_errors, &s),
         cmocka_unit_test_prestate(coverage, &s),
     };

@@ -93,60 +93,35 @@ static ex_status q_dst_words(vk_exec *e, const ex_tdesc *d)
 
 /* ---- element-wise ---- */
 
-/* Aligns source k (0 or 1) to dst's padded shape into pc (a or b). */
-static ex_status qe_source(vk_exec *e, const ex_node_exec *n, int k, qe_pc *pc)
+/* The node checked (core/tdesc.h) into pc, then this backend's limits: 32-bit indexing, an
+ * i8 dst written a word at a time; the per-channel operand bound. */
+static ex_status qe_setup(vk_exec *e, const ex_node_exec *n, qe_pc *pc)
 {
-    int64_t ne[4], sd[4], s[4];
-    ex_td_shape4(&n->dst, ne, sd);
-    if (!ex_td_align(&n->src[k], ne, s))
-        return vk_fail(e, EX_ERR_SHAPE, "source %d does not fit dst", k);
-    if (!vk_fits32(ne, s))
-        return vk_fail(e, EX_ERR_UNSUPPORTED, "source %d is beyond 32-bit indexing", k);
-    put4(k == 0 ? pc->sa : pc->sb, s);
-    return EX_OK;
-}
-
-/* dst's shape and the checks every element-wise op shares: dst of dtype dt, 2 to 4 dims. */
-static ex_status qe_setup(vk_exec *e, const ex_node_exec *n, int nsrc, ex_dtype dt, qe_pc *pc)
-{
+    int64_t ne[4], s[3][4];
+    char why[96];
     memset(pc, 0, sizeof *pc);
-    ex_status st = q_need(e, n, nsrc);
-    if (st == EX_OK)
-        st = q_typed(e, &n->dst, dt, 0, "dst");
+    ex_status st = ex_td_qew_of(n, ne, s, why, sizeof why);
     if (st != EX_OK)
-        return st;
-    if (n->dst.ndim < 2)
-        return vk_fail(e, EX_ERR_ARG, "dst must be [N, C] or [N, C, H, W]");
-    int64_t ne[4], sd[4];
-    ex_td_shape4(&n->dst, ne, sd);
-    if (!ex_td_dst_ok(ne, sd))
-        return vk_fail(e, EX_ERR_ARG, "dst broadcasts (stride 0)");
-    if (!vk_fits32(ne, sd))
-        return vk_fail(e, EX_ERR_UNSUPPORTED, "dst is beyond 32-bit indexing");
-    if (dt == EX_I8 && (st = q_dst_words(e, &n->dst)) != EX_OK)
+        return vk_fail(e, st, "%s", why);
+    bool add = n->op == EX_OP_QADD, chan = !add && n->op != EX_OP_QRELU;
+    for (int k = 0; k < 3; k++)
+        if (!vk_fits32(ne, s[k]))
+            return vk_fail(e, EX_ERR_UNSUPPORTED, "operands beyond 32-bit indexing");
+    if (n->dst.dtype == EX_I8 && (st = q_dst_words(e, &n->dst)) != EX_OK)
         return st;
     put4(pc->ne, ne);
-    put4(pc->sd, sd);
+    put4(pc->sd, s[0]);
+    put4(pc->sa, s[1]);
+    if (add)
+        put4(pc->sb, s[2]);
     pc->n = (uint32_t)ex_td_numel(&n->dst);
     pc->cdim = (uint32_t)(5 - n->dst.ndim); /* dim 1 of x, padded to 4 dims */
     pc->a = pc->b = pc->m = VK_NOREF;
-    return qe_source(e, n, 0, pc);
-}
-
-/* The per-channel operand (src[1]): f32 [C] or [1]. */
-static ex_status qe_channels(vk_exec *e, const ex_node_exec *n, qe_pc *pc)
-{
-    const ex_tdesc *v = &n->src[1];
-    ex_status st = q_typed(e, v, EX_F32, 1, "the per-channel operand");
-    if (st != EX_OK)
-        return st;
-    if (v->ne[0] != 1 && v->ne[0] != pc->ne[pc->cdim])
-        return vk_fail(e, EX_ERR_SHAPE, "the per-channel operand holds %lld values, not %u or 1",
-                       (long long)v->ne[0], pc->ne[pc->cdim]);
-    if (v->st[0] < 0 || v->st[0] > INT32_MAX)
-        return vk_fail(e, EX_ERR_UNSUPPORTED, "the per-channel operand is beyond 32-bit indexing");
-    pc->m = vk_ref_small(e, v);
-    pc->ms = v->ne[0] == 1 ? 0u : (uint32_t)v->st[0];
+    if (chan) {
+        const ex_tdesc *v = &n->src[1];
+        pc->m = vk_ref_small(e, v);
+        pc->ms = v->ne[0] == 1 ? 0u : (uint32_t)v->st[0];
+    }
     return EX_OK;
 }
 
@@ -172,29 +147,15 @@ static ex_status qe_go(vk_exec *e, int variant, qe_pc *pc)
 /* QUANTIZE, DEQUANTIZE, REQUANTIZE: x and a per-channel multiplier. */
 static ex_status q_scaled(vk_exec *e, const ex_node_exec *n)
 {
-    ex_op op = n->op;
-    ex_dtype out = op == EX_OP_DEQUANTIZE ? EX_F32 : EX_I8;
     qe_pc pc;
-    ex_status st = qe_setup(e, n, 2, out, &pc);
+    ex_status st = qe_setup(e, n, &pc);
     if (st != EX_OK)
         return st;
-    ex_dtype in = n->src[0].dtype;
-    int variant;
-    if (op == EX_OP_QUANTIZE) {
-        variant = QE_QUANTIZE;
-        st = q_typed(e, &n->src[0], EX_F32, 0, "x");
-    } else if (in != EX_I8 && in != EX_I32) {
-        return vk_fail(e, EX_ERR_ARG, "x must be i8 or i32");
-    } else if (op == EX_OP_DEQUANTIZE) {
-        variant = in == EX_I8 ? QE_DEQUANTIZE_I8 : QE_DEQUANTIZE_I32;
-    } else {
-        variant = in == EX_I8 ? QE_REQUANTIZE_I8 : QE_REQUANTIZE_I32;
-    }
-    if (st == EX_OK)
-        st = qe_channels(e, n, &pc);
-    if (st != EX_OK)
-        return st;
-    pc.lo = op == EX_OP_REQUANTIZE && n->ip[0] ? 0u : (uint32_t)-127;
+    bool i8 = n->src[0].dtype == EX_I8;
+    int variant = n->op == EX_OP_QUANTIZE     ? QE_QUANTIZE
+                  : n->op == EX_OP_DEQUANTIZE ? (i8 ? QE_DEQUANTIZE_I8 : QE_DEQUANTIZE_I32)
+                                              : (i8 ? QE_REQUANTIZE_I8 : QE_REQUANTIZE_I32);
+    pc.lo = n->op == EX_OP_REQUANTIZE && n->ip[0] ? 0u : (uint32_t)-127;
     pc.d = vk_ref(e, &n->dst);
     pc.a = vk_ref(e, &n->src[0]);
     return qe_go(e, variant, &pc);
@@ -205,11 +166,7 @@ static ex_status q_i8_ew(vk_exec *e, const ex_node_exec *n)
 {
     int add = n->op == EX_OP_QADD;
     qe_pc pc;
-    ex_status st = qe_setup(e, n, add ? 2 : 1, EX_I8, &pc);
-    for (int k = 0; st == EX_OK && k < n->nsrc; k++)
-        st = q_typed(e, &n->src[k], EX_I8, 0, k ? "b" : add ? "a" : "x");
-    if (st == EX_OK && add)
-        st = qe_source(e, n, 1, &pc);
+    ex_status st = qe_setup(e, n, &pc);
     if (st != EX_OK)
         return st;
     memcpy(&pc.ma, &n->fp[0], 4);
