@@ -163,6 +163,18 @@ ex_status node_run(const suite *s, const ex_node_exec *n, char *msg, size_t len)
     return st;
 }
 
+bool node_case_ok(const suite *s, ex_op op, const char *what, ex_status st, const char *msg,
+                  ex_status want, const char *needle, bool value, const char *note)
+{
+    bool named = want == EX_OK || (needle && strstr(msg, needle));
+    if (st == want && named && value)
+        return true;
+    print_error("FAIL [%s] %s node, %s: %s (%s), expected %s%s%s%s\n", s->backend_name,
+                ex_op_name(op), what, ex_status_str(st), msg, ex_status_str(want),
+                needle ? " naming " : "", needle ? needle : "", note ? note : "");
+    return false;
+}
+
 bool plan_has(const ex_plan *plan, ex_op op)
 {
     for (int64_t i = 0; i < ex_plan_node_count(plan); i++) {

@@ -194,6 +194,11 @@ ex_status plan_grouped(suite *s, ex_ctx *ctx, bool grouped, ex_plan **plan, int6
 /** Gives node n alone to the backend and waits for it; msg receives the backend's message
  *  on failure ("" on success). */
 ex_status node_run(const suite *s, const ex_node_exec *n, char *msg, size_t len);
+/** Whether a node given to the backend directly ended as wanted: st is want, a failure's
+ *  message msg names needle, and value (what it wrote) holds; else prints the case under
+ *  op and what, with note (what was read back, or "") after it. */
+bool node_case_ok(const suite *s, ex_op op, const char *what, ex_status st, const char *msg,
+                  ex_status want, const char *needle, bool value, const char *note);
 /** Whether the plan runs a node of op. */
 bool plan_has(const ex_plan *plan, ex_op op);
 /** Copies root k's data into operand k (through its view), and back. */

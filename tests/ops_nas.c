@@ -755,15 +755,9 @@ void search_node_errors(void **state)
         float out[NN_WORDS] = {0};
         char msg[512];
         ex_status st = nn_run(s, buf, c, out, msg, sizeof msg);
-        bool named = c->want == EX_OK || strstr(msg, c->needle);
         bool value = c->want != EX_OK || nn_value(c, out);
-        if (st != c->want || !named || !value) {
-            print_error("FAIL [%s] %s node, %s: %s (%s), expected %s%s%s%s\n", s->backend_name,
-                        ex_op_name(c->op), c->what, ex_status_str(st), msg, ex_status_str(c->want),
-                        c->needle ? " naming " : "", c->needle ? c->needle : "",
-                        value ? "" : "; wrong values");
-            failed++;
-        }
+        failed += !node_case_ok(s, c->op, c->what, st, msg, c->want, c->needle, value,
+                                value ? "" : "; wrong values");
     }
     f->buffer_free(im, buf);
     if (failed)
