@@ -56,6 +56,8 @@ static ex_status mix_select(const cpu_exec *e, const ex_node_exec *n, const char
 {
     char why[96];
     ex_status st = ex_td_mix_of(n, g, why, sizeof why);
+    if (st != EX_OK)
+        return cpu_fail(e, st, "%s: %s", op, why);
     const ex_tdesc *mask = &n->src[1], *w = n->op == EX_OP_MIXED_SUM ? &n->src[0] : NULL;
     m->n = g->n;
     m->na = 0;
