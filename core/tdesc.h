@@ -133,6 +133,24 @@ static inline int ex_td_dst_ok(const int64_t ne[4], const int64_t st[4])
     return 1;
 }
 
+/** A dst of dtype f32 with 1 to 4 dims in a buffer that writes no element twice, as the
+ *  checks below ask it: its padded shape into ne, its strides into st. EX_OK, or
+ *  EX_ERR_ARG with why. */
+static inline ex_status ex_td_f32_dst(const ex_node_exec *n, int64_t ne[4], int64_t st[4],
+                                      char *why, size_t len)
+{
+    if (!ex_td_valid(&n->dst, EX_F32)) {
+        snprintf(why, len, "dst must be f32 with 1 to 4 dims");
+        return EX_ERR_ARG;
+    }
+    ex_td_shape4(&n->dst, ne, st);
+    if (!ex_td_dst_ok(ne, st)) {
+        snprintf(why, len, "dst broadcasts (stride 0)");
+        return EX_ERR_ARG;
+    }
+    return EX_OK;
+}
+
 /** The element-wise form as every backend checks it: nsrc sources; a dst of 1 to 4 dims in
  *  a buffer with no stride 0; the first nalign sources broadcast to dst. Fills ne (dst's
  *  shape padded to 4 dims), st[0] (dst's strides) and st[1 + i] (source i's, read as dst's
@@ -803,20 +821,14 @@ static inline ex_status ex_td_rows_of(const ex_node_exec *n, int nsrc, int64_t n
         snprintf(why, len, "%d sources, expected %d", n->nsrc, nsrc);
         return EX_ERR_ARG;
     }
-    if (n->dst.ndim < 1 || n->dst.ndim > 4 || n->dst.dtype != EX_F32) {
-        snprintf(why, len, "dst must be f32 with 1 to 4 dims");
-        return EX_ERR_ARG;
-    }
-    ex_td_shape4(&n->dst, ne, st[0]);
+    ex_status r = ex_td_f32_dst(n, ne, st[0], why, len);
+    if (r != EX_OK)
+        return r;
     for (int d = 0; d < 4; d++)
         if (ne[d] < 1) {
             snprintf(why, len, "dst has an empty dim");
             return EX_ERR_SHAPE;
         }
-    if (!ex_td_dst_ok(ne, st[0])) {
-        snprintf(why, len, "dst broadcasts (stride 0)");
-        return EX_ERR_ARG;
-    }
     for (int i = 0; i < nsrc; i++)
         if (n->src[i].dtype != EX_F32 || !ex_td_align(&n->src[i], ne, st[1 + i])) {
             snprintf(why, len, "source %d is not f32 of dst's shape", i);
@@ -926,17 +938,8 @@ static inline ex_status ex_td_rand_check(const ex_node_exec *n, char *why, size_
         snprintf(why, len, "counter must be i32 [2]");
         return EX_ERR_ARG;
     }
-    if (!ex_td_valid(&n->dst, EX_F32)) {
-        snprintf(why, len, "dst must be f32 with 1 to 4 dims");
-        return EX_ERR_ARG;
-    }
     int64_t ne[4], st[4];
-    ex_td_shape4(&n->dst, ne, st);
-    if (!ex_td_dst_ok(ne, st)) {
-        snprintf(why, len, "dst broadcasts (stride 0)");
-        return EX_ERR_ARG;
-    }
-    return EX_OK;
+    return ex_td_f32_dst(n, ne, st, why, len);
 }
 
 /** A mixed op's operands (MIXED_SUM, MIXED_SUM_BWD_W), as ex_td_mix_of reads them. */
@@ -960,16 +963,7 @@ static inline ex_status ex_td_mix_ends(const ex_node_exec *n, ex_td_mix *m, char
                      (long long)ex_td_numel(&n->src[0]), (long long)m->k);
             return EX_ERR_SHAPE;
         }
-        if (!ex_td_valid(d, EX_F32)) {
-            snprintf(why, len, "dst must be f32 with 1 to 4 dims");
-            return EX_ERR_ARG;
-        }
-        ex_td_shape4(d, m->ne, m->st[0]);
-        if (!ex_td_dst_ok(m->ne, m->st[0])) {
-            snprintf(why, len, "dst broadcasts (stride 0)");
-            return EX_ERR_ARG;
-        }
-        return EX_OK;
+        return ex_td_f32_dst(n, m->ne, m->st[0], why, len);
     }
     if (!ex_td_valid(d, EX_F32) || ex_td_numel(d) != m->k) {
         snprintf(why, len, "dst must be f32 with one entry per mask entry");
@@ -1105,11 +1099,6 @@ static inline ex_status ex_td_nas_rows_of(const ex_node_exec *n, int64_t ne[4], 
         snprintf(why, len, "%d sources, expected %d", n->nsrc, nsrc);
         return nsrc ? EX_ERR_ARG : EX_ERR_UNSUPPORTED;
     }
-    if (n->op == EX_OP_TOPK_MASK || n->op == EX_OP_ENTROPY) {
-        ex_status r = ex_td_nas_rows_extra(n, why, len);
-        if (r != EX_OK)
-            return r;
-    }
     if (!ex_td_valid(ref, EX_F32) || !ex_td_valid(&n->dst, EX_F32)) {
         snprintf(why, len, "tensors must be f32 with 1 to 4 dims");
         return EX_ERR_ARG;
@@ -1130,8 +1119,7 @@ static inline ex_status ex_td_nas_rows_of(const ex_node_exec *n, int64_t ne[4], 
             snprintf(why, len, "source %d is not f32 of the rows' shape", i);
             return EX_ERR_SHAPE;
         }
-    return n->op == EX_OP_TOPK_MASK || n->op == EX_OP_ENTROPY ? EX_OK
-                                                              : ex_td_nas_rows_extra(n, why, len);
+    return ex_td_nas_rows_extra(n, why, len);
 }
 
 /* The dtypes of an int8 element-wise op (ex_td_qew_of): dst's, and the one or two x may
